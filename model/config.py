@@ -1,0 +1,345 @@
+"""Configuration of the reference model: the replica, its tenants and its policies.
+
+Every value is immutable (attrs frozen classes) and validated when built, so a
+bad configuration fails at construction with a :class:`ConfigError` that names
+the field and the value, never later inside the step function.
+
+Units are in the field names: ``*_tokens``, ``*_blocks``, ``*_s`` (seconds),
+``*_steps``, ``*_per_s``.  SPEC.md section 2 is the normative description.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+
+#: Scheduling-order policies (SPEC.md 4.3).  Registered in :mod:`tenantry.model.policies`.
+ORDER_POLICIES = (
+    "fcfs",
+    "round_robin",
+    "vtc",
+    "vtc_predict",
+    "drr_tokens",
+    "drr_block_seconds",
+    "priority",
+    "aging",
+    "floors",
+)
+#: Eviction victim policies (SPEC.md 4.5).
+VICTIM_POLICIES = ("largest", "newest", "lowest_priority", "most_over_share")
+#: Prefix-cache modes (SPEC.md 4.6).
+PREFIX_CACHE_MODES = ("off", "shared", "salted")
+#: Cost-model modes (SPEC.md 4.7).
+COST_MODES = ("roofline", "unit")
+#: How the token bucket charges a prompt at admission (SPEC.md 4.2).
+PROMPT_ESTIMATES = ("tokens", "bytes")
+
+
+class ConfigError(ValueError):
+    """A configuration or workload value is invalid.
+
+    ``str(err)`` is one line naming where (file, line, field) and the value;
+    the parts are kept as attributes ``where``, ``field`` and ``value``.
+    """
+
+    def __init__(self, field: str, value: Any, why: str, where: str = "") -> None:
+        self.where, self.field, self.value, self.why = where, field, value, why
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}{field}={value!r}: {why}")
+
+
+def _positive(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+        raise ConfigError(attribute.name, value, "must be a positive finite number")
+
+
+def _non_negative(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):
+        raise ConfigError(attribute.name, value, "must be a non-negative finite number")
+
+
+def _positive_int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(attribute.name, value, "must be a positive integer")
+
+
+def _non_negative_int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(attribute.name, value, "must be a non-negative integer")
+
+
+def _one_of(options: tuple[str, ...]):
+    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value not in options:
+            raise ConfigError(attribute.name, value, f"unknown; choose one of {', '.join(options)}")
+
+    return check
+
+
+@attrs.frozen
+class TenantConfig:
+    """One tenant: the party whose share is accounted.
+
+    Attributes:
+        name: unique tenant id (non-empty string).
+        weight: fair-share weight (> 0); a tenant with weight 2 is entitled to
+            twice the weighted service of a tenant with weight 1 (VTC, DRR).
+        tier: priority tier, 0 is the highest (vLLM's convention: lower runs first).
+        queue_bound: most requests waiting in the tenant's queue; an arrival
+            that finds it full is refused with ``queue_full``.  None: unbounded.
+        kv_block_cap: most KV blocks the tenant's sequences may hold at once.
+            None: only the pool bounds it.
+        token_rate_per_s, token_burst_tokens: token bucket (tokens/s, tokens);
+            both None disables the bucket for this tenant.
+        request_rate_per_s, request_burst: request-rate limit (requests/s,
+            requests); the naive baseline.
+        cache_salt: value mixed into this tenant's prefix-cache keys when the
+            cache is ``salted``.  Default: the tenant name.
+    """
+
+    name: str = attrs.field()
+    weight: float = attrs.field(default=1.0, validator=_positive)
+    tier: int = attrs.field(default=0, validator=_non_negative_int)
+    queue_bound: int | None = attrs.field(default=None, validator=_non_negative_int)
+    kv_block_cap: int | None = attrs.field(default=None, validator=_positive_int)
+    token_rate_per_s: float | None = attrs.field(default=None, validator=_positive)
+    token_burst_tokens: float | None = attrs.field(default=None, validator=_positive)
+    request_rate_per_s: float | None = attrs.field(default=None, validator=_positive)
+    request_burst: float | None = attrs.field(default=None, validator=_positive)
+    cache_salt: str | None = attrs.field(default=None)
+
+    @name.validator
+    def _check_name(self, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError("name", value, "tenant name must be a non-empty string")
+
+    def __attrs_post_init__(self) -> None:
+        if (self.token_rate_per_s is None) != (self.token_burst_tokens is None):
+            raise ConfigError(
+                f"tenant {self.name}: token_rate_per_s/token_burst_tokens",
+                (self.token_rate_per_s, self.token_burst_tokens),
+                "give both or neither",
+            )
+        if (self.request_rate_per_s is None) != (self.request_burst is None):
+            raise ConfigError(
+                f"tenant {self.name}: request_rate_per_s/request_burst",
+                (self.request_rate_per_s, self.request_burst),
+                "give both or neither",
+            )
+
+    @property
+    def salt(self) -> str:
+        """The cache salt in force (the tenant name unless set)."""
+        return self.name if self.cache_salt is None else self.cache_salt
+
+
+@attrs.frozen
+class OrderConfig:
+    """Scheduling order: which backlogged tenant's request enters the batch next.
+
+    Attributes:
+        policy: one of :data:`ORDER_POLICIES`.
+        w_in, w_out: VTC / DRR-token weights per prompt and per output token
+            (Sheng et al., OSDI 2024, section 4: cost h(n_in, n_out) = w_in*n_in + w_out*n_out).
+        lift: VTC counter lift (a tenant that becomes backlogged is raised to
+            the least counter among backlogged tenants).  Turning it off is the
+            banked-credit bug the suite must catch.
+        drr_quantum: DRR quantum per round, in the DRR unit (weighted tokens or
+            block-seconds), scaled by the tenant weight.
+        drr_carry_bound: most deficit carried across rounds (same unit); None
+            means unbounded (the mutant).
+        drr_reset_when_idle: a tenant with nothing queued or running has its
+            deficit reset to 0 (Shreedhar and Varghese, 1995).
+        aging_rate_per_s: tiers gained per second of waiting (policy ``aging``).
+        tier_floors: for ``floors``, the guaranteed share of each tier, as a
+            tuple indexed by tier (sums to at most 1).
+    """
+
+    policy: str = attrs.field(default="vtc", validator=_one_of(ORDER_POLICIES))
+    w_in: float = attrs.field(default=1.0, validator=_positive)
+    w_out: float = attrs.field(default=2.0, validator=_positive)
+    lift: bool = True
+    drr_quantum: float = attrs.field(default=2048.0, validator=_positive)
+    drr_carry_bound: float | None = attrs.field(default=4096.0, validator=_non_negative)
+    drr_reset_when_idle: bool = True
+    aging_rate_per_s: float = attrs.field(default=1.0, validator=_positive)
+    tier_floors: tuple[float, ...] = attrs.field(default=(0.8, 0.2), converter=tuple)
+
+    @tier_floors.validator
+    def _check_floors(self, attribute: attrs.Attribute, value: tuple) -> None:
+        if not value or any(not isinstance(f, (int, float)) or f <= 0 for f in value):
+            raise ConfigError("tier_floors", value, "each tier's floor must be a positive share")
+        if sum(value) > 1.0 + 1e-9:
+            raise ConfigError("tier_floors", value, "floors must sum to at most 1")
+
+
+@attrs.frozen
+class AdmissionConfig:
+    """Admission control: which arrivals enter a queue (SPEC.md 4.2).
+
+    Per-tenant limits (queue bound, KV cap, buckets) live on :class:`TenantConfig`;
+    these switches say which of them are enforced.
+
+    Attributes:
+        token_bucket: enforce each tenant's token bucket (prompt tokens at
+            admission, generated tokens as produced).
+        request_rate_limit: enforce each tenant's request-rate limit.
+        queue_bound: enforce each tenant's queue bound.
+        kv_cap: enforce each tenant's KV block cap (in scheduling, and reject
+            at admission a request that could never fit under it).
+        prompt_estimate: ``tokens`` charges the true prompt length at admission;
+            ``bytes`` charges ceil(prompt_bytes / bytes_per_token) and reconciles
+            to the true length when the prompt is first scheduled.
+        bytes_per_token: the byte-length estimate's divisor (bytes per token).
+        kv_watermarks: fraction of the pool in use above which a tier's arrivals
+            are refused with ``kv_watermark``, as a tuple indexed by tier; empty
+            disables.  Tiers past the end use the last value.
+    """
+
+    token_bucket: bool = False
+    request_rate_limit: bool = False
+    queue_bound: bool = True
+    kv_cap: bool = True
+    prompt_estimate: str = attrs.field(default="tokens", validator=_one_of(PROMPT_ESTIMATES))
+    bytes_per_token: float = attrs.field(default=4.0, validator=_positive)
+    kv_watermarks: tuple[float, ...] = attrs.field(default=(), converter=tuple)
+
+    @kv_watermarks.validator
+    def _check_watermarks(self, attribute: attrs.Attribute, value: tuple) -> None:
+        for w in value:
+            if not isinstance(w, (int, float)) or not 0 < w <= 1:
+                raise ConfigError("kv_watermarks", value, "each watermark must be a fraction in (0, 1]")
+
+
+@attrs.frozen
+class EvictionConfig:
+    """Preemption by recompute and its hysteresis (SPEC.md 4.5).
+
+    Attributes:
+        victim: one of :data:`VICTIM_POLICIES`.
+        min_free_blocks: an eviction happens only if the victims chosen for one
+            allocation free at least this many blocks (unless they are every
+            running sequence).
+        cooldown_steps: a preempted sequence is not readmitted for this many steps.
+        max_evictions: a sequence that has been evicted this many times and is
+            chosen again is rejected with ``evicted_too_often``.  None: unbounded.
+    """
+
+    victim: str = attrs.field(default="newest", validator=_one_of(VICTIM_POLICIES))
+    min_free_blocks: int = attrs.field(default=0, validator=_non_negative_int)
+    cooldown_steps: int = attrs.field(default=0, validator=_non_negative_int)
+    max_evictions: int | None = attrs.field(default=None, validator=_non_negative_int)
+
+
+@attrs.frozen
+class CostConfig:
+    """Step-time cost model (SPEC.md 4.7).
+
+    ``unit`` mode: every step lasts ``unit_step_s``.  ``roofline`` mode:
+    step_s = max(weight_read_s + kv_tokens * kv_read_s_per_token,
+                 batched_tokens * flop_s_per_token) + overhead_s,
+    the roofline of Williams et al. (CACM 2009) applied per step: memory time
+    (weights once per step plus every context token's KV) against compute time
+    (2 * parameters FLOPs per token).  Defaults: a 70B model in 16-bit on 8
+    H100s (3.35 TB/s and about 600 TFLOP/s usable each).
+
+    Attributes:
+        mode: ``roofline`` or ``unit``.
+        unit_step_s: step length in unit mode (seconds).
+        weight_read_s: time to read the weights once (seconds).
+        kv_read_s_per_token: time to read one token's KV (seconds/token).
+        flop_s_per_token: compute time per batched token (seconds/token).
+        overhead_s: fixed host overhead per step (seconds).
+    """
+
+    mode: str = attrs.field(default="roofline", validator=_one_of(COST_MODES))
+    unit_step_s: float = attrs.field(default=1.0, validator=_positive)
+    weight_read_s: float = attrs.field(default=141e9 / 8 / 3.35e12, validator=_non_negative)
+    kv_read_s_per_token: float = attrs.field(default=2 * 80 * 8 * 128 * 2 / 8 / 3.35e12, validator=_non_negative)
+    flop_s_per_token: float = attrs.field(default=2 * 70.6e9 / 8 / 600e12, validator=_non_negative)
+    overhead_s: float = attrs.field(default=0.0008, validator=_non_negative)
+
+
+@attrs.frozen
+class Config:
+    """A whole replica: tenants, batch limits, the KV pool and every policy.
+
+    Attributes:
+        tenants: the tenants, in a fixed order (their index is their id in the state).
+        block_size_tokens: tokens per KV block (16).
+        num_blocks: KV blocks in the pool.
+        max_num_seqs: most sequences running at once.
+        token_budget: most tokens (prefill chunks plus decode tokens) per step.
+        max_context_tokens: longest prompt plus output accepted; longer is
+            rejected at admission with ``too_long``.
+        order, admission, eviction, cost: the policies.
+        prefix_cache: ``off``, ``shared`` or ``salted``.
+
+    Raises:
+        ConfigError: on any invalid field, naming it and its value.
+    """
+
+    tenants: tuple[TenantConfig, ...] = attrs.field(converter=tuple)
+    block_size_tokens: int = attrs.field(default=16, validator=_positive_int)
+    num_blocks: int = attrs.field(default=81_250, validator=_positive_int)
+    max_num_seqs: int = attrs.field(default=256, validator=_positive_int)
+    token_budget: int = attrs.field(default=512, validator=_positive_int)
+    max_context_tokens: int = attrs.field(default=131_072, validator=_positive_int)
+    order: OrderConfig = attrs.field(factory=OrderConfig)
+    admission: AdmissionConfig = attrs.field(factory=AdmissionConfig)
+    eviction: EvictionConfig = attrs.field(factory=EvictionConfig)
+    cost: CostConfig = attrs.field(factory=CostConfig)
+    prefix_cache: str = attrs.field(default="off", validator=_one_of(PREFIX_CACHE_MODES))
+    _by_name: dict = attrs.field(init=False, eq=False, repr=False, hash=False)
+
+    @tenants.validator
+    def _check_tenants(self, attribute: attrs.Attribute, value: tuple) -> None:
+        if not value:
+            raise ConfigError("tenants", value, "at least one tenant is required")
+        seen: set[str] = set()
+        for t in value:
+            if not isinstance(t, TenantConfig):
+                raise ConfigError("tenants", t, "each tenant must be a TenantConfig")
+            if t.name in seen:
+                raise ConfigError("tenants", t.name, "duplicate tenant name")
+            seen.add(t.name)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {t.name: i for i, t in enumerate(self.tenants)})
+        if self.order.policy == "floors":
+            top = max(t.tier for t in self.tenants)
+            if top >= len(self.order.tier_floors):
+                raise ConfigError(
+                    "order.tier_floors", self.order.tier_floors,
+                    f"policy floors needs a floor for every tier 0..{top}",
+                )
+        if self.order.drr_carry_bound is not None and self.order.drr_carry_bound < self.order.drr_quantum:
+            raise ConfigError(
+                "order.drr_carry_bound", self.order.drr_carry_bound,
+                f"must be at least drr_quantum ({self.order.drr_quantum}) or None",
+            )
+
+    def tenant_index(self, name: str) -> int:
+        """Index of the tenant called ``name``.
+
+        Raises:
+            ConfigError: if no tenant has that name.
+        """
+        idx = self._by_name.get(name)
+        if idx is None:
+            raise ConfigError("tenant", name, f"unknown tenant; configured: {', '.join(self._by_name)}")
+        return idx
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """KV blocks needed to hold ``num_tokens`` tokens: ceil(tokens / block_size_tokens)."""
+        return -(-num_tokens // self.block_size_tokens)

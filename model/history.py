@@ -1,0 +1,277 @@
+"""The history of a run: per-request records and per-step snapshots, as JSON Lines.
+
+A history file is UTF-8 JSON Lines.  Line 1 is a ``header`` object, then one
+``step`` object per step in order, then one ``request`` object per request in
+request-id order.  ``spec/history_schema.json`` is the JSON Schema of each line
+kind; SPEC.md section 6 describes the fields.  The same run always serialises
+to the same bytes (keys sorted, floats in ``repr`` form, no wall clock), and
+files are written atomically (temporary file in the same folder, then rename),
+so a killed run leaves the old file or none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import attrs
+
+from .config import ConfigError
+
+#: Version of the history format; bumped on any incompatible change.
+HISTORY_FORMAT = 1
+
+#: Terminal outcomes of a request (SPEC.md 5).  ``unfinished`` only appears
+#: when a run stops at its horizon with the request still queued or running.
+OUTCOMES = ("finished", "rejected", "cancelled", "unfinished")
+
+#: Reasons of a ``rejected`` outcome.  Each refusal at admission is a 429.
+REJECT_REASONS = (
+    "too_long",          # prompt + output exceeds max_context_tokens
+    "too_large",         # needs more KV blocks than the pool or the tenant's cap: can never fit
+    "rate_limit",        # request-rate limit
+    "token_bucket",      # token bucket empty
+    "queue_full",        # tenant queue at its bound
+    "kv_watermark",      # pool above the tier's watermark
+    "evicted_too_often", # preempted max_evictions times and chosen again
+)
+
+
+@attrs.frozen
+class RequestRecord:
+    """What happened to one request (one ``request`` line).
+
+    Times are seconds from the start of the run; ``None`` where the event did
+    not happen.  Attributes:
+        request_id, tenant, arrival_s, prompt_tokens, output_tokens: as offered.
+        outcome: one of :data:`OUTCOMES`; reason: one of :data:`REJECT_REASONS`
+            when rejected, else None; retry_after_s: the 429's retry-after
+            estimate (seconds) or None.
+        admitted_step: step at which it entered a queue (None if refused).
+        first_scheduled_s: start of the step that first put it in the batch.
+        first_token_s: end of the step that produced its first output token.
+        finish_s: end of the step that produced its last token, or the time
+            it was cancelled or rejected.
+        tokens_generated: output tokens produced.
+        preemptions: times it was evicted (recompute).
+        wasted_prefill_tokens: tokens whose KV was discarded by evictions and
+            had to be recomputed (SPEC.md 4.5).
+        cached_prompt_tokens: prompt tokens served from the prefix cache.
+    """
+
+    request_id: int
+    tenant: str
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    outcome: str
+    reason: str | None = None
+    retry_after_s: float | None = None
+    admitted_step: int | None = None
+    first_scheduled_s: float | None = None
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    tokens_generated: int = 0
+    preemptions: int = 0
+    wasted_prefill_tokens: int = 0
+    cached_prompt_tokens: int = 0
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Time to first token (seconds), or None if no token was produced."""
+        return None if self.first_token_s is None else self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first (seconds), or None."""
+        if self.first_token_s is None or self.finish_s is None or self.tokens_generated < 2:
+            return None
+        return (self.finish_s - self.first_token_s) / (self.tokens_generated - 1)
+
+    @property
+    def e2e_s(self) -> float | None:
+        """End-to-end latency of a finished request (seconds), or None."""
+        return self.finish_s - self.arrival_s if self.outcome == "finished" and self.finish_s is not None else None
+
+
+@attrs.frozen
+class StepRecord:
+    """A snapshot after one step (one ``step`` line).
+
+    Attributes:
+        step_index: 0-based step number.
+        start_s, duration_s: when the step started and how long it took (seconds).
+        batch: (request_id, num_tokens) scheduled in the step, in batch order;
+            num_tokens is the prefill chunk or 1 for decode.
+        preempted: request ids evicted during the step (never in ``batch``).
+        running: request ids holding KV blocks after the step.
+        queued: per tenant (by name), the number of requests waiting after the step.
+        blocks_in_use: per tenant, KV blocks held after the step (a shared prefix
+            block counts once, for the tenant of the sequence that cached it).
+        free_blocks: KV blocks free after the step (cached-but-unreferenced
+            prefix blocks count as free).
+        counters: per tenant, the VTC counter after the step (weighted tokens / weight).
+        deficits: per tenant, the DRR deficit after the step.
+        service: per tenant, cumulative weighted service (w_in * prefill tokens
+            + w_out * output tokens), unnormalised.
+        block_seconds: per tenant, cumulative KV block-seconds held.
+    """
+
+    step_index: int
+    start_s: float
+    duration_s: float
+    batch: tuple[tuple[int, int], ...]
+    preempted: tuple[int, ...]
+    running: tuple[int, ...]
+    queued: dict[str, int]
+    blocks_in_use: dict[str, int]
+    free_blocks: int
+    counters: dict[str, float]
+    deficits: dict[str, float]
+    service: dict[str, float]
+    block_seconds: dict[str, float]
+
+
+@attrs.frozen
+class History:
+    """A whole run: the header, every step snapshot and every request record.
+
+    Attributes:
+        header: free-form JSON object: format version, configuration, seed, ...
+        steps: step snapshots in step order.
+        requests: request records in request-id order.
+    """
+
+    header: dict[str, Any]
+    steps: tuple[StepRecord, ...]
+    requests: tuple[RequestRecord, ...]
+
+    def by_tenant(self) -> dict[str, list[RequestRecord]]:
+        """Request records grouped by tenant name (order of first appearance)."""
+        out: dict[str, list[RequestRecord]] = {}
+        for r in self.requests:
+            out.setdefault(r.tenant, []).append(r)
+        return out
+
+    @property
+    def end_s(self) -> float:
+        """End of the last step (seconds), 0 if there was none."""
+        return self.steps[-1].start_s + self.steps[-1].duration_s if self.steps else 0.0
+
+
+def _to_json(obj: Any) -> Any:
+    if attrs.has(type(obj)):
+        return {k: _to_json(v) for k, v in attrs.asdict(obj, recurse=False).items()}
+    if isinstance(obj, (list, tuple)):
+        return [_to_json(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): _to_json(v) for k, v in obj.items()}
+    return obj
+
+
+def history_lines(history: History) -> Iterator[str]:
+    """Serialise a history, one JSON text per line (no newline), deterministically."""
+    dump = lambda d: json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    yield dump({"kind": "header", "format": HISTORY_FORMAT, **_to_json(history.header)})
+    for s in history.steps:
+        yield dump({"kind": "step", **_to_json(s)})
+    for r in history.requests:
+        yield dump({"kind": "request", **_to_json(r)})
+
+
+def atomic_write_text(path: str | os.PathLike, lines: Iterable[str]) -> None:
+    """Write ``lines`` (each followed by a newline) to ``path`` atomically.
+
+    The text goes to a temporary file in the same folder, is flushed and
+    fsync'ed, then renamed over ``path``: a reader sees the old file or the new
+    one, never half of one.  On any error the temporary file is removed and the
+    old file is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            for line in lines:
+                f.write(line)
+                f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_history(history: History, path: str | os.PathLike) -> None:
+    """Write ``history`` as JSON Lines to ``path`` atomically (see module docstring)."""
+    atomic_write_text(path, history_lines(history))
+
+
+def _fields(cls: type) -> set[str]:
+    return {a.name for a in attrs.fields(cls)}
+
+
+def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
+    expected = _fields(cls)
+    missing = [k for k in expected if k not in obj and attrs.fields_dict(cls)[k].default is attrs.NOTHING]
+    if missing:
+        raise ConfigError(missing[0], None, f"missing field in a {obj.get('kind')} line", where)
+    unknown = sorted(set(obj) - expected - {"kind"})
+    if unknown:
+        raise ConfigError(unknown[0], obj[unknown[0]], f"unknown field in a {obj.get('kind')} line", where)
+    kwargs = {k: v for k, v in obj.items() if k != "kind"}
+    if cls is StepRecord:
+        kwargs["batch"] = tuple(tuple(x) for x in kwargs["batch"])
+        kwargs["preempted"] = tuple(kwargs["preempted"])
+        kwargs["running"] = tuple(kwargs["running"])
+    if cls is RequestRecord:
+        if kwargs.get("outcome") not in OUTCOMES:
+            raise ConfigError("outcome", kwargs.get("outcome"), f"must be one of {', '.join(OUTCOMES)}", where)
+        if kwargs.get("reason") is not None and kwargs["reason"] not in REJECT_REASONS:
+            raise ConfigError("reason", kwargs["reason"], f"must be one of {', '.join(REJECT_REASONS)}", where)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ConfigError(cls.__name__, kwargs, str(e), where) from None
+
+
+def read_history(path: str | os.PathLike) -> History:
+    """Read a history written by :func:`write_history` (or by another scheduler).
+
+    Step lines are optional (a history from request logs alone has none).
+
+    Raises:
+        ConfigError: naming the file, line and field on malformed input.
+        FileNotFoundError: if ``path`` does not exist.
+    """
+    header: dict[str, Any] | None = None
+    steps: list[StepRecord] = []
+    requests: list[RequestRecord] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError("line", line.strip()[:60], f"not JSON ({e.msg})", where) from None
+            if not isinstance(obj, dict):
+                raise ConfigError("line", obj, "each line must be a JSON object", where)
+            kind = obj.get("kind")
+            if kind == "header":
+                header = {k: v for k, v in obj.items() if k != "kind"}
+            elif kind == "step":
+                steps.append(_record(StepRecord, obj, where))
+            elif kind == "request":
+                requests.append(_record(RequestRecord, obj, where))
+            else:
+                raise ConfigError("kind", kind, "must be header, step or request", where)
+    return History(header=header or {}, steps=tuple(steps), requests=tuple(sorted(requests, key=lambda r: r.request_id)))

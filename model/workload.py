@@ -1,0 +1,135 @@
+"""Workloads: the requests offered to the replica, and the inputs of one step.
+
+A :class:`Request` is what a client sends; a :class:`Workload` is a tuple of
+them sorted by arrival time.  The readers for real traces and the project's own
+JSON Lines live in :mod:`tenantry.model.traces`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import attrs
+
+from .config import ConfigError
+
+
+@attrs.frozen
+class Request:
+    """One prompt plus its generation, as offered by a tenant.
+
+    Attributes:
+        request_id: unique non-negative integer id.
+        tenant: the sending tenant's name.
+        arrival_s: arrival time (seconds from the start of the run).
+        prompt_tokens: prompt (input) length, tokens, >= 1.
+        output_tokens: tokens the model will generate, >= 1 (the true length;
+            schedulers may not read it, only the model's accounting does).
+        prefix_ids: content ids of the prompt's leading full KV blocks, one per
+            block of ``block_size_tokens`` tokens; equal ids at equal positions
+            behind equal ids mean equal content (a shareable prefix).  Blocks
+            past the end of this tuple have content unique to this request.
+        predicted_output_tokens: the client's or predictor's estimate of the
+            output length (for ``vtc_predict``); None means unknown.
+        prompt_bytes: prompt length in bytes (for the byte-length estimate);
+            None means 4 bytes per token.
+    """
+
+    request_id: int
+    tenant: str
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    prefix_ids: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    predicted_output_tokens: int | None = None
+    prompt_bytes: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        check_request_fields(self)
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus output tokens: the full context the sequence reaches."""
+        return self.prompt_tokens + self.output_tokens
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_request_fields(r: Request, where: str = "") -> None:
+    """Validate a request's fields.
+
+    Raises:
+        ConfigError: naming the field and its value (and ``where`` when given).
+    """
+    if not _is_int(r.request_id) or r.request_id < 0:
+        raise ConfigError("request_id", r.request_id, "must be a non-negative integer", where)
+    if not isinstance(r.tenant, str) or not r.tenant:
+        raise ConfigError("tenant", r.tenant, "must be a non-empty string", where)
+    if isinstance(r.arrival_s, bool) or not isinstance(r.arrival_s, (int, float)) or not math.isfinite(r.arrival_s) or r.arrival_s < 0:
+        raise ConfigError("arrival_s", r.arrival_s, "must be a finite number of seconds >= 0", where)
+    if not _is_int(r.prompt_tokens) or r.prompt_tokens < 1:
+        raise ConfigError("prompt_tokens", r.prompt_tokens, "must be an integer >= 1", where)
+    if not _is_int(r.output_tokens) or r.output_tokens < 1:
+        raise ConfigError("output_tokens", r.output_tokens, "must be an integer >= 1", where)
+    if r.predicted_output_tokens is not None and (not _is_int(r.predicted_output_tokens) or r.predicted_output_tokens < 0):
+        raise ConfigError("predicted_output_tokens", r.predicted_output_tokens, "must be an integer >= 0", where)
+    if r.prompt_bytes is not None and (not _is_int(r.prompt_bytes) or r.prompt_bytes < 0):
+        raise ConfigError("prompt_bytes", r.prompt_bytes, "must be an integer >= 0", where)
+    if any(not _is_int(x) for x in r.prefix_ids):
+        raise ConfigError("prefix_ids", r.prefix_ids, "must be integers", where)
+
+
+@attrs.frozen
+class Workload:
+    """Requests sorted by (arrival_s, request_id), with unique ids.
+
+    Raises:
+        ConfigError: on a duplicate request id.
+    """
+
+    requests: tuple[Request, ...] = attrs.field(converter=lambda rs: tuple(sorted(rs, key=lambda r: (r.arrival_s, r.request_id))))
+
+    def __attrs_post_init__(self) -> None:
+        seen: set[int] = set()
+        for r in self.requests:
+            if r.request_id in seen:
+                raise ConfigError("request_id", r.request_id, "duplicate request id in workload")
+            seen.add(r.request_id)
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def __iter__(self):
+        return iter(self.requests)
+
+    @property
+    def tenants(self) -> tuple[str, ...]:
+        """Tenant names in order of first appearance."""
+        return tuple(dict.fromkeys(r.tenant for r in self.requests))
+
+    @property
+    def duration_s(self) -> float:
+        """Last arrival time (seconds); 0 for an empty workload."""
+        return self.requests[-1].arrival_s if self.requests else 0.0
+
+
+@attrs.frozen
+class StepInput:
+    """What arrives from outside during one step (the environment's actions).
+
+    Attributes:
+        arrivals: requests arriving before this step is planned, in arrival order.
+        cancellations: ids of requests the client cancels before this step.
+    """
+
+    arrivals: tuple[Request, ...] = attrs.field(default=(), converter=tuple)
+    cancellations: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+
+
+def renumber(requests: Iterable[Request], start: int = 0) -> tuple[Request, ...]:
+    """Give requests consecutive ids from ``start`` in (arrival_s, old id) order."""
+    ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id, r.tenant))
+    return tuple(attrs.evolve(r, request_id=start + i) for i, r in enumerate(ordered))
