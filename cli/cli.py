@@ -1,0 +1,68 @@
+"""The ``tenantry`` command line.
+
+Each subcommand lives beside the code it drives, in a module that defines
+``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int`` (the
+exit code).  This file only dispatches, so adding a command never touches the
+others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from tenantry.model.config import ConfigError
+
+#: subcommand -> module that implements it.
+COMMANDS = {
+    "simulate": "tenantry.model.command",
+    "check": "tenantry.adversaries.command",
+    "prove": "tenantry.proofs.command",
+    "verify": "tenantry.spec.command",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every available subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="tenantry",
+        description="Reference model, invariants, proofs and adversaries for multi-tenant LLM inference schedulers.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, modname in COMMANDS.items():
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as e:
+            if e.name == modname:
+                continue
+            raise
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``tenantry`` console script; returns the exit code.
+
+    Bad input (a configuration, a workload, a flag value) prints one line
+    ``tenantry: error: ...`` naming the file, line or field and exits with 2.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_run", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except ConfigError as e:
+        print(f"tenantry: error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"tenantry: error: {e.filename}: no such file", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

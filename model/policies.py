@@ -1,0 +1,256 @@
+"""Policies as small pure functions behind one signature each, in registries.
+
+The step function never branches on a policy name: it looks the policy up here.
+
+* Order (SPEC.md 4.3): ``select(view) -> tenant index | None`` picks which
+  backlogged tenant's request enters the batch next, among ``view.candidates``
+  (backlogged tenants not blocked in this step).  An optional
+  ``refill(view) -> {tenant: deficit}`` runs before ``select`` (DRR rounds).
+* Victim (SPEC.md 4.5): ``victim_key(view, seq) -> sortable``; the candidate
+  with the smallest key is evicted first.
+* Cost (SPEC.md 4.7): :func:`step_duration_s`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping, Sequence as Seq
+
+import attrs
+
+from .config import Config
+from .state import Sequence, TenantState
+
+
+@attrs.frozen
+class SelectView:
+    """What an order policy may look at when it picks a tenant.
+
+    Attributes:
+        config: the configuration.
+        tenants: per-tenant records as of this pick (accounting already updated
+            by earlier picks in the same step).
+        candidates: backlogged tenants not blocked in this step, ascending index.
+        t_s: start of the current step (seconds).
+        rr_next: round robin's next tenant index.
+        tier_counters: per-tier counters (``floors``).
+        provisional: per-tenant charges made earlier in this step that the
+            accounting does not hold yet (``drr_block_seconds``).
+    """
+
+    config: Config
+    tenants: Seq[TenantState]
+    candidates: Seq[int]
+    t_s: float
+    rr_next: int
+    tier_counters: Seq[float]
+    provisional: Mapping[int, float]
+
+
+def _head(view: SelectView, i: int) -> Sequence:
+    return view.tenants[i].queue[0]
+
+
+def select_fcfs(view: SelectView) -> int | None:
+    """First come, first served across tenants: the oldest queue head (by admission order)."""
+    return min(view.candidates, key=lambda i: _head(view, i).arrival_seq, default=None)
+
+
+def select_round_robin(view: SelectView) -> int | None:
+    """Request round robin: the first candidate at or after ``rr_next``, cyclically.
+
+    One request per tenant per turn, whatever its size: the naive baseline.
+    """
+    if not view.candidates:
+        return None
+    n = len(view.tenants)
+    return min(view.candidates, key=lambda i: (i - view.rr_next) % n)
+
+
+def select_vtc(view: SelectView) -> int | None:
+    """Virtual Token Counter: the candidate with the least counter, ties to the oldest head.
+
+    Sheng et al., "Fairness in Serving Large Language Models", OSDI 2024, Algorithm 2.
+    """
+    ts = view.tenants
+    return min(view.candidates, key=lambda i: (ts[i].counter, ts[i].queue[0].arrival_seq), default=None)
+
+
+def select_drr(view: SelectView) -> int | None:
+    """DRR, largest deficit first among candidates with a positive deficit.
+
+    Deficits are refilled by :func:`refill_drr` beforehand, so some candidate
+    is positive whenever there is a candidate.  Shreedhar and Varghese,
+    "Efficient fair queueing using deficit round robin", SIGCOMM 1995, with the
+    charge made as service is received (surplus form).
+    """
+    ts, prov = view.tenants, view.provisional
+    best = None
+    best_key = None
+    for i in view.candidates:
+        d = ts[i].deficit - prov.get(i, 0.0)
+        if d <= 0:
+            continue
+        key = (-d, ts[i].queue[0].arrival_seq)
+        if best_key is None or key < best_key:
+            best, best_key = i, key
+    return best
+
+
+def refill_drr(view: SelectView) -> dict[int, float]:
+    """Start as many DRR rounds as it takes for some candidate to have a positive deficit.
+
+    One round adds ``drr_quantum * weight`` to every backlogged tenant's deficit,
+    then caps it at ``drr_carry_bound`` (bounded carry).  Returns the new
+    deficits of the tenants that changed (empty when no round is needed).
+    """
+    if not view.candidates:
+        return {}
+    cfg, ts, prov = view.config, view.tenants, view.provisional
+    if any(ts[i].deficit - prov.get(i, 0.0) > 0 for i in view.candidates):
+        return {}
+    q = cfg.order.drr_quantum
+    rounds = min(
+        math.floor((prov.get(i, 0.0) - ts[i].deficit) / (q * cfg.tenants[i].weight)) + 1 for i in view.candidates
+    )
+    cap = cfg.order.drr_carry_bound
+    out = {}
+    for i, t in enumerate(ts):
+        if t.queue:
+            d = t.deficit + rounds * q * cfg.tenants[i].weight
+            out[i] = d if cap is None else min(d, cap)
+    return out
+
+
+def select_priority(view: SelectView) -> int | None:
+    """Strict priority: the lowest tier number wins; FCFS within a tier.  Starves under load."""
+    ct = view.config.tenants
+    return min(view.candidates, key=lambda i: (ct[i].tier, _head(view, i).arrival_seq), default=None)
+
+
+def select_aging(view: SelectView) -> int | None:
+    """Priority with aging: effective tier = tier - aging_rate_per_s * wait of the queue head.
+
+    A request waiting w seconds outranks any fresh request of a tier up to
+    aging_rate_per_s * w better, so every wait is bounded (SPEC.md 7, AGING).
+    """
+    ct, rate, now = view.config.tenants, view.config.order.aging_rate_per_s, view.t_s
+
+    def key(i: int) -> tuple[float, int]:
+        h = _head(view, i)
+        return (ct[i].tier - rate * (now - h.request.arrival_s), h.arrival_seq)
+
+    return min(view.candidates, key=key, default=None)
+
+
+def select_floors(view: SelectView) -> int | None:
+    """Weighted floors between tiers: the tier least served relative to its floor,
+    then FCFS inside the tier.
+
+    Tier k's counter grows by its weighted service divided by its floor share,
+    so the backlogged tier with the least counter is the one furthest below its
+    guaranteed share (VTC applied to tiers).
+    """
+    if not view.candidates:
+        return None
+    ct, tc = view.config.tenants, view.tier_counters
+    return min(view.candidates, key=lambda i: (tc[ct[i].tier], _head(view, i).arrival_seq))
+
+
+@attrs.frozen
+class OrderPolicy:
+    """An order policy: ``select``, an optional ``refill`` run before it, and
+    how it is charged.
+
+    Attributes:
+        select: picks the next tenant (see module docstring).
+        refill: DRR rounds, or None.
+        deficit_unit: what the deficit is charged in: ``tokens`` (weighted
+            tokens), ``block_seconds``, or None (no deficit).
+        charge_predicted: charge the predicted output length when a request is
+            first scheduled and reconcile as tokens are produced (``vtc_predict``).
+    """
+
+    select: Callable[[SelectView], int | None]
+    refill: Callable[[SelectView], dict[int, float]] | None = None
+    deficit_unit: str | None = None
+    charge_predicted: bool = False
+
+
+ORDER: dict[str, OrderPolicy] = {
+    "fcfs": OrderPolicy(select_fcfs),
+    "round_robin": OrderPolicy(select_round_robin),
+    "vtc": OrderPolicy(select_vtc),
+    "vtc_predict": OrderPolicy(select_vtc, charge_predicted=True),
+    "drr_tokens": OrderPolicy(select_drr, refill_drr, deficit_unit="tokens"),
+    "drr_block_seconds": OrderPolicy(select_drr, refill_drr, deficit_unit="block_seconds"),
+    "priority": OrderPolicy(select_priority),
+    "aging": OrderPolicy(select_aging),
+    "floors": OrderPolicy(select_floors),
+}
+
+
+# --- victims -----------------------------------------------------------------
+
+
+@attrs.frozen
+class VictimView:
+    """What a victim policy may look at: the config and per-tenant records."""
+
+    config: Config
+    tenants: Seq[TenantState]
+
+
+def victim_largest(view: VictimView, s: Sequence) -> tuple:
+    """Largest sequence first (most blocks), newest first among equals."""
+    return (-s.blocks_held, -s.arrival_seq)
+
+
+def victim_newest(view: VictimView, s: Sequence) -> tuple:
+    """Newest sequence first (latest admitted): preserves work already done."""
+    return (-s.arrival_seq,)
+
+
+def victim_lowest_priority(view: VictimView, s: Sequence) -> tuple:
+    """Lowest priority first (highest tier number), newest first within a tier."""
+    return (-view.config.tenants[s.tenant].tier, -s.arrival_seq)
+
+
+def victim_most_over_share(view: VictimView, s: Sequence) -> tuple:
+    """The tenant most over its fair share of the pool first: largest KV blocks
+    held per unit weight, then its newest sequence."""
+    t = view.tenants[s.tenant]
+    return (-(t.blocks / view.config.tenants[s.tenant].weight), -s.arrival_seq)
+
+
+VICTIM: dict[str, Callable[[VictimView, Sequence], tuple]] = {
+    "largest": victim_largest,
+    "newest": victim_newest,
+    "lowest_priority": victim_lowest_priority,
+    "most_over_share": victim_most_over_share,
+}
+
+
+# --- cost model ----------------------------------------------------------------
+
+
+def step_duration_s(config: Config, batched_tokens: int, kv_tokens: int) -> float:
+    """Duration of one step (seconds).
+
+    Args:
+        batched_tokens: tokens processed in the step (prefill chunks + decode tokens).
+        kv_tokens: context tokens whose KV is read (sum over the batch of the
+            tokens each sequence attends to).
+
+    ``unit`` mode returns ``unit_step_s``.  ``roofline`` mode returns
+    max(weight_read_s + kv_tokens * kv_read_s_per_token, batched_tokens *
+    flop_s_per_token) + overhead_s (Williams, Waterman and Patterson, "Roofline",
+    CACM 2009, applied per step); an empty step costs overhead_s only.
+    """
+    c = config.cost
+    if c.mode == "unit":
+        return c.unit_step_s
+    if batched_tokens == 0:
+        return c.overhead_s if c.overhead_s > 0 else c.weight_read_s
+    memory = c.weight_read_s + kv_tokens * c.kv_read_s_per_token
+    return max(memory, batched_tokens * c.flop_s_per_token) + c.overhead_s
