@@ -1,0 +1,28 @@
+"""Hypothesis profiles: ``default`` (fast, for CI) and ``deep`` (long runs).
+
+Select with ``pytest --hypothesis-profile=deep`` or ``HYPOTHESIS_PROFILE=deep``.
+The example database lives in ``.hypothesis/`` at the repository root (or in
+``$TENANTRY_HYPOTHESIS_DB``), a plain directory that can be copied between machines.
+"""
+
+import os
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+_db = DirectoryBasedExampleDatabase(
+    os.environ.get("TENANTRY_HYPOTHESIS_DB", str(Path(__file__).resolve().parents[1] / ".hypothesis" / "examples"))
+)
+settings.register_profile(
+    "default", max_examples=40, deadline=None, database=_db,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "deep", max_examples=2000, deadline=None, database=_db,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_TRACES = REPO.parent / "shared" / "traces"
