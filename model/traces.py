@@ -1,19 +1,12 @@
 """Trace I/O: real LLM-serving traces in, replayable workload files out.
 
-Readers return requests with ids consecutive from 0 (callers renumber when
-composing); times are seconds (``arrival_s``), lengths are tokens.  Every bad
-input raises one :class:`ConfigError` whose message is one line
-``file:line: field=value: why``.  Writers are deterministic (same workload,
-same bytes) and atomic (:func:`tenantry.model.history.atomic_write_text`).
-
-Formats:
-- Azure LLM inference trace 2023 CSV: ``TIMESTAMP,ContextTokens,GeneratedTokens``,
-  wall-clock timestamps with up to 7 fractional digits (100 ns).
-- Mooncake FAST'25 JSON Lines: ``timestamp`` (ms), ``input_length``,
-  ``output_length``, ``hash_ids`` (one id per 512-token block, chained: an id
-  names the block's content and everything before it).
-- The project's workload JSON Lines: one object per line with the
-  :class:`Request` field names.
+Formats: Azure LLM inference trace 2023 CSV (wall-clock timestamps, 100 ns);
+Mooncake FAST'25 JSON Lines (ms timestamps, one chained hash id per 512 prompt
+tokens); the project's workload JSON Lines (:class:`Request` field names).
+Readers return requests with ids 0, 1, ... (callers renumber when composing);
+times are seconds, lengths tokens.  Bad input raises one :class:`ConfigError`,
+one line ``file:line: field=value: why``.  Writers are deterministic (same
+workload, same bytes) and atomic (:func:`~tenantry.model.history.atomic_write_text`).
 """
 
 from __future__ import annotations
@@ -22,6 +15,7 @@ import csv
 import datetime as dt
 import importlib.resources
 import io
+import itertools
 import json
 import math
 import os
@@ -81,17 +75,18 @@ def _json_lines(path: str | os.PathLike) -> Iterator[tuple[str, dict]]:
 
 
 def _count(v: Any, field: str, where: str) -> int:
-    """A token count from the file: an integer >= 0, with 0 clamped to 1."""
-    if isinstance(v, str):
-        try:
-            v = int(v.strip())
-        except ValueError:
-            raise ConfigError(field, v, "must be an integer token count", where) from None
-    if not _is_int(v):
-        raise ConfigError(field, v, "must be an integer token count", where)
-    if v < 0:
-        raise ConfigError(field, v, "must be >= 0", where)
+    """A token count (an int, or a decimal string in CSV) >= 0; 0 is clamped to 1."""
+    if isinstance(v, str) and re.fullmatch(r"\s*-?\d+\s*", v):
+        v = int(v)
+    if not _is_int(v) or v < 0:
+        raise ConfigError(field, v, "must be an integer token count >= 0", where)
     return max(v, 1)
+
+
+def _finite(v: Any, field: str, *, low: float, strict: bool, where: str = "") -> None:
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and (v > low if strict else v >= low)
+    if not ok:
+        raise ConfigError(field, v, f"must be a finite number {'>' if strict else '>='} {low}", where)
 
 
 def _check_max_rows(max_rows: int | None) -> None:
@@ -157,7 +152,7 @@ def _azure_rows(reader: Any, path: Any, tenant: str, max_rows: int | None, origi
         ts, ctx, gen = (row[i] for i in idx)
         t = _ticks(ts, where)
         if prev is not None and t < prev[0]:
-            raise ConfigError("TIMESTAMP", ts, f"goes backwards: before {prev[1]!r} on line {prev[2]}", where)
+            raise ConfigError("TIMESTAMP", ts, f"goes backwards: earlier than {prev[1]!r} on line {prev[2]}", where)
         prev = (t, ts, reader.line_num)
         origin = t if origin is None else origin
         if t < origin:
@@ -201,13 +196,13 @@ def read_mooncake_jsonl(path: str | os.PathLike, tenant: str, *, block_size_toke
             if f not in obj:
                 raise ConfigError(f, None, f"missing field; have {sorted(obj)}", where)
         ts, hashes = obj["timestamp"], obj["hash_ids"]
-        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
-            raise ConfigError("timestamp", ts, "must be a number of milliseconds >= 0", where)
+        _finite(ts, "timestamp", low=0, strict=False, where=where)
         if prev is not None and ts < prev[0]:
-            raise ConfigError("timestamp", ts, f"goes backwards: before {prev[0]!r} on {prev[1]}", where)
+            raise ConfigError("timestamp", ts, f"goes backwards: earlier than {prev[0]!r} on {prev[1]}", where)
         prev = (ts, where)
-        if not isinstance(hashes, list) or not all(_is_int(h) and h >= 0 for h in hashes):
-            raise ConfigError("hash_ids", hashes, "must be a list of integers >= 0", where)
+        bad = [h for h in hashes if not (_is_int(h) and h >= 0)] if isinstance(hashes, list) else [hashes]
+        if bad:
+            raise ConfigError("hash_ids", bad[0], "must be a list of integers >= 0", where)
         prompt = _count(obj["input_length"], "input_length", where)
         output = _count(obj["output_length"], "output_length", where)
         ids = [h * per + j for h in hashes for j in range(per)][: prompt // block_size_tokens]
@@ -230,13 +225,11 @@ def read_workload_jsonl(path: str | os.PathLike) -> Workload:
     requests: list[Request] = []
     seen: dict[int, str] = {}
     for where, obj in _json_lines(path):
-        for k in obj:
-            if k not in _REQUIRED + _OPTIONAL:
-                raise ConfigError(k, obj[k], f"unknown field; expected {', '.join(_REQUIRED + _OPTIONAL)}", where)
-        for k in _REQUIRED:
-            if k not in obj:
-                raise ConfigError(k, None, "missing field", where)
-        if "prefix_ids" in obj and not isinstance(obj["prefix_ids"], list):
+        for k in sorted(set(obj) - set(_REQUIRED + _OPTIONAL)):
+            raise ConfigError(k, obj[k], f"unknown field; expected {', '.join(_REQUIRED + _OPTIONAL)}", where)
+        for k in [k for k in _REQUIRED if k not in obj]:
+            raise ConfigError(k, None, "missing field", where)
+        if obj.get("prefix_ids") is not None and not isinstance(obj["prefix_ids"], list):
             raise ConfigError("prefix_ids", obj["prefix_ids"], "must be a list of integers", where)
         kwargs = {k: v for k, v in obj.items() if not (k == "prefix_ids" and v is None)}
         try:
@@ -322,11 +315,7 @@ def write_mooncake_jsonl(workload: Workload | Iterable[Request], path: str | os.
     groups = [[tuple(r.prefix_ids[i:i + per]) for i in range(0, len(r.prefix_ids), per)] for r in reqs]
     top = max((h for gs in groups for g in gs if (h := recovered(g)) is not None), default=-1)
     table: dict[tuple, int] = {}
-
-    def fresh() -> int:
-        nonlocal top
-        top += 1
-        return top
+    new_ids = itertools.count(top + 1)
 
     def lines() -> Iterator[str]:
         for r, gs in zip(reqs, groups):
@@ -337,7 +326,7 @@ def write_mooncake_jsonl(workload: Workload | Iterable[Request], path: str | os.
                 h = recovered(g) if complete else None
                 if h is None:
                     h = table.get((parent, g)) if complete else None
-                    h = fresh() if h is None else h
+                    h = next(new_ids) if h is None else h
                     if complete:
                         table[(parent, g)] = h
                 parent = h if complete else None
@@ -347,12 +336,6 @@ def write_mooncake_jsonl(workload: Workload | Iterable[Request], path: str | os.
             yield json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     atomic_write_text(path, lines())
-
-
-def _finite(v: Any, field: str, *, low: float, strict: bool) -> None:
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and (v > low if strict else v >= low)
-    if not ok:
-        raise ConfigError(field, v, f"must be a finite number {'>' if strict else '>='} {low}")
 
 
 @attrs.frozen
