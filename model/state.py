@@ -11,7 +11,7 @@ step copies them before any change.
 from __future__ import annotations
 
 import hashlib
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import attrs
 
@@ -19,9 +19,11 @@ from .config import Config
 from .workload import Request
 
 
-@attrs.frozen(slots=True)
-class Sequence:
+class Sequence(NamedTuple):
     """A request once admitted: waiting in its tenant's queue, or running.
+
+    An immutable named tuple (cheap to copy with ``_replace`` on the hot path:
+    the step function builds a new one for every sequence in every batch).
 
     The KV it holds is ``shared_keys`` (prefix-cache blocks, in order, a prefix
     of ``prefix_keys``) plus ``private_blocks``; together they are
@@ -85,9 +87,8 @@ class Sequence:
         return self.first_scheduled_s is None
 
 
-@attrs.frozen(slots=True)
-class TenantState:
-    """One tenant's queue and accounting.
+class TenantState(NamedTuple):
+    """One tenant's queue and accounting (an immutable named tuple).
 
     Attributes:
         queue: waiting sequences; preempted ones go back to the front.

@@ -153,7 +153,7 @@ class _Step:
             self._kv_copied = True
 
     def _set(self, i: int, **changes) -> TenantState:
-        t = attrs.evolve(self.tenants[i], **changes)
+        t = self.tenants[i]._replace(**changes)
         self.tenants[i] = t
         self.touched.add(i)
         return t
@@ -331,7 +331,7 @@ class _Step:
                 self.used += need
                 t = self.tenants[s.tenant]
                 self._set(s.tenant, blocks=t.blocks + need)
-                s = attrs.evolve(s, private_blocks=s.private_blocks + need)
+                s = s._replace(private_blocks=s.private_blocks + need)
                 self.running[rid] = s
             self.planned[rid] = n
             self.budget -= n
@@ -369,8 +369,7 @@ class _Step:
             return
         self.preempted.append(rid)
         self.events.append(Event("preempted", rid, v.tenant, self.t, tokens=v.computed_tokens, blocks=freed))
-        back = attrs.evolve(
-            v, computed_tokens=0, shared_keys=(), private_blocks=0, preemptions=v.preemptions + 1,
+        back = v._replace(computed_tokens=0, shared_keys=(), private_blocks=0, preemptions=v.preemptions + 1,
             wasted_tokens=v.wasted_tokens + v.computed_tokens,
             ready_step=self.k + 1 + self.cfg.eviction.cooldown_steps,
         )
@@ -439,8 +438,7 @@ class _Step:
         self._reclaim(private)
         self.used += private
         first = s.never_scheduled
-        s = attrs.evolve(
-            s, computed_tokens=computed0, shared_keys=hit, private_blocks=private,
+        s = s._replace(computed_tokens=computed0, shared_keys=hit, private_blocks=private,
             cached_tokens=s.cached_tokens + min(computed0, s.request.prompt_tokens),
             first_scheduled_s=self.t if first else s.first_scheduled_s,
         )
@@ -474,7 +472,7 @@ class _Step:
         self.tier_counters[tc.tier] += cost / o.tier_floors[min(tc.tier, len(o.tier_floors) - 1)]
         if s.charged_prompt_tokens and s.charged_prompt_tokens != s.request.prompt_tokens:
             changes["bucket_tokens"] = t.bucket_tokens - (s.request.prompt_tokens - s.charged_prompt_tokens)
-        return attrs.evolve(s, predicted_charge=predicted, charged_prompt_tokens=s.request.prompt_tokens)
+        return s._replace(predicted_charge=predicted, charged_prompt_tokens=s.request.prompt_tokens)
 
     def _lookup(self, keys: tuple[int, ...]) -> tuple[int, ...]:
         """The longest prefix of ``keys`` present in the cache (referenced or retained)."""
@@ -506,6 +504,7 @@ class _Step:
                 ch["deficit"] = t.deficit - bs
             self._set(i, **ch)
         B = cfg.block_size_tokens
+        produced: dict[int, list[int]] = {}  # tenant -> [tokens produced, tokens to charge to the counter]
         for rid, n in self.planned.items():
             s = self.running[rid]
             computed = s.computed_tokens + n
@@ -529,14 +528,20 @@ class _Step:
                 if s.first_token_s is None:
                     changes["first_token_s"] = end
                     self.events.append(Event("first_token", rid, s.tenant, end))
-                self._charge_output(s)
-                changes["predicted_charge"] = max(0, s.predicted_charge - 1)
-            s = attrs.evolve(s, **changes)
+                acc = produced.setdefault(s.tenant, [0, 0])
+                acc[0] += 1
+                if s.predicted_charge <= 0:
+                    acc[1] += 1
+                else:
+                    changes["predicted_charge"] = s.predicted_charge - 1
+            s = s._replace(**changes)
             self.running[rid] = s
             if s.output_done == s.request.output_tokens:
                 del self.running[rid]
                 self._release(s)
                 self._drop(s, "finished")
+        for i, (tokens, counted) in produced.items():
+            self._charge_output(i, tokens, counted)
         # Idle tenants lose their DRR deficit (no banked credit).
         if o.drr_reset_when_idle:
             for i in self.touched | holders:
@@ -544,19 +549,22 @@ class _Step:
                 if not t.queue and t.running == 0 and t.deficit != 0.0:
                     self._set(i, deficit=0.0)
 
-    def _charge_output(self, s: Sequence) -> None:
-        """Charge one generated token to s's tenant: counters, deficit, service, bucket."""
-        cfg, o, i = self.cfg, self.cfg.order, s.tenant
+    def _charge_output(self, i: int, tokens: int, counted: int) -> None:
+        """Charge ``tokens`` generated tokens to tenant i: service, deficit, bucket, tier
+        counter; only ``counted`` of them to its VTC counter (the rest were charged
+        ahead as a prediction)."""
+        cfg, o = self.cfg, self.cfg.order
         t, tc = self._refill(i), cfg.tenants[i]
-        changes = {"service": t.service + o.w_out}
-        if s.predicted_charge <= 0:
-            changes["counter"] = t.counter + o.w_out / tc.weight
+        cost = o.w_out * tokens
+        changes = {"service": t.service + cost}
+        if counted:
+            changes["counter"] = t.counter + o.w_out * counted / tc.weight
         if self.policy.deficit_unit == "tokens":
-            changes["deficit"] = t.deficit - o.w_out
+            changes["deficit"] = t.deficit - cost
         if cfg.admission.token_bucket and tc.token_rate_per_s is not None:
-            changes["bucket_tokens"] = t.bucket_tokens - 1.0
+            changes["bucket_tokens"] = t.bucket_tokens - tokens
         self._set(i, **changes)
-        self.tier_counters[tc.tier] += o.w_out / o.tier_floors[min(tc.tier, len(o.tier_floors) - 1)]
+        self.tier_counters[tc.tier] += cost / o.tier_floors[min(tc.tier, len(o.tier_floors) - 1)]
 
     # --- result ---------------------------------------------------------------------
 

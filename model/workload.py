@@ -78,7 +78,7 @@ def check_request_fields(r: Request, where: str = "") -> None:
         raise ConfigError("predicted_output_tokens", r.predicted_output_tokens, "must be an integer >= 0", where)
     if r.prompt_bytes is not None and (not _is_int(r.prompt_bytes) or r.prompt_bytes < 0):
         raise ConfigError("prompt_bytes", r.prompt_bytes, "must be an integer >= 0", where)
-    if any(not _is_int(x) for x in r.prefix_ids):
+    if not all(type(x) is int for x in r.prefix_ids):
         raise ConfigError("prefix_ids", r.prefix_ids, "must be integers", where)
 
 

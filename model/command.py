@@ -1,0 +1,216 @@
+"""``tenantry simulate``: run the reference model on a workload and print a
+per-policy, per-tenant table (sent, 429, finished in time, TTFT p50/p95/p99,
+weighted tokens/s).
+
+With no arguments it runs the embedded default: the three-tenant overload
+experiment of seed 001 (bulk 6 req/s with 8,000-token prompts and 500 output
+tokens, app 3 req/s 1,500/300, chat 0.5 req/s 500/150, 300 s) under FCFS, a
+request-rate limit and VTC.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any, Iterable
+
+import attrs
+import numpy as np
+
+from .config import (
+    ORDER_POLICIES, AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
+)
+from .history import History, write_history
+from .simulate import simulate
+from .traces import azure_two_tenant_workload, read_azure_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
+from .workload import Workload
+
+HELP = "Run the reference model on a workload and print a per-policy, per-tenant table."
+
+#: Named policy setups for ``--policy``: order policy plus admission switches.
+#: ``rate_limit`` is FCFS behind a per-tenant request-rate limit of 2 req/s (burst 4).
+SETUPS = {name: {"order": name} for name in ORDER_POLICIES}
+SETUPS["rate_limit"] = {"order": "fcfs", "rate_limit": (2.0, 4.0)}
+DEFAULT_SETUPS = ("fcfs", "rate_limit", "vtc")
+
+_SECTIONS = {"order": OrderConfig, "admission": AdmissionConfig, "eviction": EvictionConfig, "cost": CostConfig}
+_REPLICA_KEYS = {"block_size_tokens", "num_blocks", "max_num_seqs", "token_budget", "max_context_tokens", "prefix_cache"}
+
+
+def _build(cls: type, table: dict[str, Any], where: str) -> Any:
+    names = {a.name for a in attrs.fields(cls) if a.init}
+    for key in table:
+        if key not in names:
+            raise ConfigError(key, table[key], f"unknown key; expected one of {', '.join(sorted(names))}", where)
+    try:
+        return cls(**table)
+    except ConfigError as e:
+        raise ConfigError(e.field, e.value, e.why, where) from None
+    except TypeError as e:
+        raise ConfigError(cls.__name__, table, str(e), where) from None
+
+
+def load_config_toml(path: str | Path) -> Config:
+    """Read a replica configuration from a TOML file.
+
+    Layout: a ``[replica]`` table (block_size_tokens, num_blocks, max_num_seqs,
+    token_budget, max_context_tokens, prefix_cache), optional ``[order]``,
+    ``[admission]``, ``[eviction]``, ``[cost]`` tables whose keys are the fields
+    of the matching config classes, and one ``[[tenants]]`` table per tenant
+    (the fields of :class:`TenantConfig`).  See ``examples/replica.toml``.
+
+    Raises:
+        ConfigError: naming the file, the table and the key on any bad value.
+        FileNotFoundError: if the file does not exist.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("toml", str(path), f"not valid TOML ({e})", str(path)) from None
+    known = set(_SECTIONS) | {"replica", "tenants"}
+    for key in doc:
+        if key not in known:
+            raise ConfigError(key, doc[key], f"unknown table; expected {', '.join(sorted(known))}", str(path))
+    tenants_doc = doc.get("tenants")
+    if not isinstance(tenants_doc, list) or not tenants_doc:
+        raise ConfigError("tenants", tenants_doc, "give at least one [[tenants]] table", str(path))
+    tenants = [_build(TenantConfig, t, f"{path}: [[tenants]] #{i + 1}") for i, t in enumerate(tenants_doc)]
+    kwargs: dict[str, Any] = {k: _build(cls, doc.get(k, {}), f"{path}: [{k}]") for k, cls in _SECTIONS.items()}
+    replica = doc.get("replica", {})
+    for key in replica:
+        if key not in _REPLICA_KEYS:
+            raise ConfigError(key, replica[key], f"unknown key; expected one of {', '.join(sorted(_REPLICA_KEYS))}", f"{path}: [replica]")
+    try:
+        return Config(tenants=tenants, **replica, **kwargs)
+    except ConfigError as e:
+        raise ConfigError(e.field, e.value, e.why, f"{path}: [replica]") from None
+
+
+def apply_setup(config: Config, setup: str) -> Config:
+    """``config`` with the named policy setup of :data:`SETUPS` applied.
+
+    Raises:
+        ConfigError: if ``setup`` is not a known name.
+    """
+    if setup not in SETUPS:
+        raise ConfigError("--policy", setup, f"unknown policy; choose from {', '.join(SETUPS)} or all")
+    spec = SETUPS[setup]
+    cfg = attrs.evolve(config, order=attrs.evolve(config.order, policy=spec["order"]))
+    if "rate_limit" in spec:
+        rate, burst = spec["rate_limit"]
+        tenants = [attrs.evolve(t, request_rate_per_s=t.request_rate_per_s or rate, request_burst=t.request_burst or burst)
+                   for t in cfg.tenants]
+        cfg = attrs.evolve(cfg, tenants=tenants, admission=attrs.evolve(cfg.admission, request_rate_limit=True))
+    return cfg
+
+
+def default_config(tenant_names: Iterable[str]) -> Config:
+    """The default replica: a 70B model on 8 H100s (SPEC.md 4.7), equal tenants."""
+    return Config(tenants=[TenantConfig(n) for n in tenant_names])
+
+
+def tenant_table(history: History, *, window_s: float, w_in: float, w_out: float) -> list[dict[str, Any]]:
+    """Per-tenant rows: sent, rejected (429), share finished by ``window_s``,
+    TTFT p50/p95/p99 in seconds (inf when a request never got a token) and
+    weighted tokens per second finished within the window."""
+    rows = []
+    for tenant, recs in history.by_tenant().items():
+        admitted = [r for r in recs if r.outcome != "rejected"]
+        ttft = [r.ttft_s if r.ttft_s is not None else math.inf for r in admitted]
+        done = [r for r in recs if r.outcome == "finished" and r.finish_s is not None and r.finish_s <= window_s]
+        pct = (lambda q: float(np.percentile(ttft, q, method="inverted_cdf"))) if ttft else (lambda q: math.nan)
+        rows.append({
+            "tenant": tenant, "sent": len(recs), "rejected": len(recs) - len(admitted),
+            "finished_in_time": len(done) / len(recs) if recs else 0.0,
+            "ttft_p50_s": pct(50), "ttft_p95_s": pct(95), "ttft_p99_s": pct(99),
+            "weighted_tokens_per_s": sum(w_in * r.prompt_tokens + w_out * r.output_tokens for r in done) / window_s,
+        })
+    return rows
+
+
+def _fmt_s(x: float) -> str:
+    return "never" if math.isinf(x) else ("-" if math.isnan(x) else f"{x:.2f}s")
+
+
+def format_table(results: list[tuple[str, list[dict[str, Any]]]], window_s: float) -> str:
+    """The printed table: one block of rows per policy."""
+    head = f"{'policy':<18}{'tenant':<10}{'sent':>6}{'429':>6}{f'done<={window_s:g}s':>14}{'TTFT p50':>10}{'p95':>10}{'p99':>10}{'wtok/s':>10}"
+    lines = [head, "-" * len(head)]
+    for policy, rows in results:
+        for r in rows:
+            lines.append(
+                f"{policy:<18}{r['tenant']:<10}{r['sent']:>6}{r['rejected']:>6}{r['finished_in_time']:>14.0%}"
+                f"{_fmt_s(r['ttft_p50_s']):>10}{_fmt_s(r['ttft_p95_s']):>10}{_fmt_s(r['ttft_p99_s']):>10}"
+                f"{r['weighted_tokens_per_s']:>10,.0f}"
+            )
+        total = sum(r["weighted_tokens_per_s"] for r in rows)
+        lines.append(f"{policy:<18}{'(total)':<10}{'':>6}{'':>6}{'':>14}{'':>10}{'':>10}{'':>10}{total:>10,.0f}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="replica configuration (TOML); default: 70B on 8 H100s, equal tenants")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--workload", type=Path, help="workload in the project's JSON Lines format")
+    src.add_argument("--azure", nargs="+", metavar="FILE[:TENANT]", help="Azure LLM 2023 CSV files, one tenant each")
+    src.add_argument("--mooncake", nargs="+", metavar="FILE[:TENANT]", help="Mooncake FAST'25 JSON Lines files, one tenant each")
+    src.add_argument("--azure-pair", action="store_true", help="the Azure code and conv traces as two tenants (shared/ or the packaged excerpt)")
+    p.add_argument("--speedup", type=float, default=1.0, help="divide trace arrival times by this factor (default 1)")
+    p.add_argument("--max-rows", type=int, default=None, help="read at most this many rows per trace")
+    p.add_argument("--policy", nargs="+", default=None, help=f"policy setups to compare: {', '.join(SETUPS)}, or all (default: {' '.join(DEFAULT_SETUPS)})")
+    p.add_argument("--horizon", type=float, default=None, help="stop the run at this time (seconds); default 3x the last arrival")
+    p.add_argument("--window", type=float, default=None, help="'finished in time' and throughput window (seconds); default: the last arrival")
+    p.add_argument("--seed", type=int, default=9, help="seed of the synthetic default workload (default 9)")
+    p.add_argument("--history", type=Path, default=None, help="write each policy's history to PATH (one file per policy: PATH with the policy name inserted)")
+
+
+def _split(arg: str, default: str) -> tuple[str, str]:
+    path, _, tenant = arg.partition(":")
+    return path, tenant or default
+
+
+def load_workload(args: argparse.Namespace, block_size_tokens: int) -> Workload:
+    """The workload named on the command line (the seed-001 default when none)."""
+    if args.workload:
+        return read_workload_jsonl(args.workload)
+    if args.azure_pair:
+        return azure_two_tenant_workload(speedup=args.speedup, max_rows=args.max_rows)
+    if args.azure or args.mooncake:
+        parts = []
+        for arg in args.azure or []:
+            path, tenant = _split(arg, Path(arg).stem)
+            parts.append(TracePart(read_azure_csv(path, tenant, max_rows=args.max_rows), speedup=args.speedup))
+        for arg in args.mooncake or []:
+            path, tenant = _split(arg, Path(arg).stem)
+            parts.append(TracePart(read_mooncake_jsonl(path, tenant, block_size_tokens=block_size_tokens, max_rows=args.max_rows), speedup=args.speedup))
+        return compose(parts)
+    return seed001_workload(seed=args.seed)
+
+
+def run(args: argparse.Namespace) -> int:
+    base = load_config_toml(args.config) if args.config else None
+    workload = load_workload(args, base.block_size_tokens if base else 16)
+    if base is None:
+        base = default_config(workload.tenants)
+    setups = list(DEFAULT_SETUPS) if not args.policy else (list(SETUPS) if args.policy == ["all"] else args.policy)
+    configs = [(name, apply_setup(base, name)) for name in setups]  # validate every name before running any
+    window = args.window or max(workload.duration_s, 1e-9)
+    horizon = args.horizon or 3 * window
+    print(f"workload: {len(workload)} requests from {len(workload.tenants)} tenants over {workload.duration_s:.1f}s; "
+          f"horizon {horizon:g}s", file=sys.stderr)
+    results = []
+    for name, cfg in configs:
+        hist = simulate(cfg, workload, horizon_s=horizon, record_steps=args.history is not None, header={"policy": name})
+        results.append((name, tenant_table(hist, window_s=window, w_in=cfg.order.w_in, w_out=cfg.order.w_out)))
+        if args.history is not None:
+            out = args.history.with_name(f"{args.history.stem}.{name}{args.history.suffix or '.jsonl'}")
+            write_history(hist, out)
+            print(f"history: {out}", file=sys.stderr)
+    print(format_table(results, window))
+    return 0
