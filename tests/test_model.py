@@ -1,0 +1,213 @@
+"""The reference model: step semantics, purity, determinism, history files, and
+the seed-001 experiment with its numbers asserted."""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import attrs
+import pytest
+
+from tenantry.model.command import apply_setup, default_config, tenant_table
+from tenantry.model.config import (
+    AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
+)
+from tenantry.model.history import read_history, write_history
+from tenantry.model.simulate import simulate
+from tenantry.model.state import free_blocks, initial_state
+from tenantry.model.step import step
+from tenantry.model.traces import seed001_workload
+from tenantry.model.workload import Request, StepInput, Workload
+
+
+def unit_config(**kw) -> Config:
+    base = dict(
+        tenants=[TenantConfig("a"), TenantConfig("b")], num_blocks=64, max_num_seqs=8, token_budget=64,
+        cost=CostConfig(mode="unit"),
+    )
+    base.update(kw)
+    return Config(**base)
+
+
+def R(i, tenant="a", t=0.0, prompt=16, out=4, **kw) -> Request:
+    return Request(i, tenant, t, prompt, out, **kw)
+
+
+# --- step semantics ---------------------------------------------------------------
+
+
+def test_chunked_prefill_takes_ceil_prompt_over_budget_steps_to_first_token():
+    cfg = unit_config(token_budget=64)
+    h = simulate(cfg, [R(0, prompt=150, out=3)])
+    rec = h.requests[0]
+    # 150 prompt tokens at 64 per step: 3 steps, the third produces token 1; two more decode steps.
+    assert rec.first_token_s == 3.0
+    assert rec.finish_s == 5.0
+    assert [s.batch for s in h.steps] == [((0, 64),), ((0, 64),), ((0, 22),), ((0, 1),), ((0, 1),)]
+
+
+def test_decode_uses_one_token_per_running_sequence_and_budget_is_shared():
+    cfg = unit_config(token_budget=40)
+    h = simulate(cfg, [R(0, prompt=30, out=3), R(1, "b", prompt=30, out=3)])
+    assert h.steps[0].batch == ((0, 30), (1, 10))
+    assert h.steps[1].batch == ((0, 1), (1, 20))
+
+
+def test_pool_exhaustion_preempts_newest_and_it_recomputes_prompt_plus_output():
+    # 4 blocks of 16 tokens; two sequences that each grow to 2 blocks + 1 token.
+    cfg = unit_config(num_blocks=4, token_budget=64, eviction=EvictionConfig(victim="newest"))
+    h = simulate(cfg, [R(0, prompt=32, out=8), R(1, "b", prompt=32, out=8)])
+    rec = {r.request_id: r for r in h.requests}
+    assert rec[1].preemptions >= 1 and rec[0].preemptions == 0
+    assert rec[1].wasted_prefill_tokens >= 32
+    assert all(r.outcome == "finished" and r.tokens_generated == 8 for r in h.requests)
+    for s in h.steps:
+        assert not set(s.preempted) & {rid for rid, _ in s.batch}
+
+
+def test_request_larger_than_pool_is_rejected_at_admission_and_does_not_block():
+    cfg = unit_config(num_blocks=8)
+    h = simulate(cfg, [R(0, prompt=200, out=1), R(1, prompt=16, out=1)])
+    rec = {r.request_id: r for r in h.requests}
+    assert (rec[0].outcome, rec[0].reason) == ("rejected", "too_large")
+    assert rec[1].outcome == "finished" and rec[1].first_token_s == 1.0
+
+
+def test_cancellation_releases_every_block():
+    cfg = unit_config()
+    h = simulate(cfg, [R(0, prompt=40, out=50), R(1, "b", prompt=40, out=50)], cancellations=[(3.0, 0), (3.0, 1)])
+    assert [r.outcome for r in h.requests] == ["cancelled", "cancelled"]
+    assert h.steps[-1].free_blocks == 64 and sum(h.steps[-1].blocks_in_use.values()) == 0
+
+
+def test_token_bucket_refuses_with_retry_after_and_never_charges_refused_requests():
+    t = TenantConfig("a", token_rate_per_s=10.0, token_burst_tokens=100.0)
+    cfg = unit_config(tenants=[t], admission=AdmissionConfig(token_bucket=True))
+    h = simulate(cfg, [R(0, prompt=80, out=1), R(1, prompt=80, out=1, t=0.0)])
+    rec = {r.request_id: r for r in h.requests}
+    assert rec[0].outcome == "finished"
+    assert (rec[1].outcome, rec[1].reason) == ("rejected", "token_bucket")
+    assert rec[1].retry_after_s == pytest.approx((80 - 20) / 10.0)
+
+
+def test_prefix_cache_shared_hits_across_tenants_and_salted_does_not():
+    reqs = [R(0, "a", 0.0, prompt=64, out=2, prefix_ids=(1, 2, 3)), R(1, "b", 5.0, prompt=64, out=2, prefix_ids=(1, 2, 3))]
+    shared = simulate(unit_config(prefix_cache="shared"), reqs)
+    salted = simulate(unit_config(prefix_cache="salted"), reqs)
+    assert shared.requests[1].cached_prompt_tokens == 48
+    assert salted.requests[1].cached_prompt_tokens == 0
+
+
+def test_step_is_pure():
+    cfg = unit_config(num_blocks=6, prefix_cache="shared")
+    st = initial_state(cfg)
+    st, _ = step(cfg, st, StepInput(arrivals=[R(0, prompt=40, out=9, prefix_ids=(1, 2)), R(1, "b", prompt=40, out=9, prefix_ids=(1, 2))]))
+    before = copy.deepcopy(st)
+    refs_id = id(st.kv.refs)
+    for _ in range(3):
+        st2, out = step(cfg, st, StepInput(cancellations=[0]))
+    assert st == before and id(st.kv.refs) == refs_id and st.kv.refs == before.kv.refs
+    assert st2 != st
+
+
+def test_unknown_tenant_in_workload_is_a_clear_error():
+    with pytest.raises(ConfigError, match="request 0 names a tenant the configuration does not have"):
+        simulate(unit_config(), [R(0, "zzz")])
+
+
+@pytest.mark.parametrize("field,value", [("weight", 0), ("weight", -1.0), ("queue_bound", -1), ("kv_block_cap", 0)])
+def test_tenant_config_errors_name_field_and_value(field, value):
+    with pytest.raises(ConfigError) as e:
+        TenantConfig("a", **{field: value})
+    assert str(e.value).startswith(f"{field}={value!r}")
+
+
+def test_unknown_policy_name_is_a_clear_error():
+    with pytest.raises(ConfigError, match="policy='lifo': unknown; choose one of fcfs"):
+        OrderConfig(policy="lifo")
+
+
+# --- determinism and history files ------------------------------------------------------
+
+
+def _feature_run() -> Config:
+    tenants = [
+        TenantConfig("a", weight=2.0, tier=0, kv_block_cap=40, queue_bound=4, token_rate_per_s=400.0, token_burst_tokens=800.0),
+        TenantConfig("b", tier=1),
+    ]
+    return unit_config(tenants=tenants, num_blocks=48, prefix_cache="salted",
+                       admission=AdmissionConfig(token_bucket=True),
+                       eviction=EvictionConfig(victim="largest", max_evictions=2, cooldown_steps=1))
+
+
+def test_same_inputs_give_byte_identical_history(tmp_path):
+    wl = [R(i, "ab"[i % 3 == 0], i * 0.7, prompt=20 + 37 * i % 300, out=1 + 13 * i % 60, prefix_ids=(i % 2, 5)) for i in range(60)]
+    paths = []
+    for k in range(2):
+        p = tmp_path / f"h{k}.jsonl"
+        write_history(simulate(_feature_run(), wl, cancellations=[(4.0, 7)], header={"seed": 1}), p)
+        paths.append(p)
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    back = read_history(paths[0])
+    assert back.requests == simulate(_feature_run(), wl, cancellations=[(4.0, 7)]).requests
+
+
+def test_a_killed_writer_leaves_the_old_file(tmp_path):
+    target = tmp_path / "history.jsonl"
+    target.write_text("old\n")
+    child = textwrap.dedent(f"""
+        import sys, time
+        from tenantry.model.history import atomic_write_text
+        def lines():
+            for i in range(10**6):
+                if i == 1000:
+                    print("midway", flush=True)
+                    time.sleep(60)
+                yield "x" * 100
+        atomic_write_text({str(target)!r}, lines())
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "midway"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert target.read_text() == "old\n"
+
+
+# --- the seed-001 experiment ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def seed001():
+    wl = seed001_workload(seed=9)
+    base = default_config(wl.tenants)
+    out = {}
+    for name in ("fcfs", "rate_limit", "vtc"):
+        cfg = apply_setup(base, name)
+        h = simulate(cfg, wl, horizon_s=900.0, record_steps=False)
+        out[name] = {r["tenant"]: r for r in tenant_table(h, window_s=300.0, w_in=1.0, w_out=2.0)}
+    return out
+
+
+def test_seed001_fcfs_makes_chat_wait_50x_longer_than_vtc(seed001):
+    fcfs, vtc = seed001["fcfs"]["chat"]["ttft_p95_s"], seed001["vtc"]["chat"]["ttft_p95_s"]
+    assert vtc < 1.0
+    assert fcfs >= 50 * vtc
+
+
+def test_seed001_vtc_keeps_total_weighted_throughput_within_5_percent_of_fcfs(seed001):
+    total = lambda name: sum(r["weighted_tokens_per_s"] for r in seed001[name].values())
+    assert total("vtc") == pytest.approx(total("fcfs"), rel=0.05)
+    assert total("rate_limit") < 0.8 * total("fcfs")  # the rate limit turns work away while capacity is free
+
+
+def test_seed001_rate_limit_rejects_a_large_share_of_app(seed001):
+    app = seed001["rate_limit"]["app"]
+    assert app["rejected"] / app["sent"] >= 0.25
+    assert seed001["rate_limit"]["chat"]["rejected"] == 0
+    assert seed001["fcfs"]["app"]["rejected"] == 0
