@@ -87,6 +87,21 @@ class Sequence(NamedTuple):
         return self.first_scheduled_s is None
 
 
+_new_tuple = tuple.__new__
+
+
+def advanced(s: Sequence, computed_tokens: int, output_done: int, shared_keys: tuple[int, ...],
+             private_blocks: int, predicted_charge: int, first_token_s: float | None) -> Sequence:
+    """``s`` with its progress fields replaced: the step's hot path, equivalent to
+    ``s._replace(computed_tokens=..., ...)`` but several times cheaper."""
+    (request, tenant, arrival_seq, admitted_step, prefix_keys, _c, _o, _sk, _pb, preemptions, wasted_tokens,
+     ready_step, charged_prompt_tokens, _pc, first_scheduled_s, _ft, cached_tokens) = s
+    return _new_tuple(Sequence, (
+        request, tenant, arrival_seq, admitted_step, prefix_keys, computed_tokens, output_done, shared_keys,
+        private_blocks, preemptions, wasted_tokens, ready_step, charged_prompt_tokens, predicted_charge,
+        first_scheduled_s, first_token_s, cached_tokens))
+
+
 class TenantState(NamedTuple):
     """One tenant's queue and accounting (an immutable named tuple).
 

@@ -28,7 +28,7 @@ import attrs
 
 from .config import Config
 from .policies import ORDER, VICTIM, SelectView, VictimView, step_duration_s
-from .state import KVPool, Sequence, State, TenantState, prefix_keys
+from .state import KVPool, Sequence, State, TenantState, advanced, prefix_keys
 from .workload import Request, StepInput
 
 #: Event kinds (SPEC.md 5.2).  One flat table; every request ends in exactly one
@@ -315,25 +315,27 @@ class _Step:
 
     def schedule_running(self) -> None:
         """Each running sequence, in batch order, gets its next chunk or token."""
-        for rid in list(self.running):
+        bs = self.cfg.block_size_tokens
+        running, planned = self.running, self.planned
+        for rid in list(running):
             if self.budget <= 0:
                 break
-            s = self.running.get(rid)
+            s = running.get(rid)
             if s is None:  # evicted earlier in this loop
                 continue
-            n = min(s.target_tokens - s.computed_tokens, self.budget)
-            need = self.cfg.blocks_for(s.computed_tokens + n) - s.blocks_held
-            if need > 0 and not self._make_room(s, need):
-                continue
-            s = self.running[rid]
+            n = s.request.prompt_tokens + s.output_done - s.computed_tokens
+            if n > self.budget:
+                n = self.budget
+            need = -(-(s.computed_tokens + n) // bs) - len(s.shared_keys) - s.private_blocks
             if need > 0:
+                if not self._make_room(s, need):
+                    continue
                 self._reclaim(need)
                 self.used += need
                 t = self.tenants[s.tenant]
                 self._set(s.tenant, blocks=t.blocks + need)
-                s = s._replace(private_blocks=s.private_blocks + need)
-                self.running[rid] = s
-            self.planned[rid] = n
+                running[rid] = s._replace(private_blocks=s.private_blocks + need)
+            planned[rid] = n
             self.budget -= n
 
     def _make_room(self, s: Sequence, need: int) -> bool:
@@ -505,41 +507,34 @@ class _Step:
             self._set(i, **ch)
         B = cfg.block_size_tokens
         produced: dict[int, list[int]] = {}  # tenant -> [tokens produced, tokens to charge to the counter]
+        running = self.running
         for rid, n in self.planned.items():
-            s = self.running[rid]
+            s = running[rid]
             computed = s.computed_tokens + n
             shared, private = s.shared_keys, s.private_blocks
-            # Register newly completed cacheable blocks (SPEC.md 4.6).
-            full = min(computed // B, len(s.prefix_keys))
-            if full > len(shared) and private > 0:
-                self._kv_write()
-                add = []
-                for key in s.prefix_keys[len(shared):full]:
-                    if key in self.refs or key in self.retained or private - len(add) <= 0:
-                        break
-                    add.append(key)
-                for key in add:
-                    self.refs[key] = 1
-                    self.key_salt[key] = cfg.tenants[s.tenant].salt if cfg.prefix_cache == "salted" else None
-                shared, private = shared + tuple(add), private - len(add)
-            changes = {"computed_tokens": computed, "shared_keys": shared, "private_blocks": private}
-            if computed == s.target_tokens:
-                changes["output_done"] = s.output_done + 1
-                if s.first_token_s is None:
-                    changes["first_token_s"] = end
+            if s.prefix_keys:
+                shared, private = self._register(s, computed, shared, private)
+            output_done, predicted, first = s.output_done, s.predicted_charge, s.first_token_s
+            if computed == s.request.prompt_tokens + output_done:  # every known token computed: sample one
+                output_done += 1
+                if first is None:
+                    first = end
                     self.events.append(Event("first_token", rid, s.tenant, end))
-                acc = produced.setdefault(s.tenant, [0, 0])
+                acc = produced.get(s.tenant)
+                if acc is None:
+                    acc = produced[s.tenant] = [0, 0]
                 acc[0] += 1
-                if s.predicted_charge <= 0:
+                if predicted <= 0:
                     acc[1] += 1
                 else:
-                    changes["predicted_charge"] = s.predicted_charge - 1
-            s = s._replace(**changes)
-            self.running[rid] = s
-            if s.output_done == s.request.output_tokens:
-                del self.running[rid]
+                    predicted -= 1
+            s = advanced(s, computed, output_done, shared, private, predicted, first)
+            if output_done == s.request.output_tokens:
+                del running[rid]
                 self._release(s)
                 self._drop(s, "finished")
+            else:
+                running[rid] = s
         for i, (tokens, counted) in produced.items():
             self._charge_output(i, tokens, counted)
         # Idle tenants lose their DRR deficit (no banked credit).
@@ -548,6 +543,24 @@ class _Step:
                 t = self.tenants[i]
                 if not t.queue and t.running == 0 and t.deficit != 0.0:
                     self._set(i, deficit=0.0)
+
+    def _register(self, s: Sequence, computed: int, shared: tuple, private: int) -> tuple[tuple, int]:
+        """Enter s's newly completed cacheable prompt blocks into the prefix cache
+        (SPEC.md 4.6): a block whose key is not cached yet becomes shared."""
+        full = min(computed // self.cfg.block_size_tokens, len(s.prefix_keys))
+        if full <= len(shared) or private <= 0:
+            return shared, private
+        self._kv_write()
+        add = []
+        for key in s.prefix_keys[len(shared):full]:
+            if key in self.refs or key in self.retained or private - len(add) <= 0:
+                break
+            add.append(key)
+        salt = self.cfg.tenants[s.tenant].salt if self.cfg.prefix_cache == "salted" else None
+        for key in add:
+            self.refs[key] = 1
+            self.key_salt[key] = salt
+        return shared + tuple(add), private - len(add)
 
     def _charge_output(self, i: int, tokens: int, counted: int) -> None:
         """Charge ``tokens`` generated tokens to tenant i: service, deficit, bucket, tier
