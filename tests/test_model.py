@@ -211,3 +211,20 @@ def test_seed001_rate_limit_rejects_a_large_share_of_app(seed001):
     assert app["rejected"] / app["sent"] >= 0.25
     assert seed001["rate_limit"]["chat"]["rejected"] == 0
     assert seed001["fcfs"]["app"]["rejected"] == 0
+
+
+def test_history_lines_follow_the_published_json_schema(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    import json
+    from pathlib import Path
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "spec" / "history_schema.json").read_text())
+    p = tmp_path / "h.jsonl"
+    write_history(simulate(_feature_run(), [R(i, "ab"[i % 2], i * 0.5, prompt=30, out=5) for i in range(12)]), p)
+    lines = [json.loads(l) for l in p.read_text().splitlines()]
+    assert {l["kind"] for l in lines} == {"header", "step", "request"}
+    for line in lines:
+        jsonschema.validate(line, schema)
+    bad = dict(lines[-1], surprise=1)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
