@@ -14,7 +14,7 @@ The step function never branches on a policy name: it looks the policy up here.
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Sequence as Seq
+from typing import Callable, Collection, Mapping, Sequence as Seq
 
 import attrs
 
@@ -36,6 +36,8 @@ class SelectView:
         tier_counters: per-tier counters (``floors``).
         provisional: per-tenant charges made earlier in this step that the
             accounting does not hold yet (``drr_block_seconds``).
+        backlogged: every backlogged tenant, blocked or not (None: derive
+            from the queues).
     """
 
     config: Config
@@ -45,6 +47,7 @@ class SelectView:
     rr_next: int
     tier_counters: Seq[float]
     provisional: Mapping[int, float]
+    backlogged: Collection[int] | None = None
 
 
 def _head(view: SelectView, i: int) -> Sequence:
@@ -72,8 +75,11 @@ def select_vtc(view: SelectView) -> int | None:
 
     Sheng et al., "Fairness in Serving Large Language Models", OSDI 2024, Algorithm 2.
     """
+    if not view.candidates:
+        return None
     ts = view.tenants
-    return min(view.candidates, key=lambda i: (ts[i].counter, ts[i].queue[0].arrival_seq), default=None)
+    least = min(ts[i].counter for i in view.candidates)
+    return min((i for i in view.candidates if ts[i].counter == least), key=lambda i: ts[i].queue[0].arrival_seq)
 
 
 def select_drr(view: SelectView) -> int | None:
@@ -115,10 +121,10 @@ def refill_drr(view: SelectView) -> dict[int, float]:
     )
     cap = cfg.order.drr_carry_bound
     out = {}
-    for i, t in enumerate(ts):
-        if t.queue:
-            d = t.deficit + rounds * q * cfg.tenants[i].weight
-            out[i] = d if cap is None else min(d, cap)
+    backlogged = view.backlogged if view.backlogged is not None else [i for i, t in enumerate(ts) if t.queue]
+    for i in backlogged:
+        d = ts[i].deficit + rounds * q * cfg.tenants[i].weight
+        out[i] = d if cap is None else min(d, cap)
     return out
 
 

@@ -8,6 +8,7 @@ no random state.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Iterable
 
 import attrs
@@ -17,6 +18,9 @@ from .history import History, RequestRecord, StepRecord
 from .state import State, free_blocks, initial_state
 from .step import StepOutput, idle, step
 from .workload import Request, StepInput, Workload
+
+
+_queue_of = itemgetter(0)  # TenantState.queue
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
@@ -41,7 +45,7 @@ def check_workload(config: Config, workload: Workload) -> None:
 
 def has_work(state: State) -> bool:
     """True while some sequence is running or queued."""
-    return bool(state.running) or any(t.queue for t in state.tenants)
+    return bool(state.running) or any(map(_queue_of, state.tenants))
 
 
 class Recorder:

@@ -23,6 +23,8 @@ step.  A step is, in order (each phase one method of ``_Step``):
 from __future__ import annotations
 
 import math
+from itertools import compress
+from operator import itemgetter
 
 import attrs
 
@@ -30,6 +32,8 @@ from .config import Config
 from .policies import ORDER, VICTIM, SelectView, VictimView, step_duration_s
 from .state import KVPool, Sequence, State, TenantState, advanced, prefix_keys
 from .workload import Request, StepInput
+
+_queue_of = itemgetter(0)  # TenantState.queue
 
 #: Event kinds (SPEC.md 5.2).  One flat table; every request ends in exactly one
 #: of finished / rejected / cancelled (or is still in flight).
@@ -144,6 +148,8 @@ class _Step:
         self.touched: set[int] = set()
         self.provisional: dict[int, float] = {}
         self.duration_s = 0.0
+        self.backlogged: set[int] = set(compress(range(len(st.tenants)), map(_queue_of, st.tenants)))
+        self._min_counter: float | None = None
 
     # --- small helpers ---------------------------------------------------------
 
@@ -153,9 +159,19 @@ class _Step:
             self._kv_copied = True
 
     def _set(self, i: int, **changes) -> TenantState:
+        """Replace fields of tenant i's record, keeping the backlog set and the
+        cached least counter (see :meth:`_on_backlogged`) in step."""
         t = self.tenants[i]._replace(**changes)
         self.tenants[i] = t
         self.touched.add(i)
+        if "queue" in changes:
+            if t.queue:
+                self.backlogged.add(i)
+            elif i in self.backlogged:
+                self.backlogged.discard(i)
+                self._min_counter = None
+        if "counter" in changes and i in self.backlogged:
+            self._min_counter = None
         return t
 
     def _refill(self, i: int) -> TenantState:
@@ -181,20 +197,27 @@ class _Step:
         """Tenant i's queue went from empty to non-empty: apply the counter lift.
 
         VTC (Sheng et al. 2024, Alg. 2): c_i = max(c_i, min over other
-        backlogged tenants of c_j); the same for i's tier under ``floors``.
+        backlogged tenants of c_j); the same for i's tier counter over the other
+        backlogged tiers (``floors``).  The minimum is cached for the step and
+        dropped whenever a backlogged tenant's counter changes or a tenant
+        leaves the backlog; a join cannot lower it, since the joiner is lifted.
         """
         if not self.cfg.order.lift:
             return
-        others = [t.counter for j, t in enumerate(self.tenants) if j != i and t.queue]
-        if others:
-            lo = min(others)
-            if self.tenants[i].counter < lo:
-                self._set(i, counter=lo)
-        tier = self.cfg.tenants[i].tier
-        tiers = {self.cfg.tenants[j].tier for j, t in enumerate(self.tenants) if j != i and t.queue}
-        if tier not in tiers and tiers:
-            lo = min(self.tier_counters[x] for x in tiers)
-            self.tier_counters[tier] = max(self.tier_counters[tier], lo)
+        lo = self._min_counter
+        if lo is None:
+            lo = min((self.tenants[j].counter for j in self.backlogged if j != i), default=None)
+        c = self.tenants[i].counter
+        if lo is not None and c < lo:
+            self._set(i, counter=lo)
+            c = lo
+        self._min_counter = c if lo is None else lo
+        tiers = self.cfg.tenants
+        tier = tiers[i].tier
+        others = {tiers[j].tier for j in self.backlogged if j != i}
+        if tier not in others and others:
+            lo_t = min(self.tier_counters[x] for x in others)
+            self.tier_counters[tier] = max(self.tier_counters[tier], lo_t)
 
     def _release(self, s: Sequence) -> int:
         """Free the blocks of sequence s; returns how many became free."""
@@ -387,9 +410,8 @@ class _Step:
         cfg = self.cfg
         blocked: set[int] = set()
         policy = self.policy
-        backlogged = [i for i, t in enumerate(self.tenants) if t.queue]
         while len(self.running) < cfg.max_num_seqs and self.budget > 0:
-            cands = [i for i in backlogged if i not in blocked and self.tenants[i].queue]
+            cands = sorted(self.backlogged - blocked)
             if not cands:
                 return
             view = self._view(cands)
@@ -406,7 +428,8 @@ class _Step:
                 blocked.add(i)
 
     def _view(self, cands: list[int]) -> SelectView:
-        return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional)
+        return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional,
+                          sorted(self.backlogged))
 
     def _admit_head(self, i: int) -> bool:
         """Move tenant i's first ready sequence into the batch; False if none is ready or it does not fit."""
