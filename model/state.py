@@ -171,6 +171,10 @@ class State:
         next_arrival_seq: next global admission number.
         rr_next: round robin's next tenant index.
         tier_counters: per-tier counters of the ``floors`` policy.
+        last_left_counter, last_left_tier_counter: the counter of the last
+            tenant (and the tier counter of the last tier) whose queue emptied;
+            the lift for a tenant (tier) that becomes backlogged while no other
+            is (Sheng et al., OSDI 2024, Algorithm 2, variable l).
     """
 
     step_index: int
@@ -182,6 +186,8 @@ class State:
     next_arrival_seq: int = 0
     rr_next: int = 0
     tier_counters: tuple[float, ...] = ()
+    last_left_counter: float = 0.0
+    last_left_tier_counter: float = 0.0
 
     def sequences(self) -> Iterator[Sequence]:
         """Every admitted sequence: running first, then each tenant's queue."""

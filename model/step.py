@@ -150,6 +150,7 @@ class _Step:
         self.duration_s = 0.0
         self.backlogged: set[int] = set(compress(range(len(st.tenants)), map(_queue_of, st.tenants)))
         self._min_counter: float | None = None
+        self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
 
     # --- small helpers ---------------------------------------------------------
 
@@ -170,6 +171,10 @@ class _Step:
             elif i in self.backlogged:
                 self.backlogged.discard(i)
                 self._min_counter = None
+                self.last_left = t.counter
+                tier = self.cfg.tenants[i].tier
+                if all(self.cfg.tenants[j].tier != tier for j in self.backlogged):
+                    self.last_left_tier = self.tier_counters[tier]
         if "counter" in changes and i in self.backlogged:
             self._min_counter = None
         return t
@@ -197,8 +202,11 @@ class _Step:
         """Tenant i's queue went from empty to non-empty: apply the counter lift.
 
         VTC (Sheng et al. 2024, Alg. 2): c_i = max(c_i, min over other
-        backlogged tenants of c_j); the same for i's tier counter over the other
-        backlogged tiers (``floors``).  The minimum is cached for the step and
+        backlogged tenants of c_j), or c_i = max(c_i, l) when no other tenant is
+        backlogged, l the counter of the last tenant whose queue emptied (without
+        it a tenant idle while another was served alone banks credit, and the
+        service gap of Theorem 4.4 is unbounded: SPEC.md 7.2); the same for i's
+        tier counter over the other backlogged tiers (``floors``).  The minimum is cached for the step and
         dropped whenever a backlogged tenant's counter changes or a tenant
         leaves the backlog; a join cannot lower it, since the joiner is lifted.
         """
@@ -207,16 +215,19 @@ class _Step:
         lo = self._min_counter
         if lo is None:
             lo = min((self.tenants[j].counter for j in self.backlogged if j != i), default=None)
+        alone = lo is None
+        if alone:
+            lo = self.last_left
         c = self.tenants[i].counter
-        if lo is not None and c < lo:
+        if c < lo:
             self._set(i, counter=lo)
             c = lo
-        self._min_counter = c if lo is None else lo
+        self._min_counter = c if alone else lo
         tiers = self.cfg.tenants
         tier = tiers[i].tier
         others = {tiers[j].tier for j in self.backlogged if j != i}
-        if tier not in others and others:
-            lo_t = min(self.tier_counters[x] for x in others)
+        if tier not in others:
+            lo_t = min((self.tier_counters[x] for x in others), default=self.last_left_tier)
             self.tier_counters[tier] = max(self.tier_counters[tier], lo_t)
 
     def _release(self, s: Sequence) -> int:
@@ -618,6 +629,8 @@ class _Step:
             next_arrival_seq=self.next_seq,
             rr_next=self.rr_next,
             tier_counters=tuple(self.tier_counters),
+            last_left_counter=self.last_left,
+            last_left_tier_counter=self.last_left_tier,
         )
         out = StepOutput(
             step_index=self.k,
