@@ -1,0 +1,163 @@
+"""Token bucket: the prompt tokens a tenant has admitted in any window of length
+T total at most ``burst + rate * T`` (SPEC.md 8.7).
+
+Time is normalised by the rate (``tau = rate * t``: refill credit in tokens),
+which keeps the encoding linear.  Per tenant (any number, arrays over the
+tenant index): the level ``lvl``, and ghosts for a window opened at
+``tau1``: ``A`` (prompt tokens admitted since), ``O`` (generated tokens
+charged since).  Transitions of ``model/step.py``:
+
+* ``refill(dt)``: ``_refill``: ``lvl = min(burst, lvl + dt)``, the clock moves;
+* ``admit(x)``: ``arrive`` with the bucket on: refused unless ``x <= burst`` and
+  ``lvl >= x``; then ``lvl -= x`` (``prompt_estimate = tokens``: x = prompt);
+* ``produce(n)``: ``_charge_output``: ``lvl -= n`` (it may go negative).
+
+Invariant: ``lvl <= burst``, ``A + O + lvl <= burst + (tau - tau1)`` and
+``A <= burst + (tau - tau1)``: an admission needs ``lvl >= x``, so it keeps
+``A + x <= A + lvl <= burst + (tau - tau1) - O``.
+"""
+
+from __future__ import annotations
+
+import z3
+from z3 import And, Int, Real, Store
+
+from tenantry.model.config import AdmissionConfig, Config, CostConfig, OrderConfig, TenantConfig
+from tenantry.model.simulate import simulate
+from tenantry.model.workload import Request
+
+from .checks import EPS, catalog_history, verdict
+from .concrete import run_workload
+from .core import Domain, Proof, Replay, Twin, implies_all, int_array, real_array, val, zmin
+
+FAMILY = "bucket"
+
+
+def bstate(tag: str) -> dict:
+    return {"lvl": real_array(f"lvl_{tag}"), "A": real_array(f"A_{tag}"), "O": real_array(f"O_{tag}"),
+            "tau": Real(f"tau_{tag}")}
+
+
+def inv(dom: Domain, s: dict, burst: z3.ArrayRef, tau1: z3.ArithRef) -> z3.BoolRef:
+    return And(s["tau"] >= tau1, dom.forall(lambda f: And(
+        s["lvl"][f] <= burst[f], s["A"][f] >= 0, s["O"][f] >= 0,
+        s["A"][f] <= burst[f] + (s["tau"] - tau1),
+        s["A"][f] + s["O"][f] + s["lvl"][f] <= burst[f] + (s["tau"] - tau1))))
+
+
+def refill(dom: Domain, s: dict, burst: z3.ArrayRef, tag: str) -> tuple[z3.BoolRef, dict, dict]:
+    i, dt = Int(f"i_{tag}"), Real(f"dt_{tag}")
+    lvl = s["lvl"]
+    return And(dom.has(i), dt >= 0), {**s, "lvl": Store(lvl, i, zmin(burst[i], lvl[i] + dt)), "tau": s["tau"] + dt}, \
+        {"i": i, "dt": dt}
+
+
+def admit(dom: Domain, s: dict, burst: z3.ArrayRef, tag: str, guarded: bool = True) -> tuple[z3.BoolRef, dict, dict]:
+    i, x = Int(f"i_{tag}"), Real(f"x_{tag}")
+    lvl, A = s["lvl"], s["A"]
+    g = And(dom.has(i), x >= 1)
+    if guarded:
+        g = And(g, x <= burst[i], lvl[i] >= x)
+    return g, {**s, "lvl": Store(lvl, i, lvl[i] - x), "A": Store(A, i, A[i] + x)}, {"i": i, "x": x}
+
+
+def produce(dom: Domain, s: dict, tag: str) -> tuple[z3.BoolRef, dict, dict]:
+    i, n = Int(f"i_{tag}"), Real(f"n_{tag}")
+    lvl, O = s["lvl"], s["O"]
+    return And(dom.has(i), n >= 0), {**s, "lvl": Store(lvl, i, lvl[i] - n), "O": Store(O, i, O[i] + n)}, \
+        {"i": i, "n": n}
+
+
+def obligations() -> list[tuple[str, z3.BoolRef]]:
+    dom, burst, tau1 = Domain("N"), real_array("burst"), Real("tau1")
+    setup = And(dom.size >= 1, dom.forall(lambda f: burst[f] > 0))
+    out = []
+    s0 = bstate("open")
+    # A window may open in any reachable state: the level is at most the burst.
+    opened = And(s0["tau"] == tau1, dom.forall(lambda f: And(s0["A"][f] == 0, s0["O"][f] == 0, s0["lvl"][f] <= burst[f])))
+    out.append(("open", implies_all([setup, opened], inv(dom, s0, burst, tau1))))
+    for name in ("refill", "admit", "produce"):
+        s = bstate(name)
+        if name == "refill":
+            g, post, _ = refill(dom, s, burst, name)
+        elif name == "admit":
+            g, post, _ = admit(dom, s, burst, name)
+        else:
+            g, post, _ = produce(dom, s, name)
+        out.append((name, implies_all([setup, inv(dom, s, burst, tau1), g], inv(dom, post, burst, tau1))))
+    s = bstate("claim")
+    f = Int("f_claim")
+    out.append(("window", implies_all([setup, inv(dom, s, burst, tau1), dom.has(f)],
+                                      s["A"][f] <= burst[f] + (s["tau"] - tau1))))
+    return out
+
+
+RATE, BURST = 4.0, 8.0
+
+
+def bucket_config(on: bool) -> Config:
+    return Config(tenants=(TenantConfig("a", token_rate_per_s=RATE, token_burst_tokens=BURST),),
+                  max_num_seqs=8, token_budget=64, num_blocks=64, max_context_tokens=16,
+                  admission=AdmissionConfig(token_bucket=on), order=OrderConfig(policy="fcfs"),
+                  cost=CostConfig(mode="unit"))
+
+
+def window_violations(config: Config, transitions) -> list[str]:
+    """TOKEN-BUCKET over a run: prompt tokens queued in any window [t1, t2] of
+    admission (step start) times total at most burst + rate * (t2 - t1)."""
+    out = []
+    for i, tc in enumerate(config.tenants):
+        if tc.token_rate_per_s is None:
+            continue
+        adm = []
+        for tr in transitions:
+            arr = {r.request_id: r for r in tr.inputs.arrivals}
+            for e in tr.output.events:
+                if e.kind == "queued" and e.tenant == i and e.request_id in arr:
+                    adm.append((tr.prev.t_s, arr[e.request_id].prompt_tokens))
+        for a in range(len(adm)):
+            total = 0
+            for b in range(a, len(adm)):
+                total += adm[b][1]
+                allowed = tc.token_burst_tokens + tc.token_rate_per_s * (adm[b][0] - adm[a][0])
+                if total > allowed + EPS:
+                    return [f"{tc.name} had {total} prompt tokens admitted between t={adm[a][0]:g}s and "
+                            f"t={adm[b][0]:g}s, more than burst + rate x window = {allowed:g}"]
+    return out
+
+
+def _twin():
+    def formula() -> tuple[z3.BoolRef, dict]:
+        dom, burst, tau1 = Domain("N"), real_array("burst_t"), Real("tau1_t")
+        s = bstate("tw")
+        g, post, p = admit(dom, s, burst, "tw", guarded=False)
+        xi = Int("xi_tw")
+        f = Int("f_tw")
+        # decodable: one tenant, the replay bucket, a window opened at this step (nothing admitted yet),
+        # an integral prompt that fits a request.
+        shape = And(dom.size == 1, burst[0] == BURST, s["tau"] == tau1, s["A"][0] == 0, s["O"][0] == 0,
+                    s["lvl"][0] == BURST, p["x"] == z3.ToReal(xi), xi >= 1, xi <= 15)
+        bad = And(dom.has(f), post["A"][f] > burst[f] + (post["tau"] - tau1))
+        return And(dom.forall(lambda x: burst[x] > 0), inv(dom, s, burst, tau1), g, shape, bad), {"xi": xi}
+
+    def replay(m: z3.ModelRef, sym: dict) -> Replay:
+        x = val(m, sym["xi"])
+        cfg, ref = bucket_config(False), bucket_config(True)
+        reqs = [Request(0, "a", 0.0, x, 1)]
+        trs = list(run_workload(cfg, reqs, max_steps=20))
+        h = simulate(cfg, reqs, max_steps=20)
+        ok, detail = verdict(window_violations(ref, trs), catalog_history("TOKEN-BUCKET", ref, h),
+                             f"token_bucket=False, burst {BURST:g}, rate {RATE:g}/s, one {x}-token prompt at t=0")
+        return Replay(ok, detail, {"prompt_tokens": x, "burst": BURST, "rate_per_s": RATE})
+    return formula, replay
+
+
+_f, _r = _twin()
+BUCKET = Proof(
+    id="TOKEN-BUCKET", family=FAMILY,
+    claim="prompt tokens admitted in any window of length T <= burst + rate*T (generated tokens only lower it)",
+    scope="any N, any window", obligations=obligations,
+    twins=(Twin("no-bucket", "the token bucket (AdmissionConfig(token_bucket=False))", _f, _r),),
+    hypotheses=("prompt_estimate = tokens (the bytes estimate bounds estimated, not true, prompt tokens)",))
+
+PROOFS = (BUCKET,)
