@@ -258,10 +258,10 @@ class Harness(Checks):
     def _live(self, rid: int, what: str) -> _Req | None:
         q = self.reqs.get(rid)
         if q is None:
-            self._proto("PLAN-UNKNOWN", f"the plan {what} request {rid}, which the scheduler was never given", rid=rid)
+            self._proto("NO-LOSS", f"the plan {what} request {rid}, which the scheduler was never given", rid=rid)
             return None
         if not q.live:
-            self._proto("PLAN-ENDED", f"the plan {what} request {rid}, which already ended ({q.status})", q,
+            self._proto("NO-LOSS", f"the plan {what} request {rid}, which already ended ({q.status})", q,
                         observed=q.status)
             return None
         return q
@@ -277,7 +277,7 @@ class Harness(Checks):
             if q is None:
                 return None
             if rj.request_id in seen:
-                return self._proto("PLAN-DUPLICATE", f"the plan rejects request {rj.request_id} twice", q)
+                return self._proto("BATCH-LIMITS", f"the plan rejects request {rj.request_id} twice", q)
             seen.add(rj.request_id)
             admission = q.fresh and q.delivered_step == k and q.status == "waiting"
             self._reject(q, rj.reason, rj.retry_after_s, q.r.arrival_s if admission else t, call="plan_step")
@@ -288,7 +288,7 @@ class Harness(Checks):
             if q is None:
                 return None
             if rid in seen:
-                return self._proto("PLAN-DUPLICATE", f"the plan preempts request {rid} twice", q)
+                return self._proto("BATCH-LIMITS", f"the plan preempts request {rid} twice", q)
             seen.add(rid)
             if q.status != "running":
                 return self._proto("PLAN-NOT-RUNNING", f"the plan preempts request {rid}, which is waiting, not "
@@ -312,13 +312,13 @@ class Harness(Checks):
         for e in plan.batch:
             rid = e.request_id
             if rid in seen:
-                return self._proto("PLAN-PREEMPTED-IN-BATCH", f"the plan preempts request {rid} and runs it in "
+                return self._proto("BATCH-LIMITS", f"the plan preempts request {rid} and runs it in "
                                    "the same step", self.reqs.get(rid), rid=rid)
             q = self._live(rid, "schedules")
             if q is None:
                 return None
             if rid in in_batch:
-                return self._proto("PLAN-DUPLICATE", f"request {rid} is twice in the batch", q)
+                return self._proto("BATCH-LIMITS", f"request {rid} is twice in the batch", q)
             in_batch.add(rid)
             entering = q.status == "waiting"
             if entering:

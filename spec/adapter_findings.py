@@ -14,15 +14,15 @@ from typing import Any
 import attrs
 
 #: Harness-level ids: the scheduler broke the adapter protocol, not an invariant.
+#: Impossible plans that an invariant already names are reported under it: a
+#: request twice in the batch, or preempted and batched in one step, is
+#: BATCH-LIMITS; an unknown or already ended request in a plan is NO-LOSS; more
+#: blocks than the pool is KV-CAP.
 PROTOCOL = {
     "ADAPTER-RAISED": "a call into the scheduler raised an exception",
     "ADAPTER-HANG": "a call into the scheduler did not return within the per-call timeout",
     "ADAPTER-CLAIMS": "the adapter has no valid `claims` (a tenantry.spec.adapter.Claims)",
     "PLAN-MALFORMED": "plan_step returned something that is not a Plan of the right shape",
-    "PLAN-UNKNOWN": "the plan names a request the scheduler was never given",
-    "PLAN-ENDED": "the plan schedules, preempts or rejects a request that already ended",
-    "PLAN-DUPLICATE": "the plan lists a request twice in the batch or twice as preempted",
-    "PLAN-PREEMPTED-IN-BATCH": "the plan both preempts a request and runs it in the same step",
     "PLAN-NOT-RUNNING": "the plan preempts a request that holds no KV (not running)",
     "PLAN-TOKENS": "a batch entry computes no token, or more tokens than the request has left",
     "PLAN-COMPUTED": "a batch entry's computed_tokens disagrees with the tokens already computed",

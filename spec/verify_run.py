@@ -1,0 +1,141 @@
+"""Verify a scheduler on one workload: the step-mode run, the invariant catalog
+over its history, and the determinism re-run.  The result is a :class:`Verdict`.
+
+Used by ``tenantry verify --target``, the pytest plugin and the vLLM report.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import attrs
+
+from tenantry.model.history import History
+from tenantry.model.workload import Request, Workload
+
+from .adapter_driver import Harness
+from .adapter_findings import Finding, from_catalog
+
+
+@attrs.frozen
+class Verdict:
+    """The outcome of verifying one scheduler on one workload.
+
+    Attributes:
+        describe: the scheduler's own one-line description (``Claims.describe``).
+        findings: every finding, harness ones first, then the catalog's.
+        history: the recorded run (up to the stop, if a finding stopped it).
+        stats: the harness counters (steps, preemptions, cache hits ...).
+        claimed: the claim-level invariant ids in force.
+    """
+
+    describe: str
+    findings: tuple[Finding, ...]
+    history: History
+    stats: dict
+    claimed: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """No finding."""
+        return not self.findings
+
+    def invariants(self) -> list[str]:
+        """The distinct ids found, in order of first appearance."""
+        return list(dict.fromkeys(f.invariant for f in self.findings))
+
+    def render(self, limit: int = 20) -> str:
+        """Findings as lines (at most ``limit``), or ``ok``."""
+        if self.ok:
+            return f"{self.describe or 'scheduler'}: ok ({self.stats.get('steps', 0)} steps)"
+        lines = [f.render() for f in self.findings[:limit]]
+        if len(self.findings) > limit:
+            lines.append(f"... and {len(self.findings) - limit} more")
+        return "\n".join(lines)
+
+
+def catalog_findings(history: History, claims: Any) -> list[Finding]:
+    """The invariant catalog's history checks on ``history`` under ``claims``
+    (safety always, the rest only when claimed), as harness findings."""
+    from .invariants import check_history
+
+    return [from_catalog(f) for f in check_history(history, claims)]
+
+
+def _merge(own: list[Finding], catalog: list[Finding]) -> list[Finding]:
+    """Own findings, then catalog ones not already reported for the same invariant and step."""
+    seen = {(f.invariant, f.step_index) for f in own}
+    stopped_at = min((f.step_index if f.step_index is not None else -1 for f in own), default=None)
+    out = list(own)
+    for f in catalog:
+        if (f.invariant, f.step_index) in seen:
+            continue
+        if stopped_at is not None and (f.step_index is None or f.step_index >= stopped_at):
+            continue  # the run stopped there: what follows, and whole-run checks of a cut history, are consequences
+        seen.add((f.invariant, f.step_index))
+        out.append(f)
+    return out
+
+
+def _first_divergence(a: list, b: list) -> Finding | None:
+    for x, y in zip(a, b):
+        if x != y:
+            call = "add_request" if x[0] == "add" or y[0] == "add" else "plan_step"
+            step = x[1] if x[0] == "plan" else None
+            return Finding("DETERMINISM", step, f"two runs on the same inputs differ at {call}"
+                           f"{f' (request {x[1]})' if x[0] == 'add' else ''}: first run {str(x[2])[:160]}, "
+                           f"second run {str(y[2])[:160]}", observed=str(x[2])[:160], allowed=str(y[2])[:160],
+                           request_id=x[1] if x[0] == "add" else None, call=call)
+    if len(a) != len(b):
+        return Finding("DETERMINISM", None, f"two runs on the same inputs made {len(a)} and {len(b)} calls",
+                       observed=len(a), allowed=len(b))
+    return None
+
+
+def verify_workload(factory: Callable[[], Any], workload: Workload | Iterable[Request], *,
+                    cancellations: Iterable[tuple[float, int]] = (), horizon_s: float | None = None,
+                    max_steps: int | None = 100_000, timeout_s: float | None = 10.0, determinism: bool = True,
+                    catalog: bool = True, header: dict | None = None) -> Verdict:
+    """Run the scheduler built by ``factory()`` on ``workload`` and judge it.
+
+    Args:
+        factory: zero-argument callable returning a
+            :class:`~tenantry.spec.adapter.SchedulerAdapter`; called once per run.
+        cancellations: (t_s, request_id): the client cancels at the first step
+            starting at or after t_s.
+        horizon_s, max_steps: stop there (requests still in flight are unfinished).
+        timeout_s: per-call timeout (seconds), None to call inline.
+        determinism: run a second fresh instance and compare every decision.
+        catalog: apply the invariant catalog's history checks.
+
+    Never raises for anything the scheduler does: exceptions, hangs and bad
+    plans are findings.
+    """
+    wl = workload if isinstance(workload, Workload) else Workload(tuple(workload))
+    cancels = tuple(cancellations)
+    tenants = wl.tenants
+
+    def one() -> Harness:
+        h = Harness.start(factory, tenants, timeout_s=timeout_s)
+        if not h.stopped:
+            h.run(wl.requests, cancellations=cancels, horizon_s=horizon_s, max_steps=max_steps)
+        h.close()
+        return h
+
+    h = one()
+    history = h.history(wl.requests, header=header)
+    findings = list(h.findings)
+    if catalog and h.adapter is not None:
+        findings = _merge(findings, catalog_findings(history, h.claims) if not h.stopped or h.findings else [])
+    if determinism and h.adapter is not None and not any(f.invariant in ("ADAPTER-HANG",) for f in findings):
+        h2 = one()
+        d = _first_divergence(h.plans, h2.plans)
+        if d is not None:
+            findings.append(d)
+        elif len(h2.findings) != len(h.findings) or any(
+                a.render() != b.render() for a, b in zip(h.findings, h2.findings)):
+            first = next((b for a, b in zip(h.findings, h2.findings) if a.render() != b.render()),
+                         (h2.findings or h.findings)[0])
+            findings.append(Finding("DETERMINISM", first.step_index, "a second run on the same inputs ended "
+                                    f"differently: {first.render()}", call=first.call))
+    return Verdict(h.claims.describe, tuple(findings), history, dict(h.stats), tuple(sorted(h.claimed)))
