@@ -30,7 +30,9 @@ class SelectView:
         config: the configuration.
         tenants: per-tenant records as of this pick (accounting already updated
             by earlier picks in the same step).
-        candidates: backlogged tenants not blocked in this step, ascending index.
+        candidates: backlogged tenants not blocked in this step (a collection in
+            no particular order; every policy breaks ties by the queue head's
+            unique ``arrival_seq``, so the order never matters).
         t_s: start of the current step (seconds).
         rr_next: round robin's next tenant index.
         tier_counters: per-tier counters (``floors``).
@@ -38,6 +40,10 @@ class SelectView:
             accounting does not hold yet (``drr_block_seconds``).
         backlogged: every backlogged tenant, blocked or not (None: derive
             from the queues).
+        keys: memo of per-tenant sort keys that the step keeps across the picks
+            of one step, dropping a tenant's entry whenever its record changes
+            (None: no memo).  Only keys that depend on the tenant's own record
+            and on values fixed for the step (``t_s``) may be memoised.
     """
 
     config: Config
@@ -48,15 +54,33 @@ class SelectView:
     tier_counters: Seq[float]
     provisional: Mapping[int, float]
     backlogged: Collection[int] | None = None
+    keys: dict | None = None
+
+
+def _argmin(view: SelectView, key: Callable[[SelectView, int], tuple]) -> int | None:
+    """The candidate with the least ``key(view, i)``, memoised in ``view.keys``."""
+    if not view.candidates:
+        return None
+    memo = view.keys
+    if memo is None:
+        return min(view.candidates, key=lambda i: key(view, i))
+    for i in view.candidates:
+        if i not in memo:
+            memo[i] = key(view, i)
+    return min(view.candidates, key=memo.__getitem__)
 
 
 def _head(view: SelectView, i: int) -> Sequence:
     return view.tenants[i].queue[0]
 
 
+def key_fcfs(view: SelectView, i: int) -> tuple:
+    return (_head(view, i).arrival_seq,)
+
+
 def select_fcfs(view: SelectView) -> int | None:
     """First come, first served across tenants: the oldest queue head (by admission order)."""
-    return min(view.candidates, key=lambda i: _head(view, i).arrival_seq, default=None)
+    return _argmin(view, key_fcfs)
 
 
 def select_round_robin(view: SelectView) -> int | None:
@@ -70,41 +94,43 @@ def select_round_robin(view: SelectView) -> int | None:
     return min(view.candidates, key=lambda i: (i - view.rr_next) % n)
 
 
+def key_vtc(view: SelectView, i: int) -> tuple:
+    t = view.tenants[i]
+    return (t.counter, t.queue[0].arrival_seq)
+
+
 def select_vtc(view: SelectView) -> int | None:
     """Virtual Token Counter: the candidate with the least counter, ties to the oldest head.
 
     Sheng et al., "Fairness in Serving Large Language Models", OSDI 2024, Algorithm 2.
     """
-    if not view.candidates:
-        return None
-    ts = view.tenants
-    least = min(ts[i].counter for i in view.candidates)
-    return min((i for i in view.candidates if ts[i].counter == least), key=lambda i: ts[i].queue[0].arrival_seq)
+    return _argmin(view, key_vtc)
+
+
+def key_drr(view: SelectView, i: int) -> tuple:
+    t = view.tenants[i]
+    return (-(t.deficit - view.provisional.get(i, 0.0)), t.queue[0].arrival_seq)
 
 
 def select_drr(view: SelectView) -> int | None:
     """DRR, largest deficit first among candidates with a positive deficit.
 
-    Deficits are refilled by :func:`refill_drr` beforehand, so some candidate
-    is positive whenever there is a candidate.  Shreedhar and Varghese,
-    "Efficient fair queueing using deficit round robin", SIGCOMM 1995, with the
-    charge made as service is received (surplus form).
+    Returns None when no candidate has a positive deficit: the step then runs
+    :func:`refill_drr` and asks again.  Shreedhar and Varghese, "Efficient fair
+    queueing using deficit round robin", SIGCOMM 1995, with the charge made as
+    service is received (surplus form).
     """
-    ts, prov = view.tenants, view.provisional
-    best = None
-    best_key = None
-    for i in view.candidates:
-        d = ts[i].deficit - prov.get(i, 0.0)
-        if d <= 0:
-            continue
-        key = (-d, ts[i].queue[0].arrival_seq)
-        if best_key is None or key < best_key:
-            best, best_key = i, key
-    return best
+    i = _argmin(view, key_drr)
+    if i is None:
+        return None
+    t = view.tenants[i]
+    return i if t.deficit - view.provisional.get(i, 0.0) > 0 else None
 
 
 def refill_drr(view: SelectView) -> dict[int, float]:
     """Start as many DRR rounds as it takes for some candidate to have a positive deficit.
+
+    Called by the step only when :func:`select_drr` found no positive candidate.
 
     One round adds ``drr_quantum * weight`` to every backlogged tenant's deficit,
     then caps it at ``drr_carry_bound`` (bounded carry).  Returns the new
@@ -128,10 +154,19 @@ def refill_drr(view: SelectView) -> dict[int, float]:
     return out
 
 
+def key_priority(view: SelectView, i: int) -> tuple:
+    return (view.config.tenants[i].tier, _head(view, i).arrival_seq)
+
+
 def select_priority(view: SelectView) -> int | None:
     """Strict priority: the lowest tier number wins; FCFS within a tier.  Starves under load."""
-    ct = view.config.tenants
-    return min(view.candidates, key=lambda i: (ct[i].tier, _head(view, i).arrival_seq), default=None)
+    return _argmin(view, key_priority)
+
+
+def key_aging(view: SelectView, i: int) -> tuple:
+    h = _head(view, i)
+    rate = view.config.order.aging_rate_per_s
+    return (view.config.tenants[i].tier - rate * (view.t_s - h.request.arrival_s), h.arrival_seq)
 
 
 def select_aging(view: SelectView) -> int | None:
@@ -140,13 +175,7 @@ def select_aging(view: SelectView) -> int | None:
     A request waiting w seconds outranks any fresh request of a tier up to
     aging_rate_per_s * w better, so every wait is bounded (SPEC.md 7, AGING).
     """
-    ct, rate, now = view.config.tenants, view.config.order.aging_rate_per_s, view.t_s
-
-    def key(i: int) -> tuple[float, int]:
-        h = _head(view, i)
-        return (ct[i].tier - rate * (now - h.request.arrival_s), h.arrival_seq)
-
-    return min(view.candidates, key=key, default=None)
+    return _argmin(view, key_aging)
 
 
 def select_floors(view: SelectView) -> int | None:

@@ -150,6 +150,7 @@ class _Step:
         self.duration_s = 0.0
         self.backlogged: set[int] = set(compress(range(len(st.tenants)), map(_queue_of, st.tenants)))
         self._min_counter: float | None = None
+        self._keys: dict[int, tuple] = {}  # order-policy sort keys memoised for this step
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
 
     # --- small helpers ---------------------------------------------------------
@@ -165,6 +166,7 @@ class _Step:
         t = self.tenants[i]._replace(**changes)
         self.tenants[i] = t
         self.touched.add(i)
+        self._keys.pop(i, None)
         if "queue" in changes:
             if t.queue:
                 self.backlogged.add(i)
@@ -418,29 +420,23 @@ class _Step:
 
     def schedule_waiting(self) -> None:
         """The order policy picks tenants whose first ready request joins the batch."""
-        cfg = self.cfg
-        blocked: set[int] = set()
-        policy = self.policy
-        while len(self.running) < cfg.max_num_seqs and self.budget > 0:
-            cands = sorted(self.backlogged - blocked)
-            if not cands:
-                return
-            view = self._view(cands)
-            if policy.refill is not None:
-                updates = policy.refill(view)
-                for j, d in updates.items():
-                    self._set(j, deficit=d)
-                if updates:
-                    view = self._view(cands)
+        cfg, policy = self.cfg, self.policy
+        avail = set(self.backlogged)  # backlogged and not blocked in this step
+        while avail and len(self.running) < cfg.max_num_seqs and self.budget > 0:
+            view = self._view(avail)
             i = policy.select(view)
+            if i is None and policy.refill is not None:
+                for j, d in policy.refill(view).items():
+                    self._set(j, deficit=d)
+                i = policy.select(self._view(avail))
             if i is None:
                 return
-            if not self._admit_head(i):
-                blocked.add(i)
+            if not self._admit_head(i) or not self.tenants[i].queue:
+                avail.discard(i)
 
-    def _view(self, cands: list[int]) -> SelectView:
+    def _view(self, cands: set[int]) -> SelectView:
         return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional,
-                          sorted(self.backlogged))
+                          self.backlogged, self._keys)
 
     def _admit_head(self, i: int) -> bool:
         """Move tenant i's first ready sequence into the batch; False if none is ready or it does not fit."""
