@@ -1,0 +1,225 @@
+"""Built-in policy configurations: one small named table shared by ``tenantry
+check``, the tests and the third-party verifier.
+
+Every entry is a *setup*: an order policy, admission switches, per-tenant
+limits, hysteresis and a prefix-cache mode, applied to the same small replica
+(:data:`REPLICA`), chosen so that one workload of a few hundred requests
+simulates in a fraction of a second.  :func:`build_config` turns a setup and
+the tenants of a scenario (each with its role, ``adversary`` or ``victim``)
+into a :class:`~tenantry.model.config.Config`.
+
+Tiers: in the tiered setups (``priority``, ``aging``, ``floors``) the
+adversary's tenants are tier 0 (a paying or internal tenant) and the victims
+tier 1, because that is the only arrangement in which a tier policy can hurt
+anyone: an abusive tenant in the low tier only hurts itself.  Every other
+setup puts all tenants in tier 0.  The three tiered setups share one bounded
+per-tenant queue, so that they differ only in the order policy: with an
+unbounded queue the higher tier's own backlog ages as fast as the lower
+tier's, and aging degenerates into FCFS with an offset.
+
+``claims`` lists the invariant ids (DESIGN.md, "Invariants") a setup is
+designed to guarantee; ``tenantry check`` exits non-zero when one of them
+breaks.  Safety invariants that every setup must keep (KV-CONSERVE, KV-CAP,
+NO-LOSS, BATCH-LIMITS, DETERMINISM) are in :data:`COMMON_CLAIMS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import attrs
+
+from tenantry.model.config import (
+    AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
+)
+
+#: Roles a tenant can have in a scenario.
+ROLES = ("adversary", "victim")
+
+#: The small replica used for search: 8 sequences, 256-token steps, blocks of
+#: 16 tokens, contexts up to 8,192 tokens.  Roofline constants of a slow
+#: accelerator, so that a step lasts 25-35 ms and a 15-second run is a few
+#: hundred steps: weights read once per step 25 ms, 1 us per context token of
+#: KV, 120 us of compute per batched token, 2 ms host overhead (Williams et al.,
+#: CACM 2009; the same formula as the model's default, smaller numbers).
+REPLICA: dict[str, Any] = {
+    "block_size_tokens": 16,
+    "max_num_seqs": 8,
+    "token_budget": 256,
+    "max_context_tokens": 8192,
+}
+#: Pool of the order-policy setups: "ample KV" (8 sequences of the longest
+#: context fit), the condition under which the spec's fairness bounds
+#: (VTC-GAP, FLOOR, AGING) are claimed, so those claims are checked.
+AMPLE_BLOCKS = 4096
+#: Pool of the eviction setups: 512 blocks (8,192 tokens), where a few long
+#: sequences fill it and preemption happens.
+SMALL_BLOCKS = 512
+COST = CostConfig(
+    mode="roofline", weight_read_s=0.025, kv_read_s_per_token=1e-6, flop_s_per_token=1.2e-4, overhead_s=0.002,
+)
+
+#: Hysteresis of the setups that have it: evict only to free >= 4 blocks, keep
+#: an evicted sequence out for 4 steps, reject a sequence chosen a 4th time.
+HYSTERESIS = EvictionConfig(victim="most_over_share", min_free_blocks=4, cooldown_steps=4, max_evictions=3)
+#: No hysteresis at all: the thrash-prone baseline (victim: newest).
+NO_HYSTERESIS = EvictionConfig(victim="newest", min_free_blocks=0, cooldown_steps=0, max_evictions=None)
+
+#: Invariants every setup claims (safety of the model itself).
+COMMON_CLAIMS = ("KV-CONSERVE", "KV-CAP", "NO-LOSS", "BATCH-LIMITS", "DETERMINISM")
+
+#: Request-rate limit of ``rate_limit``: 3 requests/s per tenant, burst 6
+#: (the seed-001 baseline's shape, loose enough for the honest victims' bursts).
+RATE_LIMIT = {"request_rate_per_s": 3.0, "request_burst": 6.0}
+#: Token bucket of the protected setups: 3,000 tokens/s, burst 6,000 tokens per tenant.
+TOKEN_BUCKET = {"token_rate_per_s": 3000.0, "token_burst_tokens": 6000.0}
+#: Queue bound of the setups that bound queues (requests never scheduled).
+QUEUE_BOUND = 24
+#: Per-tenant KV cap of the protected setups: 40% of the small pool.
+KV_CAP_BLOCKS = 204
+
+
+@attrs.frozen
+class Setup:
+    """One built-in policy configuration.
+
+    Attributes:
+        name: key in :data:`SETUPS`.
+        summary: one line: what it is and what it should resist.
+        order: order policy and its parameters.
+        admission: which admission limits are enforced.
+        eviction: victim policy and hysteresis.
+        prefix_cache: ``off``, ``shared`` or ``salted``.
+        tenant_limits: per-tenant limit fields (TenantConfig keyword arguments)
+            given to every tenant.
+        tiered: adversary tenants tier 0, victims tier 1 (else all tier 0).
+        claims: invariant ids this setup is designed to keep (beyond
+            :data:`COMMON_CLAIMS`).
+        num_blocks: KV pool size (:data:`AMPLE_BLOCKS` or :data:`SMALL_BLOCKS`).
+    """
+
+    name: str
+    summary: str
+    order: OrderConfig = attrs.field(factory=OrderConfig)
+    admission: AdmissionConfig = attrs.field(factory=lambda: AdmissionConfig(queue_bound=False, kv_cap=False))
+    eviction: EvictionConfig = NO_HYSTERESIS
+    prefix_cache: str = "off"
+    tenant_limits: Mapping[str, Any] = attrs.field(factory=dict)
+    tiered: bool = False
+    claims: tuple[str, ...] = ()
+    num_blocks: int = AMPLE_BLOCKS
+
+    @property
+    def all_claims(self) -> tuple[str, ...]:
+        """:data:`COMMON_CLAIMS` plus this setup's own claims."""
+        return COMMON_CLAIMS + tuple(c for c in self.claims if c not in COMMON_CLAIMS)
+
+
+def _setups() -> dict[str, Setup]:
+    adm_off = AdmissionConfig(queue_bound=False, kv_cap=False)
+    bounded = AdmissionConfig(queue_bound=True, kv_cap=False)
+    bounded_limits = {"queue_bound": QUEUE_BOUND}
+    protected_adm = AdmissionConfig(token_bucket=True, queue_bound=True, kv_cap=True)
+    protected_limits = {"queue_bound": QUEUE_BOUND, "kv_block_cap": KV_CAP_BLOCKS, **TOKEN_BUCKET}
+    protected_claims = ("VTC-GAP", "NO-BANKED-CREDIT", "TOKEN-BUCKET", "QUEUE-BOUND", "EVICT-MIN-FREE",
+                        "EVICT-COOLDOWN", "EVICT-BOUNDED", "SALT-ISOLATION", "NONINTERFERENCE")
+    rows = [
+        Setup("fcfs", "first come, first served, no limits: the naive baseline (flood, stuffing)",
+              order=OrderConfig(policy="fcfs"), admission=adm_off),
+        Setup("round_robin", "request round robin: one request per tenant per turn, whatever its size",
+              order=OrderConfig(policy="round_robin"), admission=adm_off),
+        Setup("rate_limit", "FCFS behind a per-tenant request-rate limit (3 req/s, burst 6)",
+              order=OrderConfig(policy="fcfs"), admission=AdmissionConfig(request_rate_limit=True, queue_bound=False, kv_cap=False),
+              tenant_limits=RATE_LIMIT),
+        Setup("vtc", "Virtual Token Counter with the counter lift (Sheng et al. 2024)",
+              order=OrderConfig(policy="vtc", lift=True), admission=adm_off,
+              claims=("VTC-GAP", "NO-BANKED-CREDIT")),
+        Setup("vtc_nolift", "VTC without the counter lift: the banked-credit mutant",
+              order=OrderConfig(policy="vtc", lift=False), admission=adm_off),
+        Setup("vtc_predict", "VTC charging a predicted output length at admission, token buckets on a byte-length prompt estimate",
+              order=OrderConfig(policy="vtc_predict", lift=True),
+              admission=AdmissionConfig(token_bucket=True, prompt_estimate="bytes", queue_bound=False, kv_cap=False),
+              tenant_limits=TOKEN_BUCKET),
+        Setup("drr", "DRR over block-seconds, bounded carry, reset when idle (the essay's proposal)",
+              order=OrderConfig(policy="drr_block_seconds", drr_quantum=2.0, drr_carry_bound=4.0), admission=adm_off,
+              claims=("DRR-DEFICIT",)),
+        Setup("drr_tokens", "DRR over weighted service tokens, bounded carry, reset when idle",
+              order=OrderConfig(policy="drr_tokens", drr_quantum=512.0, drr_carry_bound=1024.0), admission=adm_off,
+              claims=("DRR-DEFICIT",)),
+        Setup("priority", "strict priority, adversary in the higher tier, bounded queues: starves the lower tier by design",
+              order=OrderConfig(policy="priority"), admission=bounded, tenant_limits=bounded_limits, tiered=True,
+              claims=("QUEUE-BOUND",)),
+        Setup("aging", "priority with aging (1 tier per second of waiting), adversary in the higher tier, bounded queues",
+              order=OrderConfig(policy="aging", aging_rate_per_s=1.0), admission=bounded,
+              tenant_limits=bounded_limits, tiered=True, claims=("QUEUE-BOUND", "AGING")),
+        Setup("floors", "weighted floors between tiers (60/40), adversary in the higher tier, bounded queues",
+              order=OrderConfig(policy="floors", tier_floors=(0.6, 0.4)), admission=bounded,
+              tenant_limits=bounded_limits, tiered=True, claims=("QUEUE-BOUND", "FLOOR")),
+        Setup("no_hysteresis", "VTC on a small pool, eviction of the newest sequence with no hysteresis (thrash-prone)",
+              order=OrderConfig(policy="vtc"), admission=adm_off, eviction=NO_HYSTERESIS,
+              claims=("NO-BANKED-CREDIT", "VICTIM"), num_blocks=SMALL_BLOCKS),
+        Setup("hysteresis", "VTC on a small pool, eviction with hysteresis (min 4 blocks freed, 4-step cooldown, reject after 3)",
+              order=OrderConfig(policy="vtc"), admission=adm_off, eviction=HYSTERESIS,
+              claims=("NO-BANKED-CREDIT", "EVICT-MIN-FREE", "EVICT-COOLDOWN", "EVICT-BOUNDED"),
+              num_blocks=SMALL_BLOCKS),
+        Setup("shared_cache", "VTC with a prefix cache shared by all tenants (timing side channel)",
+              order=OrderConfig(policy="vtc"), admission=adm_off, prefix_cache="shared",
+              claims=("VTC-GAP", "NO-BANKED-CREDIT")),
+        Setup("salted_cache", "VTC with a prefix cache salted per tenant",
+              order=OrderConfig(policy="vtc"), admission=adm_off, prefix_cache="salted",
+              claims=("VTC-GAP", "NO-BANKED-CREDIT", "SALT-ISOLATION", "NONINTERFERENCE")),
+        Setup("protected", "VTC with lift, token buckets, bounded queues, KV caps, hysteresis, salted cache",
+              order=OrderConfig(policy="vtc", lift=True), admission=protected_adm, eviction=HYSTERESIS,
+              prefix_cache="salted", tenant_limits=protected_limits, claims=protected_claims,
+              num_blocks=SMALL_BLOCKS),
+        Setup("protected_drr", "DRR over block-seconds with the same protections as 'protected'",
+              order=OrderConfig(policy="drr_block_seconds", drr_quantum=2.0, drr_carry_bound=4.0),
+              admission=protected_adm, eviction=HYSTERESIS, prefix_cache="salted", tenant_limits=protected_limits,
+              claims=tuple(c for c in protected_claims if c not in ("VTC-GAP", "NO-BANKED-CREDIT")) + ("DRR-DEFICIT",),
+              num_blocks=SMALL_BLOCKS),
+    ]
+    return {s.name: s for s in rows}
+
+
+#: The built-in setups by name, in the order the matrix prints them.
+SETUPS: dict[str, Setup] = _setups()
+
+
+def get_setup(name: str) -> Setup:
+    """The setup called ``name``.
+
+    Raises:
+        ConfigError: naming the unknown setup and listing the known ones.
+    """
+    try:
+        return SETUPS[name]
+    except KeyError:
+        raise ConfigError("policy", name, f"unknown policy configuration; choose from {', '.join(SETUPS)}") from None
+
+
+def build_config(name: str, roles: Iterable[tuple[str, str]]) -> Config:
+    """The :class:`Config` of setup ``name`` for tenants with the given roles.
+
+    Args:
+        name: a key of :data:`SETUPS`.
+        roles: (tenant name, role) pairs in tenant order; role is one of :data:`ROLES`.
+
+    Returns:
+        The small :data:`REPLICA` with the setup's policies, every tenant at
+        weight 1 with the setup's per-tenant limits, tiers as described in the
+        module docstring.
+
+    Raises:
+        ConfigError: on an unknown setup name or role.
+    """
+    s = get_setup(name)
+    tenants = []
+    for tenant, role in roles:
+        if role not in ROLES:
+            raise ConfigError("role", role, f"tenant {tenant}: choose one of {', '.join(ROLES)}")
+        tier = (0 if role == "adversary" else 1) if s.tiered else 0
+        tenants.append(TenantConfig(tenant, tier=tier, **dict(s.tenant_limits)))
+    return Config(
+        tenants=tenants, order=s.order, admission=s.admission, eviction=s.eviction, cost=COST,
+        prefix_cache=s.prefix_cache, num_blocks=s.num_blocks, **REPLICA,
+    )

@@ -1,0 +1,168 @@
+"""One evaluation: build a scenario, run it on a setup, score it; and the
+executors that run many evaluations.
+
+:func:`evaluate` is a top-level function of one picklable :class:`Task`, so
+it runs unchanged in any ``concurrent.futures`` executor: a process pool here,
+a Ray or Dask executor on a cluster.  :func:`evaluate_batch` submits a batch
+and returns results in task order, so a search that evaluates fixed batches
+and reduces them in order gets the same answer with any number of workers.
+
+Each evaluation simulates the scenario with the adversary, checks the setup's
+claimed invariants on that run (:mod:`tenantry.adversaries.claims`), and
+compares with the baseline run of the same victims without the adversary
+(cached per process: it depends only on the setup, the victims and the horizon).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+import attrs
+
+from tenantry.model.config import Config
+from tenantry.model.history import History
+from tenantry.model.simulate import simulate
+from tenantry.model.workload import Workload, renumber
+
+from .claims import run_checked
+from .configs import build_config, get_setup
+from .objectives import all_metrics
+from .patterns import PATTERNS, Scenario, get_pattern, make_scenario
+from .space import freeze
+
+
+@attrs.frozen
+class Task:
+    """What to evaluate (picklable).
+
+    Attributes:
+        setup: a built-in setup name.
+        pattern: a pattern name.
+        params: the pattern's parameters, frozen (see :func:`~tenantry.adversaries.space.freeze`).
+        seed: the victims' seed.
+        objective: metric to report as the score; None: the pattern's own.
+        scenario: an explicit scenario (shrinking, replay) instead of
+            generating one from pattern and params.
+        depth: how deep to check the setup's claimed invariants (one of
+            :data:`~tenantry.adversaries.claims.DEPTHS`), or None for no checks.
+    """
+
+    setup: str
+    pattern: str
+    params: tuple = ()
+    seed: int = 0
+    objective: str | None = None
+    scenario: Scenario | None = None
+    depth: str | None = "history"
+
+
+@attrs.frozen
+class Evaluation:
+    """The result of one :class:`Task`.
+
+    Attributes:
+        score: the objective's value (larger is worse for the victims).
+        metrics: every metric (:data:`~tenantry.adversaries.objectives.OBJECTIVES`).
+        broken: {invariant id: finding sentences} for claimed invariants that broke.
+        unchecked: claimed ids that could not be checked.
+    """
+
+    score: float
+    metrics: Mapping[str, float]
+    broken: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    unchecked: tuple[str, ...] = ()
+
+
+_BASELINES: dict[tuple, History] = {}
+
+
+def _baseline(setup: str, config: Config, scenario: Scenario) -> History:
+    """The run without the adversary (memoised per process)."""
+    victims = tuple(renumber(r for r in scenario.workload if r.tenant not in set(scenario.adversaries)))
+    key = (setup, scenario.roles, scenario.horizon_s, victims)
+    h = _BASELINES.get(key)
+    if h is None:
+        if len(_BASELINES) > 256:
+            _BASELINES.clear()
+        h = simulate(config, Workload(victims), horizon_s=scenario.horizon_s)
+        _BASELINES[key] = h
+    return h
+
+
+def scenario_of(task: Task) -> Scenario:
+    """The task's scenario (explicit, or generated from pattern, params and seed)."""
+    return task.scenario if task.scenario is not None else make_scenario(task.pattern, dict(task.params), task.seed)
+
+
+def cached_before(scenario: Scenario) -> dict[int, bool]:
+    """For the prefix probe: slot i (i-th adversary request) -> a victim sent its guessed
+    prefix (same first content id) strictly before the probe arrived."""
+    adv = set(scenario.adversaries)
+    first_seen: dict[int, float] = {}
+    for r in scenario.workload:
+        if r.tenant not in adv and r.prefix_ids:
+            first_seen.setdefault(r.prefix_ids[0], r.arrival_s)
+    probes = [r for r in scenario.workload if r.tenant in adv]
+    return {i: bool(r.prefix_ids) and first_seen.get(r.prefix_ids[0], float("inf")) < r.arrival_s
+            for i, r in enumerate(probes)}
+
+
+def run_scenario(setup: str, scenario: Scenario, depth: str | None = "history",
+                 ) -> tuple[History, History, History | None, Evaluation]:
+    """Run a scenario on a setup: (history, baseline history, twin history or None, evaluation).
+
+    ``depth``: how deep to check the setup's claims (None: not at all).
+
+    The evaluation's score is the pattern's objective (``replay`` scenarios:
+    ``ttft_p99_inflation``).
+    """
+    cfg = build_config(setup, scenario.roles)
+    ids = get_setup(setup).all_claims if depth is not None else ()
+    hist, broken, unchecked = run_checked(cfg, scenario.workload, scenario.horizon_s, ids, depth=depth or "history",
+                                          adversaries=scenario.adversaries)
+    base = _baseline(setup, cfg, scenario)
+    twin = simulate(cfg, scenario.twin.workload, horizon_s=scenario.horizon_s) if scenario.twin is not None else None
+    unit = max((cfg.order.w_in * r.prompt_tokens + cfg.order.w_out * r.output_tokens for r in scenario.workload), default=1.0)
+    m = all_metrics(hist, base, adversaries=scenario.adversaries, victims=scenario.victims,
+                    horizon_s=scenario.horizon_s, unit_cost=unit, twin=twin,
+                    cached_before=cached_before(scenario) if twin is not None else None)
+    objective = PATTERNS[scenario.pattern].objective if scenario.pattern in PATTERNS else "ttft_p99_inflation"
+    ev = Evaluation(m[objective], m, {k: tuple(v) for k, v in broken.items()}, unchecked)
+    return hist, base, twin, ev
+
+
+def evaluate(task: Task) -> Evaluation:
+    """Evaluate one task (top level and picklable: runs in any executor)."""
+    sc = scenario_of(task)
+    _, _, _, ev = run_scenario(task.setup, sc, task.depth)
+    if task.objective is not None:
+        ev = attrs.evolve(ev, score=ev.metrics[task.objective])
+    return ev
+
+
+class InlineExecutor(cf.Executor):
+    """An executor that runs each call at submit time, in this process (workers=0)."""
+
+    def submit(self, fn, /, *args, **kwargs):  # noqa: D102
+        f: cf.Future = cf.Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # the future carries it, as a pool's would
+            f.set_exception(e)
+        return f
+
+
+def make_executor(workers: int | None = None) -> cf.Executor:
+    """A process pool of ``workers`` processes (default: the CPU count); 0 or 1 runs inline."""
+    n = (os.cpu_count() or 1) if workers is None else workers
+    if n <= 1:
+        return InlineExecutor()
+    return cf.ProcessPoolExecutor(max_workers=n)
+
+
+def evaluate_batch(executor: cf.Executor, tasks: Sequence[Task]) -> list[Evaluation]:
+    """Evaluate tasks through ``executor``; results in task order."""
+    futures = [executor.submit(evaluate, t) for t in tasks]
+    return [f.result() for f in futures]

@@ -1,0 +1,263 @@
+"""Objectives: what an abusive tenant does to the other tenants, as numbers.
+
+Every function reads a :class:`~tenantry.model.history.History` (and, for the
+ratios, the baseline history of the same run without the adversary).  All of
+them are larger-is-worse for the victims, so every search maximises.
+
+Conventions:
+
+* A victim request admitted but given no token by the end of the run has a
+  *censored* TTFT: end of run minus arrival (a lower bound), so starvation
+  shows in the percentiles instead of vanishing from them.  Refused requests
+  (429) have no TTFT and are counted in ``victim_rejected``.
+* The *actor* is every adversary tenant together (a sybil's ids are one actor).
+* A step is *contended* when some victim had a request queued when it began.
+* Percentiles use numpy's ``inverted_cdf`` method (an observed value).
+
+:data:`OBJECTIVES` names every metric; :func:`all_metrics` computes them all.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from tenantry.model.history import History, RequestRecord
+
+#: Victim TTFT service-level objective for goodput (seconds).
+TTFT_SLO_S = 1.0
+#: Smallest baseline latency used as a ratio's denominator (seconds): one step.
+MIN_LATENCY_S = 0.025
+
+#: Metric name -> one-line description (units in the text).
+OBJECTIVES: dict[str, str] = {
+    "ttft_p50_inflation": "victim TTFT p50 with the adversary / without it (worst victim tenant)",
+    "ttft_p99_inflation": "victim TTFT p99 with the adversary / without it (worst victim tenant)",
+    "victim_ttft_p99_s": "victim TTFT p99 with the adversary (seconds, worst victim tenant)",
+    "service_gap": "largest weighted-service difference between the actor and a victim over an interval "
+                   "where both were backlogged, in units of the largest request's cost",
+    "jain": "Jain's fairness index of service per actor over contended steps (1 = equal; lower is worse)",
+    "unfairness": "1 - jain",
+    "max_evictions": "most times one sequence was evicted",
+    "evictions_per_seq": "evictions per admitted sequence (mean)",
+    "wasted_prefill_tokens": "tokens whose KV was discarded by evictions and recomputed (all tenants)",
+    "starvation_s": "longest wait of a victim request for its first scheduling (seconds; censored at the end)",
+    "overtaken": "most adversary requests that arrived after a victim request yet were scheduled before it",
+    "goodput": "victim requests with TTFT within the SLO per second of run",
+    "goodput_loss": "1 - victim goodput with the adversary / without it",
+    "probe_auc": "ROC AUC of the probe's TTFT for 'victim prefix cached' (0.5 = no information)",
+    "contended_share": "the actor's share of weighted service over contended steps",
+    "kv_share": "the actor's share of KV block-seconds",
+    "victim_rejected": "victim requests refused (429)",
+}
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    """The q-th percentile (``inverted_cdf``), or 0.0 for no data."""
+    return float(np.percentile(np.asarray(xs, dtype=float), q, method="inverted_cdf")) if len(xs) else 0.0
+
+
+def _admitted(r: RequestRecord) -> bool:
+    return r.outcome != "rejected" and not (r.outcome == "unfinished" and r.admitted_step is None)
+
+
+def censored_ttfts(history: History, tenants: Iterable[str]) -> dict[str, list[float]]:
+    """Per tenant, the TTFT (seconds) of each admitted request, censored at the end of the run."""
+    end, want = history.end_s, set(tenants)
+    out: dict[str, list[float]] = {t: [] for t in tenants}
+    for r in history.requests:
+        if r.tenant in want and _admitted(r):
+            out[r.tenant].append(r.ttft_s if r.ttft_s is not None else max(end - r.arrival_s, 0.0))
+    return out
+
+
+def ttft_inflation(hist: History, base: History, victims: Sequence[str], q: float) -> tuple[float, dict[str, float]]:
+    """Worst victim's ratio of TTFT q-th percentiles (adversary / baseline), and each victim's."""
+    a, b = censored_ttfts(hist, victims), censored_ttfts(base, victims)
+    per = {v: percentile(a[v], q) / max(percentile(b[v], q), MIN_LATENCY_S) for v in victims if a[v] and b[v]}
+    return (max(per.values()) if per else 1.0), per
+
+
+def starvation_s(history: History, victims: Iterable[str]) -> float:
+    """Longest wait of a victim request before it was first scheduled (seconds, censored)."""
+    end, want, worst = history.end_s, set(victims), 0.0
+    for r in history.requests:
+        if r.tenant in want and _admitted(r):
+            t = r.first_scheduled_s if r.first_scheduled_s is not None else end
+            worst = max(worst, t - r.arrival_s)
+    return worst
+
+
+def overtaken(history: History, adversaries: Iterable[str], victims: Iterable[str]) -> int:
+    """Most adversary requests that arrived after a victim request and were first
+    scheduled before it (or before the end, if it never was).  0 under FCFS; large
+    when banked credit or a priority lets the adversary jump the queue."""
+    adv, vic, end = set(adversaries), set(victims), history.end_s
+    a = sorted((r.arrival_s, r.first_scheduled_s) for r in history.requests
+               if r.tenant in adv and r.first_scheduled_s is not None)
+    worst = 0
+    for r in history.requests:
+        if r.tenant in vic and _admitted(r):
+            done = r.first_scheduled_s if r.first_scheduled_s is not None else end
+            n = sum(1 for arr, sch in a if arr > r.arrival_s and sch < done)
+            worst = max(worst, n)
+    return worst
+
+
+def goodput(history: History, victims: Iterable[str], horizon_s: float, slo_s: float = TTFT_SLO_S) -> float:
+    """Victim requests finished with TTFT <= slo_s, per second of ``horizon_s``."""
+    want = set(victims)
+    ok = sum(1 for r in history.requests if r.tenant in want and r.ttft_s is not None and r.ttft_s <= slo_s
+             and r.outcome == "finished")
+    return ok / horizon_s
+
+
+def _actor(tenant: str, adversaries: frozenset[str]) -> str:
+    return "<adversary>" if tenant in adversaries else tenant
+
+
+def contended_service(history: History, adversaries: Iterable[str], victims: Iterable[str]) -> dict[str, float]:
+    """Weighted service per actor received in contended steps (weight 1 per tenant)."""
+    adv, vic = frozenset(adversaries), tuple(victims)
+    out: dict[str, float] = {}
+    prev_service: Mapping[str, float] = {}
+    prev_queued: Mapping[str, int] = {}
+    for s in history.steps:
+        if any(prev_queued.get(v, 0) > 0 for v in vic):
+            for t, x in s.service.items():
+                d = x - prev_service.get(t, 0.0)
+                if d:
+                    a = _actor(t, adv)
+                    out[a] = out.get(a, 0.0) + d
+        prev_service, prev_queued = s.service, s.queued
+    return out
+
+
+def contended_share(history: History, adversaries: Iterable[str], victims: Iterable[str]) -> float:
+    """The actor's share of weighted service over contended steps (0 when none)."""
+    svc = contended_service(history, adversaries, victims)
+    total = sum(svc.values())
+    return svc.get("<adversary>", 0.0) / total if total > 0 else 0.0
+
+
+def jain(history: History, adversaries: Iterable[str], victims: Iterable[str]) -> float:
+    """Jain's fairness index (Jain, Chiu and Hawe, DEC-TR-301, 1984) over the actors'
+    contended service: (sum x)^2 / (n sum x^2); 1.0 when fewer than two actors were served."""
+    x = np.array(list(contended_service(history, adversaries, victims).values()), dtype=float)
+    if len(x) < 2 or not np.any(x > 0):
+        return 1.0
+    return float(x.sum() ** 2 / (len(x) * (x ** 2).sum()))
+
+
+def service_gap(history: History, adversaries: Iterable[str], victims: Iterable[str], unit: float) -> float:
+    """Largest |service(actor) - service(victim)| gained over an interval where both were
+    backlogged at every step start, divided by ``unit`` (the largest request's cost).
+
+    The VTC service-difference bound (Sheng et al., OSDI 2024, section 4) keeps this near 2
+    for two backlogged tenants of equal weight.
+    """
+    adv = frozenset(adversaries)
+    worst = 0.0
+    for v in victims:
+        lo = hi = None  # range of D = service(actor) - service(v) over the current common-backlog period
+        prev_d, prev_both = 0.0, False
+        for s in history.steps:
+            d = sum(x for t, x in s.service.items() if t in adv) - s.service.get(v, 0.0)
+            if prev_both:  # both backlogged when this step began
+                if lo is None:
+                    lo = hi = prev_d
+                lo, hi = min(lo, d), max(hi, d)
+                worst = max(worst, hi - lo)
+            else:
+                lo = hi = None
+            prev_d = d
+            prev_both = s.queued.get(v, 0) > 0 and any(s.queued.get(t, 0) > 0 for t in adv)
+    return worst / unit if unit > 0 else 0.0
+
+
+def kv_share(history: History, adversaries: Iterable[str]) -> float:
+    """The actor's share of KV block-seconds over the run."""
+    if not history.steps:
+        return 0.0
+    bs = history.steps[-1].block_seconds
+    total = sum(bs.values())
+    return sum(x for t, x in bs.items() if t in set(adversaries)) / total if total > 0 else 0.0
+
+
+def roc_auc(positives: Sequence[float], negatives: Sequence[float]) -> float:
+    """P(score of a positive > score of a negative), ties counted 1/2 (Mann-Whitney U / (n1 n2)).
+
+    0.5 when either side is empty.
+    """
+    if not len(positives) or not len(negatives):
+        return 0.5
+    p = np.asarray(positives, dtype=float)[:, None]
+    n = np.asarray(negatives, dtype=float)[None, :]
+    return float(((p > n).sum() + 0.5 * (p == n).sum()) / (p.size * n.size))
+
+
+def probe_auc(hist: History, twin: History, adversaries: Iterable[str], cached_before: Mapping[int, bool]) -> float:
+    """AUC of the probe: can its TTFT tell a cached victim prefix from an uncached one?
+
+    Slot i is the i-th adversary request in arrival order.  Positives: slots
+    whose guessed prefix a victim had sent before the probe (``cached_before``),
+    scored by -TTFT in the run with the guess; negatives: the same slots'
+    -TTFT in the twin run where the guess is replaced by a fresh decoy.  When
+    nothing the adversary sends changes what it observes (salted or no cache)
+    the two samples are the same multiset and the AUC is exactly 0.5.
+    """
+    adv = set(adversaries)
+
+    def slots(h: History) -> list[float]:
+        recs = sorted((r for r in h.requests if r.tenant in adv and _admitted(r)), key=lambda r: (r.arrival_s, r.request_id))
+        return [-(r.ttft_s if r.ttft_s is not None else h.end_s - r.arrival_s) for r in recs]
+
+    a, b = slots(hist), slots(twin)
+    idx = [i for i in range(min(len(a), len(b))) if cached_before.get(i, False)]
+    return roc_auc([a[i] for i in idx], [b[i] for i in idx])
+
+
+def eviction_stats(history: History) -> tuple[int, float, int]:
+    """(most evictions of one sequence, mean evictions per admitted sequence, wasted prefill tokens)."""
+    adm = [r for r in history.requests if _admitted(r)]
+    if not adm:
+        return 0, 0.0, 0
+    return (max(r.preemptions for r in adm), sum(r.preemptions for r in adm) / len(adm),
+            sum(r.wasted_prefill_tokens for r in adm))
+
+
+def all_metrics(hist: History, base: History, *, adversaries: Sequence[str], victims: Sequence[str],
+                horizon_s: float, unit_cost: float, twin: History | None = None,
+                cached_before: Mapping[int, bool] | None = None) -> dict[str, float]:
+    """Every metric of :data:`OBJECTIVES` (plus per-victim inflation entries
+    ``ttft_p99_inflation[<victim>]``) for one run and its baseline."""
+    p50, _ = ttft_inflation(hist, base, victims, 50)
+    p99, per99 = ttft_inflation(hist, base, victims, 99)
+    a = censored_ttfts(hist, victims)
+    max_ev, mean_ev, wasted = eviction_stats(hist)
+    gp, gp0 = goodput(hist, victims, horizon_s), goodput(base, victims, horizon_s)
+    j = jain(hist, adversaries, victims)
+    m = {
+        "ttft_p50_inflation": p50,
+        "ttft_p99_inflation": p99,
+        "victim_ttft_p99_s": max((percentile(a[v], 99) for v in victims if a[v]), default=0.0),
+        "service_gap": service_gap(hist, adversaries, victims, unit_cost),
+        "jain": j,
+        "unfairness": 1.0 - j,
+        "max_evictions": float(max_ev),
+        "evictions_per_seq": mean_ev,
+        "wasted_prefill_tokens": float(wasted),
+        "starvation_s": starvation_s(hist, victims),
+        "overtaken": float(overtaken(hist, adversaries, victims)),
+        "goodput": gp,
+        "goodput_loss": 1.0 - gp / gp0 if gp0 > 0 else 0.0,
+        "probe_auc": probe_auc(hist, twin, adversaries, cached_before or {}) if twin is not None else 0.5,
+        "contended_share": contended_share(hist, adversaries, victims),
+        "kv_share": kv_share(hist, adversaries),
+        "victim_rejected": float(sum(1 for r in hist.requests if r.tenant in set(victims) and r.outcome == "rejected")),
+    }
+    for v, x in sorted(per99.items()):
+        m[f"ttft_p99_inflation[{v}]"] = x
+    return {k: (float(v) if math.isfinite(v) else 1e9) for k, v in m.items()}

@@ -1,0 +1,352 @@
+"""Abusive tenant patterns: parameterised generators of adversary traffic.
+
+Each :class:`Pattern` in :data:`PATTERNS` documents what it exploits, which
+setups it should hurt, its parameter :class:`~tenantry.adversaries.space.Space`
+and the objective it maximises (:mod:`tenantry.adversaries.objectives`).
+:func:`make_scenario` mixes a pattern's requests with victim tenants
+(:mod:`tenantry.adversaries.victims`) into one :class:`Scenario`: the workload,
+every tenant's role, the run horizon, and for the prefix probe a control twin.
+
+Adversary arrivals are evenly spaced (deterministic given the parameters), so
+an objective changes smoothly with the parameters and a found workload is easy
+to read; the victims carry the randomness of the seed.  Adversary requests
+carry ``predicted_output_tokens`` and ``prompt_bytes`` as an honest client
+would (true length, 4 bytes per token) except in ``estimate_gaming``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping
+
+import attrs
+import numpy as np
+
+from tenantry.model.config import ConfigError
+from tenantry.model.workload import Request, Workload, renumber
+
+from .space import Param, Space
+from .victims import DOC_BASE, DOC_BLOCKS, NUM_DOCS, WINDOW_S, default_victims, doc_ids
+
+#: Seconds simulated per scenario: the victims' window plus time to drain.
+HORIZON_S = 16.0
+#: Adversary tenant name (sybil uses ADVERSARY + index).
+ADVERSARY = "adv"
+#: First content id of the probe's decoy prefixes (never sent by a victim).
+DECOY_BASE = DOC_BASE + 500_000
+
+
+@attrs.frozen
+class Scenario:
+    """A workload with roles: what one evaluation simulates.
+
+    Attributes:
+        pattern: pattern name; params: its parameters; seed: the victims' seed.
+        workload: adversary and victim requests, ids 0.. in arrival order.
+        roles: (tenant, role) in tenant order: adversary tenants first.
+        horizon_s: the run stops here (seconds).
+        twin: for the prefix probe, the same scenario with every guessed
+            prefix replaced by a fresh decoy (the control run), else None.
+    """
+
+    pattern: str
+    params: Mapping[str, float | int]
+    seed: int
+    workload: Workload
+    roles: tuple[tuple[str, str], ...]
+    horizon_s: float = HORIZON_S
+    twin: "Scenario | None" = None
+
+    @property
+    def adversaries(self) -> tuple[str, ...]:
+        return tuple(t for t, r in self.roles if r == "adversary")
+
+    @property
+    def victims(self) -> tuple[str, ...]:
+        return tuple(t for t, r in self.roles if r == "victim")
+
+    def victim_workload(self) -> Workload:
+        """The same workload without the adversary (the baseline run)."""
+        adv = set(self.adversaries)
+        return Workload(tuple(r for r in self.workload if r.tenant not in adv))
+
+    def with_workload(self, workload: Workload, twin: "Scenario | None" = None) -> "Scenario":
+        """This scenario with another workload (used by shrinking); roles kept."""
+        return attrs.evolve(self, workload=workload, twin=twin)
+
+
+#: A generator: (params, rng) -> adversary requests (ids arbitrary) and its tenant names.
+Generator = Callable[[Mapping[str, float | int], np.random.Generator], tuple[list[Request], tuple[str, ...]]]
+
+
+@attrs.frozen
+class Pattern:
+    """An abusive tenant pattern.
+
+    Attributes:
+        name: key in :data:`PATTERNS`.
+        exploits: what it exploits, one sentence.
+        hurts: setups it should hurt (names in :data:`~tenantry.adversaries.configs.SETUPS`).
+        objective: the metric it maximises (a key of
+            :data:`~tenantry.adversaries.objectives.OBJECTIVES`).
+        space: its parameters.
+        generate: the generator.
+        finding: objective value at or above which a cell counts as a finding
+            (the adversary measurably hurt someone).
+    """
+
+    name: str
+    exploits: str
+    hurts: tuple[str, ...]
+    objective: str
+    space: Space
+    generate: Generator
+    finding: float
+
+
+def _even(n: int, start_s: float, span_s: float) -> list[float]:
+    """n arrival times spread evenly over [start_s, start_s + span_s)."""
+    return [start_s + span_s * i / max(n, 1) for i in range(n)]
+
+
+def _req(tenant: str, t: float, prompt: int, output: int, **kw) -> Request:
+    kw.setdefault("predicted_output_tokens", output)
+    kw.setdefault("prompt_bytes", 4 * prompt)
+    return Request(0, tenant, round(float(t), 6), int(prompt), int(output), **kw)
+
+
+def _stream(p: Mapping, rate_key: str, start_s: float, end_s: float) -> list[float]:
+    n = max(1, int(math.floor((end_s - start_s) * p[rate_key])))
+    return _even(n, start_s, end_s - start_s)
+
+
+def gen_flood(p, rng):
+    """Sustained high-rate arrivals of mid-size requests."""
+    end = min(WINDOW_S, p["start_s"] + p["duration_s"])
+    ts = _stream(p, "rate_per_s", p["start_s"], max(end, p["start_s"] + 0.5))
+    return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"]) for t in ts], (ADVERSARY,)
+
+
+def gen_few_huge(p, rng):
+    """A few very large requests (long prompt and long output) at a modest rate."""
+    ts = _stream(p, "rate_per_s", 0.0, WINDOW_S)
+    return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"]) for t in ts], (ADVERSARY,)
+
+
+def gen_slow_decoders(p, rng):
+    """Sequences with a large prompt and a very long output that hold KV blocks for seconds."""
+    ts = _stream(p, "rate_per_s", p["start_s"], WINDOW_S)
+    return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"]) for t in ts], (ADVERSARY,)
+
+
+def gen_churn(p, rng):
+    """Many tiny, short-lived requests that never hold many blocks at once."""
+    ts = _stream(p, "rate_per_s", 0.0, WINDOW_S)
+    return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"]) for t in ts], (ADVERSARY,)
+
+
+def gen_idle_burst(p, rng):
+    """Idle for idle_s while the victims are served, then a dense burst."""
+    ts = _even(int(p["burst_n"]), p["idle_s"], p["burst_span_s"])
+    return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"]) for t in ts], (ADVERSARY,)
+
+
+def gen_on_off(p, rng):
+    """Periodic on/off bursts; the on phase can be timed against the aging rate."""
+    out, period, on = [], p["period_s"], p["period_s"] * p["duty"]
+    t0 = 0.0
+    while t0 < WINDOW_S:
+        n = max(1, int(round(on * p["rate_per_s"])))
+        out += [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"]) for t in _even(n, t0, on) if t < WINDOW_S]
+        t0 += period
+    return out, (ADVERSARY,)
+
+
+def gen_eviction_thrash(p, rng):
+    """Waves of sequences whose KV grows past the pool, forcing evictions and re-prefills."""
+    out = []
+    for w in range(int(p["waves"])):
+        t0 = p["start_s"] + w * p["wave_gap_s"]
+        out += [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"])
+                for t in _even(int(p["n"]), t0, p["spacing_s"] * int(p["n"])) if t < WINDOW_S]
+    return out, (ADVERSARY,)
+
+
+def probe_slots(p: Mapping, rng: np.random.Generator) -> list[tuple[float, int]]:
+    """(time, guessed document) of each probe: distinct documents in a seeded order."""
+    n = int(p["n_probes"])
+    docs = rng.permutation(NUM_DOCS)[:n]
+    return [(p["start_s"] + i * p["gap_s"], int(d)) for i, d in enumerate(docs)]
+
+
+def _probe(p, rng, decoy: bool):
+    out, blocks = [], int(p["prefix_blocks"])
+    for i, (t, doc) in enumerate(probe_slots(p, rng)):
+        if t >= WINDOW_S + 2.0:
+            break
+        ids = tuple(DECOY_BASE + 1000 * i + j for j in range(blocks)) if decoy else doc_ids(doc, blocks)
+        out.append(_req(ADVERSARY, t, blocks * 16 + int(p["tail_tokens"]), 1, prefix_ids=ids))
+    return out, (ADVERSARY,)
+
+
+def gen_prefix_probe(p, rng):
+    """Probes whose prompt starts with a guessed victim document; the TTFT tells whether it was cached."""
+    return _probe(p, rng, decoy=False)
+
+
+def gen_sybil(p, rng):
+    """One actor split over n_ids tenant ids, each sending its share of one stream."""
+    n = int(p["n_ids"])
+    names = tuple(f"{ADVERSARY}{i}" for i in range(n))
+    ts = _stream(p, "rate_per_s", 0.0, WINDOW_S)
+    return [_req(names[k % n], t, p["prompt_tokens"], p["output_tokens"]) for k, t in enumerate(ts)], names
+
+
+def gen_queue_stuffing(p, rng):
+    """Batches of requests sent at once, every period_s, to keep a long queue ahead of everyone."""
+    out, t0 = [], 0.0
+    while t0 < WINDOW_S:
+        out += [_req(ADVERSARY, t0, p["prompt_tokens"], p["output_tokens"]) for _ in range(int(p["batch"]))]
+        t0 += p["period_s"]
+    return out, (ADVERSARY,)
+
+
+def gen_estimate_gaming(p, rng):
+    """Requests declaring a short predicted output and few prompt bytes, to be charged less up front."""
+    ts = _stream(p, "rate_per_s", 0.0, WINDOW_S)
+    pred = int(round(p["predicted_fraction"] * p["output_tokens"]))
+    out = [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"], predicted_output_tokens=pred,
+                prompt_bytes=int(math.ceil(p["bytes_per_token"] * p["prompt_tokens"]))) for t in ts]
+    return out, (ADVERSARY,)
+
+
+#: Slots of the free-form arrival pattern (also the Z3 search's horizon).
+SLOTS = 8
+SLOT_S = 1.5
+TIMED_PROMPT, TIMED_OUTPUT = 256, 32
+
+
+def gen_timed_arrivals(p, rng):
+    """Free-form arrivals: c_k requests of a fixed shape in slot k (the space Z3 searches)."""
+    out = []
+    for k in range(SLOTS):
+        out += [_req(ADVERSARY, t, TIMED_PROMPT, TIMED_OUTPUT) for t in _even(int(p[f"c{k}"]), k * SLOT_S, SLOT_S)]
+    return out, (ADVERSARY,)
+
+
+P = Param
+PATTERNS: dict[str, Pattern] = {p.name: p for p in (
+    Pattern("flood", "arrival-order service and unbounded queues: a sustained stream ahead of everyone",
+            ("fcfs", "priority", "rate_limit"), "ttft_p99_inflation",
+            Space([P("rate_per_s", 2, 60, 30, log=True), P("prompt_tokens", 16, 1024, 256, True, True),
+                   P("output_tokens", 1, 64, 32, True, True), P("start_s", 0, 6, 0), P("duration_s", 1, 12, 12)]),
+            gen_flood, 5.0),
+    Pattern("few_huge", "request-count fairness: few huge requests against many small ones",
+            ("round_robin", "rate_limit", "fcfs"), "contended_share",
+            Space([P("rate_per_s", 0.2, 4, 1.5, log=True), P("prompt_tokens", 256, 3000, 2000, True, True),
+                   P("output_tokens", 16, 400, 200, True, True)]),
+            gen_few_huge, 0.6),
+    Pattern("slow_decoders", "token-fair accounting that does not charge for KV held: long outputs pin blocks and slots",
+            ("vtc", "drr_tokens", "fcfs", "round_robin"), "ttft_p99_inflation",
+            Space([P("rate_per_s", 0.2, 4, 1.0, log=True), P("prompt_tokens", 256, 3000, 1500, True, True),
+                   P("output_tokens", 64, 400, 300, True, True), P("start_s", 0, 6, 0)]),
+            gen_slow_decoders, 3.0),
+    Pattern("churn", "per-block fairness and victim choice: many short-lived sequences never hold much at once",
+            ("drr", "protected_drr", "round_robin"), "contended_share",
+            Space([P("rate_per_s", 5, 80, 40, log=True), P("prompt_tokens", 16, 128, 32, True, True),
+                   P("output_tokens", 1, 4, 1, True)]),
+            gen_churn, 0.6),
+    Pattern("idle_burst", "banked credit: a counter left low while idle buys exclusive service on return",
+            ("vtc_nolift",), "starvation_s",
+            Space([P("idle_s", 2, 10, 8), P("burst_n", 5, 160, 120, True, True), P("burst_span_s", 0.1, 3, 0.5, log=True),
+                   P("prompt_tokens", 16, 1024, 64, True, True), P("output_tokens", 4, 64, 64, True, True)]),
+            gen_idle_burst, 2.0),
+    Pattern("on_off_aging", "priority aging thresholds: bursts timed so the higher tier is always backlogged",
+            ("priority", "aging"), "starvation_s",
+            Space([P("period_s", 0.5, 6, 3), P("duty", 0.1, 0.95, 0.8), P("rate_per_s", 5, 60, 30, log=True),
+                   P("prompt_tokens", 32, 512, 128, True, True), P("output_tokens", 4, 64, 16, True, True)]),
+            gen_on_off, 2.0),
+    Pattern("eviction_thrash", "preemption by recompute without hysteresis: the newest sequence is evicted again and again",
+            ("no_hysteresis", "vtc", "fcfs"), "max_evictions",
+            Space([P("n", 2, 8, 5, True), P("prompt_tokens", 256, 3000, 1500, True, True),
+                   P("output_tokens", 64, 800, 400, True, True), P("spacing_s", 0.0, 0.5, 0.05),
+                   P("waves", 1, 3, 1, True), P("wave_gap_s", 1, 6, 4), P("start_s", 0, 4, 0)]),
+            gen_eviction_thrash, 5.0),
+    Pattern("prefix_probe", "a shared prefix cache: a cached guess answers faster (a timing side channel)",
+            ("shared_cache",), "probe_auc",
+            Space([P("n_probes", 6, NUM_DOCS, NUM_DOCS, True), P("prefix_blocks", 2, DOC_BLOCKS, DOC_BLOCKS, True),
+                   P("tail_tokens", 16, 256, 16, True, True), P("gap_s", 0.1, 1.0, 0.4, log=True),
+                   P("start_s", 0.5, 6, 3)]),
+            gen_prefix_probe, 0.8),
+    Pattern("sybil", "per-tenant fairness: one actor split over many tenant ids gets many shares",
+            ("vtc", "drr", "round_robin", "rate_limit", "protected", "protected_drr"), "contended_share",
+            Space([P("n_ids", 2, 8, 6, True), P("rate_per_s", 4, 60, 30, log=True),
+                   P("prompt_tokens", 32, 1024, 256, True, True), P("output_tokens", 4, 64, 32, True, True)]),
+            gen_sybil, 0.6),
+    Pattern("queue_stuffing", "unbounded queues: batches of requests parked ahead of everyone else",
+            ("fcfs", "priority"), "ttft_p99_inflation",
+            Space([P("batch", 5, 200, 100, True, True), P("period_s", 0.5, 6, 3),
+                   P("prompt_tokens", 16, 512, 128, True, True), P("output_tokens", 1, 64, 16, True, True)]),
+            gen_queue_stuffing, 5.0),
+    Pattern("estimate_gaming", "charges made from client estimates: a tiny predicted output and prompt byte count",
+            ("vtc_predict",), "contended_share",
+            Space([P("rate_per_s", 1, 30, 8, log=True), P("prompt_tokens", 64, 2048, 1024, True, True),
+                   P("output_tokens", 16, 256, 128, True, True), P("predicted_fraction", 0, 1, 0),
+                   P("bytes_per_token", 0.25, 4, 0.25, log=True)]),
+            gen_estimate_gaming, 0.6),
+    Pattern("timed_arrivals", "any timing weakness: free-form arrival counts per 1.5-s slot (searched by Z3 too)",
+            ("vtc_nolift", "priority", "fcfs"), "starvation_s",
+            Space([P(f"c{k}", 0, 16, 0 if k < SLOTS // 2 else 16, True) for k in range(SLOTS)]),
+            gen_timed_arrivals, 2.0),
+)}
+
+
+def get_pattern(name: str) -> Pattern:
+    """The pattern called ``name``.
+
+    Raises:
+        ConfigError: naming the unknown pattern and listing the known ones.
+    """
+    try:
+        return PATTERNS[name]
+    except KeyError:
+        raise ConfigError("pattern", name, f"unknown pattern; choose from {', '.join(PATTERNS)}") from None
+
+
+def _compose(adv: list[Request], victims: tuple[Request, ...]) -> Workload:
+    return Workload(renumber([r for r in adv if r.arrival_s < HORIZON_S] + list(victims)))
+
+
+def make_scenario(pattern: str, params: Mapping[str, float | int] | None, seed: int) -> Scenario:
+    """The scenario of ``pattern`` with ``params`` (missing ones at their default) and the
+    default victims of ``seed``.
+
+    Raises:
+        ConfigError: on an unknown pattern or parameter name.
+    """
+    pat = get_pattern(pattern)
+    full = pat.space.complete(params)
+    victims = default_victims(seed)
+    adv, names = pat.generate(full, np.random.default_rng(np.random.SeedSequence([seed, 7])))
+    vnames = tuple(dict.fromkeys(r.tenant for r in victims))
+    roles = tuple((n, "adversary") for n in names) + tuple((n, "victim") for n in vnames)
+    twin = None
+    if pattern == "prefix_probe":
+        control, _ = _probe(full, np.random.default_rng(np.random.SeedSequence([seed, 7])), decoy=True)
+        twin = Scenario(pattern, full, seed, _compose(control, victims), roles)
+    return Scenario(pattern, full, seed, _compose(adv, victims), roles, twin=twin)
+
+
+def scenario_from_workload(workload: Workload, adversaries: tuple[str, ...], *, pattern: str = "replay",
+                           seed: int = 0, horizon_s: float = HORIZON_S) -> Scenario:
+    """A scenario for a given workload (e.g. a file read back): tenants in
+    ``adversaries`` are the adversary, every other tenant a victim.
+
+    Raises:
+        ConfigError: if no request comes from an adversary tenant.
+    """
+    names = workload.tenants
+    if not set(adversaries) & set(names):
+        raise ConfigError("adversaries", adversaries, f"no request from them; tenants are {', '.join(names)}")
+    roles = tuple((n, "adversary") for n in adversaries) + tuple((n, "victim") for n in names if n not in adversaries)
+    return Scenario(pattern, {}, seed, workload, roles, horizon_s=horizon_s)
