@@ -526,15 +526,8 @@ class _Step:
         dur = step_duration_s(cfg, batched, kv_tokens)
         self.duration_s = dur
         end = self.t + dur
-        # Block-seconds for every tenant holding blocks during the step.
-        holders = {s.tenant for s in self.running.values()}
-        for i in holders:
-            t = self.tenants[i]
-            bs = t.blocks * dur
-            ch = {"block_seconds": t.block_seconds + bs}
-            if self.policy.deficit_unit == "block_seconds":
-                ch["deficit"] = t.deficit - bs
-            self._set(i, **ch)
+        # Block-seconds for every tenant holding blocks during the step (charged below).
+        held = {s.tenant: self.tenants[s.tenant].blocks * dur for s in self.running.values()}
         B = cfg.block_size_tokens
         produced: dict[int, list[int]] = {}  # tenant -> [tokens produced, tokens to charge to the counter]
         running = self.running
@@ -565,11 +558,14 @@ class _Step:
                 self._drop(s, "finished")
             else:
                 running[rid] = s
-        for i, (tokens, counted) in produced.items():
-            self._charge_output(i, tokens, counted)
+        for i, bs in held.items():
+            tokens, counted = produced.pop(i, (0, 0))
+            self._charge_step(i, bs, tokens, counted)
+        for i, (tokens, counted) in produced.items():  # finished sequences of tenants now holding nothing
+            self._charge_step(i, 0.0, tokens, counted)
         # Idle tenants lose their DRR deficit (no banked credit).
         if o.drr_reset_when_idle:
-            for i in self.touched | holders:
+            for i in self.touched:
                 t = self.tenants[i]
                 if not t.queue and t.running == 0 and t.deficit != 0.0:
                     self._set(i, deficit=0.0)
@@ -592,22 +588,30 @@ class _Step:
             self.key_salt[key] = salt
         return shared + tuple(add), private - len(add)
 
-    def _charge_output(self, i: int, tokens: int, counted: int) -> None:
-        """Charge ``tokens`` generated tokens to tenant i: service, deficit, bucket, tier
-        counter; only ``counted`` of them to its VTC counter (the rest were charged
-        ahead as a prediction)."""
+    def _charge_step(self, i: int, block_s: float, tokens: int, counted: int) -> None:
+        """Charge tenant i for one step: ``block_s`` block-seconds held and
+        ``tokens`` generated tokens (service, deficit, token bucket, tier
+        counter); only ``counted`` of them go to its VTC counter (the rest were
+        charged ahead as a prediction)."""
         cfg, o = self.cfg, self.cfg.order
-        t, tc = self._refill(i), cfg.tenants[i]
+        t, tc = self.tenants[i], cfg.tenants[i]
         cost = o.w_out * tokens
-        changes = {"service": t.service + cost}
+        changes = {"block_seconds": t.block_seconds + block_s}
+        if tokens:
+            changes["service"] = t.service + cost
         if counted:
             changes["counter"] = t.counter + o.w_out * counted / tc.weight
-        if self.policy.deficit_unit == "tokens":
+        unit = self.policy.deficit_unit
+        if unit == "tokens" and tokens:
             changes["deficit"] = t.deficit - cost
-        if cfg.admission.token_bucket and tc.token_rate_per_s is not None:
+        elif unit == "block_seconds" and block_s:
+            changes["deficit"] = t.deficit - block_s
+        if tokens and cfg.admission.token_bucket and tc.token_rate_per_s is not None:
+            t = self._refill(i)
             changes["bucket_tokens"] = t.bucket_tokens - tokens
         self._set(i, **changes)
-        self.tier_counters[tc.tier] += cost / o.tier_floors[min(tc.tier, len(o.tier_floors) - 1)]
+        if tokens:
+            self.tier_counters[tc.tier] += cost / o.tier_floors[min(tc.tier, len(o.tier_floors) - 1)]
 
     # --- result ---------------------------------------------------------------------
 
