@@ -92,9 +92,9 @@ def from_catalog(obj: Any) -> Finding:
     if msg is None:
         render = getattr(obj, "render", None) or getattr(obj, "describe", None)
         msg = render() if callable(render) else str(obj)
-    req = get("request_id", "request")
+    req = get("request_id", "request", "requests")
     if isinstance(req, (list, tuple)):
-        req = req[0] if req else None
+        req = req[-1] if req else None  # the newest: e.g. the one a full queue should have refused
     tenant = get("tenant")
     if tenant is None:
         ts = get("tenants")

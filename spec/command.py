@@ -1,0 +1,151 @@
+"""``tenantry verify``: check a scheduler tenantry did not write.
+
+Two ways in (DESIGN.md, "Checking a scheduler someone else wrote"):
+
+* ``--history FILE``: a recorded history (JSON Lines, spec/history_schema.json)
+  is judged offline; each finding is printed with its step, tenant, request
+  and numbers.
+* ``--target module:factory``: the factory's adapter is driven in step mode on
+  every adversary pattern (or on ``--workload FILE``), with the invariants
+  checked after every step, the catalog over the history, a determinism
+  re-run, and each pattern's objective against the victims' baseline.
+
+Both write ``report.json`` and ``report.md`` into ``--out``, and for each run
+with a finding its workload as JSON Lines with the command that replays it.
+Exit status: 0 when nothing was found, 1 on a finding, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from tenantry.model.config import ConfigError
+from tenantry.model.history import atomic_write_text, read_history
+
+HELP = "Check a scheduler tenantry did not write: a recorded history, or a module:factory adapter in step mode."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``verify`` flags."""
+    way = p.add_mutually_exclusive_group(required=True)
+    way.add_argument("--history", metavar="FILE", help="judge this recorded history (JSON Lines) offline")
+    way.add_argument("--target", metavar="MODULE:FACTORY", help="drive this adapter factory in step mode")
+    p.add_argument("--config", metavar="TOML", help="history mode: the configuration the scheduler claims "
+                   "(default: the history header's)")
+    p.add_argument("--claims", default="", metavar="IDS", help="history mode: comma-separated claim-level "
+                   "invariant ids the scheduler asserts (safety ones are always checked)")
+    p.add_argument("--workload", metavar="FILE", help="target mode: run this workload (JSON Lines) instead of "
+                   "the adversary matrix")
+    p.add_argument("--horizon-s", type=float, default=None, help="target mode with --workload: stop at this time (s)")
+    p.add_argument("--patterns", default="", metavar="NAMES", help="target mode: comma-separated patterns "
+                   "(default: all)")
+    p.add_argument("--seed", type=int, default=0, help="victims' seed of the matrix scenarios (default 0)")
+    p.add_argument("--tiered", action="store_true", help="give the adversary tier 0 and the victims tier 1 "
+                   "(for a priority scheduler whose factory takes tenants=)")
+    p.add_argument("--timeout-s", type=float, default=10.0, help="per-call timeout for the scheduler (s, default 10)")
+    p.add_argument("--no-determinism", action="store_true", help="skip the determinism re-run")
+    p.add_argument("--out", default="verify-report", metavar="DIR", help="report folder (default verify-report)")
+
+
+def _write(out: Path, report: dict[str, Any], md: list[str]) -> None:
+    atomic_write_text(out / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
+    atomic_write_text(out / "report.md", md)
+
+
+def run_history(args: argparse.Namespace) -> int:
+    """History mode (see the module docstring)."""
+    from .verify_history import finding_line, verify_history
+
+    history = read_history(args.history)
+    config = None
+    if args.config:
+        from tenantry.model.command import load_config_toml
+
+        config = load_config_toml(args.config)
+    claimed = tuple(c.strip() for c in args.claims.split(",") if c.strip())
+    from .adapter import Claims
+
+    if config is not None:
+        Claims(config, invariants=claimed)  # validates the ids
+    found = verify_history(history, config, claimed)
+    lines = [finding_line(f) for f in found]
+    for line in lines:
+        print(line)
+    print(f"{args.history}: {len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings")
+    report = {"kind": "verify-history", "history": str(args.history), "claimed": list(claimed),
+              "steps": len(history.steps), "requests": len(history.requests),
+              "findings": [f.to_json() for f in found]}
+    md = [f"# tenantry verify --history {args.history}", "",
+          f"{len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings.", ""]
+    md += [f"- {line}" for line in lines]
+    _write(Path(args.out), report, md)
+    return 1 if found else 0
+
+
+def _cell_json(c: Any, replay: str | None) -> dict[str, Any]:
+    return {"pattern": c.pattern, "objective": c.objective, "score": c.score, "threshold": c.threshold,
+            "hurt": c.hurt, "metrics": c.metrics, "stats": c.verdict.stats,
+            "findings": [f.to_json() for f in c.verdict.findings], "replay": replay}
+
+
+def run_target(args: argparse.Namespace) -> int:
+    """Target mode (see the module docstring)."""
+    from tenantry.model.traces import read_workload_jsonl, write_workload_jsonl
+
+    from .adapter import load_factory
+    from .verify_matrix import bind, run_matrix, scenario_tenants
+    from .verify_run import verify_workload
+
+    factory = load_factory(args.target)
+    out = Path(args.out)
+    det = not args.no_determinism
+    if args.workload:
+        wl = read_workload_jsonl(args.workload)
+        roles = [(n, "victim") for n in wl.tenants]
+        v = verify_workload(bind(factory, scenario_tenants(roles, False)), wl, horizon_s=args.horizon_s,
+                            timeout_s=args.timeout_s, determinism=det)
+        for f in v.findings:
+            print(f.render())
+        print(f"{args.target} on {args.workload}: {v.stats.get('steps', 0)} steps, {len(v.findings)} findings")
+        report = {"kind": "verify-target", "target": args.target, "describe": v.describe, "claimed": list(v.claimed),
+                  "workload": str(args.workload), "stats": v.stats, "findings": [f.to_json() for f in v.findings]}
+        _write(out, report, [f"# tenantry verify --target {args.target} --workload {args.workload}", "",
+                             v.render(limit=50)])
+        return 1 if v.findings else 0
+    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] or None
+    cells = run_matrix(factory, patterns=patterns, seed=args.seed, tiered=args.tiered, timeout_s=args.timeout_s,
+                       determinism=det, progress=print)
+    rows, md_rows, total = [], [], 0
+    for c in cells:
+        replay = None
+        if c.verdict.findings:
+            total += len(c.verdict.findings)
+            path = out / "workloads" / f"{c.pattern}.jsonl"
+            write_workload_jsonl(c.scenario.workload, path)
+            replay = (f"tenantry verify --target {shlex.quote(args.target)} --workload {shlex.quote(str(path))} "
+                      f"--horizon-s {c.scenario.horizon_s}")
+        rows.append(_cell_json(c, replay))
+        first = c.verdict.findings[0].render() if c.verdict.findings else ""
+        md_rows.append(f"| {c.pattern} | {c.objective} | {c.score:.3g} | {'yes' if c.hurt else 'no'} | "
+                       f"{len(c.verdict.findings)} | {first.replace('|', '/')} |")
+    describe = cells[0].verdict.describe if cells else ""
+    report = {"kind": "verify-target", "target": args.target, "describe": describe, "seed": args.seed,
+              "tiered": args.tiered, "claimed": list(cells[0].verdict.claimed) if cells else [], "cells": rows,
+              "findings": total}
+    md = [f"# tenantry verify --target {args.target}", "", f"{describe}", "",
+          "| pattern | objective | score | hurt | findings | first finding |", "|---|---|---|---|---|---|", *md_rows]
+    md += [""] + [f"- replay {r['pattern']}: `{r['replay']}`" for r in rows if r["replay"]]
+    _write(out, report, md)
+    print(f"{args.target}: {len(cells)} patterns, {total} findings; report in {out}")
+    return 1 if total else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``tenantry verify``; returns the exit status."""
+    if args.timeout_s is not None and not args.timeout_s > 0:
+        raise ConfigError("--timeout-s", args.timeout_s, "must be > 0")
+    return run_history(args) if args.history else run_target(args)
