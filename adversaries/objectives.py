@@ -30,6 +30,9 @@ from tenantry.model.history import History, RequestRecord
 TTFT_SLO_S = 1.0
 #: Smallest baseline latency used as a ratio's denominator (seconds): one step.
 MIN_LATENCY_S = 0.025
+#: Fewest labelled probes (guesses a victim had sent) for the probe AUC to mean
+#: anything; with fewer, the AUC is reported as 0.5 (no evidence).
+MIN_PROBES = 5
 
 #: Metric name -> one-line description (units in the text).
 OBJECTIVES: dict[str, str] = {
@@ -207,6 +210,7 @@ def probe_auc(hist: History, twin: History, adversaries: Iterable[str], cached_b
     -TTFT in the twin run where the guess is replaced by a fresh decoy.  When
     nothing the adversary sends changes what it observes (salted or no cache)
     the two samples are the same multiset and the AUC is exactly 0.5.
+    Fewer than :data:`MIN_PROBES` positive slots give 0.5 (too little evidence).
     """
     adv = set(adversaries)
 
@@ -216,6 +220,8 @@ def probe_auc(hist: History, twin: History, adversaries: Iterable[str], cached_b
 
     a, b = slots(hist), slots(twin)
     idx = [i for i in range(min(len(a), len(b))) if cached_before.get(i, False)]
+    if len(idx) < MIN_PROBES:
+        return 0.5
     return roc_auc([a[i] for i in idx], [b[i] for i in idx])
 
 

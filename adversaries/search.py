@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import re
+import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -43,6 +44,8 @@ from .space import Space, freeze
 
 #: Candidates evaluated per batch (fixed: independent of the worker count).
 BATCH = 8
+#: Hypothesis is not thread-safe: one Hypothesis search at a time per process.
+_HYPOTHESIS_LOCK = threading.Lock()
 
 
 @attrs.frozen
@@ -261,7 +264,8 @@ def hypothesis_search(setup: str, pattern: str, *, seed: int, budget: Budget, ex
         if got:
             target(got[0].score, label="objective")
 
-    probe()
+    with _HYPOTHESIS_LOCK:
+        probe()
     note = "" if budget.evaluations is None or len(r.candidates) >= budget.evaluations or r.remaining() == 0 \
         else f"hypothesis stopped after {len(r.candidates)} examples"
     return r.result(note)

@@ -1,0 +1,120 @@
+"""``tenantry check``: what does a genuinely abusive tenant do to the other tenants?
+
+With no arguments: every pattern and search, with a modest budget, against
+every built-in setup, on the embedded default (the small replica and the
+default victims); then a short run of the proofs and the stateful suite when
+they exist.  Prints the setup x pattern matrix (each cell: the objective, a
+finding mark, an invariant mark), one line per cell with the worst
+workload's file, the wall time and evaluations per second, and writes the
+report folder (``--out``).  Exit status 1 when an invariant that a setup
+claims broke, else 0; 2 on bad input.
+
+``--replay CELL`` re-runs one cell folder's workload file and prints its metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from tenantry.model.config import ConfigError
+from tenantry.model.traces import read_workload_jsonl
+
+HELP = "Run every abusive-tenant pattern and search against every built-in policy setup; print the matrix."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", default=None, help="per cell: N evaluations, Ns seconds, or N,Ns (default 12)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the victims and the searches (default 0)")
+    p.add_argument("--policy", nargs="+", default=None, metavar="SETUP", help="setups to run (default: all; see --list)")
+    p.add_argument("--pattern", nargs="+", default=None, metavar="PATTERN", help="patterns to run (default: all)")
+    p.add_argument("--search", nargs="+", default=None, metavar="SEARCH",
+                   help="searches per cell: random evolution hypothesis z3 (default: all)")
+    p.add_argument("--out", type=Path, default=Path("tenantry-check"), help="report folder (default ./tenantry-check)")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count; 1 runs inline)")
+    p.add_argument("--shrink", type=int, default=None, metavar="N", help="evaluations per shrink of a finding (default 24; 0: off)")
+    p.add_argument("--plots", choices=("findings", "all", "none"), default="findings", help="which cells get plots")
+    p.add_argument("--no-extras", action="store_true", help="skip the short run of the proofs and the stateful suite")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--list", action="store_true", help="list the setups and patterns and exit")
+    p.add_argument("--replay", type=Path, default=None, metavar="CELL", help="re-run a cell folder's workload and print its metrics")
+
+
+def _list() -> int:
+    from .configs import SETUPS
+    from .patterns import PATTERNS
+    print("setups:")
+    for s in SETUPS.values():
+        print(f"  {s.name:<15} {s.summary}")
+    print("patterns:")
+    for p in PATTERNS.values():
+        print(f"  {p.name:<16} [{p.objective}] {p.exploits}")
+    return 0
+
+
+def replay(folder: Path) -> int:
+    """Re-run a cell folder's workload (and the probe's twin) on its setup; print the metrics.
+
+    Raises:
+        ConfigError: if the folder has no cell.json or workload.jsonl.
+    """
+    from .evaluate import run_scenario
+    from .patterns import scenario_from_workload
+
+    cell_path = folder / "cell.json"
+    if not cell_path.exists():
+        raise ConfigError("--replay", str(folder), "no cell.json in this folder (give a cells/<setup>/<pattern> folder)")
+    cell = json.loads(cell_path.read_text(encoding="utf-8"))
+    wl = read_workload_jsonl(folder / "workload.jsonl")
+    sc = scenario_from_workload(wl, tuple(cell["adversaries"]), pattern=cell["pattern"])
+    if (folder / "twin.jsonl").exists():
+        twin = scenario_from_workload(read_workload_jsonl(folder / "twin.jsonl"), tuple(cell["adversaries"]),
+                                      pattern=cell["pattern"])
+        sc = sc.with_workload(sc.workload, twin)
+    _, _, _, ev = run_scenario(cell["setup"], sc, depth="full")
+    print(f"{cell['setup']} / {cell['pattern']}: {cell['objective']} = {ev.score:.6g} "
+          f"(recorded {cell['score']:.6g}: {'same' if ev.score == cell['score'] else 'DIFFERENT'})")
+    for k in sorted(ev.metrics):
+        print(f"  {k:<32} {ev.metrics[k]:.6g}")
+    print("invariants: " + ("; ".join(f"{k} BROKEN: {v[0]}" for k, v in sorted(ev.broken.items())) or "none broken")
+          + (f" (unchecked: {', '.join(ev.unchecked)})" if ev.unchecked else ""))
+    return 1 if ev.broken else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from .check import DEFAULT_BUDGET, DEFAULT_SHRINK, run_check
+    from .report import cell_lines, matrix_text
+    from .search import Budget, SEARCHES
+
+    if args.list:
+        return _list()
+    if args.replay is not None:
+        return replay(args.replay)
+    budget = Budget.parse(args.budget or DEFAULT_BUDGET)
+    setups = None if not args.policy or args.policy == ["all"] else args.policy
+    patterns = None if not args.pattern or args.pattern == ["all"] else args.pattern
+    t0 = time.monotonic()
+    res = run_check(setups=setups, patterns=patterns, seed=args.seed, budget=budget,
+                    searches=tuple(args.search or SEARCHES), out=args.out, workers=args.workers,
+                    shrink_evaluations=DEFAULT_SHRINK if args.shrink is None else args.shrink, plots=args.plots,
+                    extras=not args.no_extras, progress=not args.quiet)
+    wall = time.monotonic() - t0
+    s, cells = res["summary"], res["cells"]
+    print(matrix_text(s["setups"], s["patterns"], cells))
+    print()
+    print("* finding (objective at or above the pattern's finding level)   ! a claimed invariant broke")
+    print(f"invariants: {s['invariant_source']} catalog")
+    print()
+    for line in cell_lines(s["setups"], s["patterns"], cells):
+        print(line)
+    for k, v in sorted((s.get("extras") or {}).items()):
+        print(f"{k}: {v}")
+    n = res["evaluations"]
+    print(f"\n{len(cells)} cells, {n} evaluations in {wall:.1f} s ({n / wall:.2f} evaluations/s); report: {args.out / 'report.md'}")
+    if res["claimed_broken"]:
+        print("a claimed invariant broke: exit 1", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,226 @@
+"""Outputs: replayable workload files, per-cell records, plots and the markdown report.
+
+A cell folder ``cells/<setup>/<pattern>/`` holds:
+
+* ``workload.jsonl``: the worst workload found, in the project's JSON Lines
+  (:func:`tenantry.model.traces.write_workload_jsonl`); ``shrunk.jsonl`` the
+  reduced one when shrinking ran; ``twin.jsonl`` the prefix probe's control run;
+* ``azure/<tenant>.csv`` and ``mooncake/<tenant>.jsonl``: the same requests
+  per tenant as Azure-2023-style CSV and Mooncake-style JSON Lines, to replay
+  against a real server (one client per tenant);
+* ``cell.json``: setup, pattern, parameters, every metric, the searches'
+  scores, broken and unchecked invariants, and the command that replays it.
+
+Everything but the plots is written deterministically (same seed, same
+bytes) and atomically.  Plots use matplotlib's Agg backend.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from tenantry.model.history import History, atomic_write_text
+from tenantry.model.traces import write_azure_csv, write_mooncake_jsonl, write_workload_jsonl
+from tenantry.model.workload import Workload
+
+from .objectives import OBJECTIVES, censored_ttfts
+from .patterns import Scenario
+
+
+def dump_json(obj: Any, path: str | os.PathLike) -> None:
+    """Write ``obj`` as sorted, indented JSON (non-finite floats as strings), atomically."""
+    atomic_write_text(path, [json.dumps(_finite(obj), sort_keys=True, indent=1)])
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return repr(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_workload_files(scenario: Scenario, folder: str | os.PathLike, name: str = "workload") -> dict[str, Any]:
+    """Write a scenario's workload in the three formats; returns {format: relative path(s)}."""
+    folder = Path(folder)
+    wl: Workload = scenario.workload
+    write_workload_jsonl(wl, folder / f"{name}.jsonl")
+    files: dict[str, Any] = {"jsonl": f"{name}.jsonl", "azure": {}, "mooncake": {}}
+    if name == "workload":
+        for tenant in wl.tenants:
+            write_azure_csv(wl, folder / "azure" / f"{tenant}.csv", tenant=tenant)
+            write_mooncake_jsonl(wl, folder / "mooncake" / f"{tenant}.jsonl", tenant=tenant)
+            files["azure"][tenant] = f"azure/{tenant}.csv"
+            files["mooncake"][tenant] = f"mooncake/{tenant}.jsonl"
+        if scenario.twin is not None:
+            write_workload_jsonl(scenario.twin.workload, folder / "twin.jsonl")
+            files["twin"] = "twin.jsonl"
+    return files
+
+
+def plot_cell(setup: str, scenario: Scenario, hist: History, base: History, folder: str | os.PathLike) -> list[str]:
+    """Three PNGs for one cell; returns their names.
+
+    ``service.png``: cumulative weighted service per tenant over time;
+    ``kv_blocks.png``: KV blocks held per tenant over time;
+    ``ttft_cdf.png``: the victims' TTFT CDF with and without the adversary
+    (censored TTFTs: a request never served counts as waiting to the end).
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    t = [s.start_s + s.duration_s for s in hist.steps]
+    tenants = [n for n, _ in scenario.roles]
+    out = []
+    for fname, field, ylabel in (("service.png", "service", "cumulative weighted service (tokens)"),
+                                 ("kv_blocks.png", "blocks_in_use", "KV blocks held")):
+        fig, ax = plt.subplots(figsize=(7, 3.6))
+        for n in tenants:
+            ys = [getattr(s, field).get(n, 0) for s in hist.steps]
+            ax.plot(t, ys, label=n + (" (adversary)" if n in scenario.adversaries else ""),
+                    lw=2.0 if n in scenario.adversaries else 1.2, drawstyle="steps-post" if field != "service" else "default")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{setup} / {scenario.pattern}")
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        fig.savefig(folder / fname, dpi=90, metadata={"Software": None})
+        plt.close(fig)
+        out.append(fname)
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for label, h, style in (("with adversary", hist, "-"), ("without", base, "--")):
+        xs = sorted(x for v in censored_ttfts(h, scenario.victims).values() for x in v)
+        if xs:
+            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], style, where="post", label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("victim TTFT (s, log)")
+    ax.set_ylabel("fraction of victim requests")
+    ax.set_title(f"{setup} / {scenario.pattern}: victims' TTFT CDF")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(folder / "ttft_cdf.png", dpi=90, metadata={"Software": None})
+    plt.close(fig)
+    out.append("ttft_cdf.png")
+    return out
+
+
+def fmt(x: float) -> str:
+    """A compact number: 3 significant digits, k/M suffixes for large values."""
+    if not math.isfinite(x):
+        return "inf"
+    a = abs(x)
+    if a >= 1e6:
+        return f"{x / 1e6:.3g}M"
+    if a >= 1e4:
+        return f"{x / 1e3:.3g}k"
+    return f"{x:.3g}"
+
+
+def matrix_text(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[tuple[str, str], Mapping[str, Any]],
+                markdown: bool = False) -> str:
+    """The setup x pattern matrix: each cell's objective, ``*`` for a finding (at or
+    above the pattern's finding level), ``!`` when a claimed invariant broke."""
+    def cell(s: str, p: str) -> str:
+        c = cells.get((s, p))
+        if c is None:
+            return "-"
+        mark = ("*" if c["finding"] else "") + ("!" if c["broken"] else "")
+        return fmt(c["score"]) + mark
+
+    head = ["setup \\ pattern"] + list(patterns)
+    rows = [[s] + [cell(s, p) for p in patterns] for s in setups]
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+    short = [h[:max(widths[i], 6)] for i, h in enumerate(head)]
+    widths = [max(w, len(h)) for w, h in zip(widths, short)]
+    fmt_row = lambda r: "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
+    return "\n".join([fmt_row(short)] + [fmt_row(r) for r in rows])
+
+
+def cell_lines(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
+    """One line per cell: objective, score, found by, workload file, invariants."""
+    out = []
+    for s in setups:
+        for p in patterns:
+            c = cells.get((s, p))
+            if c is None:
+                continue
+            inv = "; ".join(f"{k} BROKEN" for k in sorted(c["broken"])) or "ok"
+            out.append(f"{s:<14} {p:<16} {c['objective']:<20} {fmt(c['score']):>8}{'*' if c['finding'] else ' '} "
+                       f"{c['search'] or '-':<10} {c['workload']}  [{inv}]")
+    return out
+
+
+def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: Mapping[tuple[str, str], Mapping[str, Any]],
+                 plots: Mapping[tuple[str, str], Iterable[str]]) -> Path:
+    """``report.md``: how the check ran, the matrix, the findings and their plots, the legend."""
+    folder = Path(folder)
+    setups, patterns = summary["setups"], summary["patterns"]
+    lines = [
+        "# tenantry check",
+        "",
+        f"Seed {summary['seed']}, budget {summary['budget']} per cell, searches: {', '.join(summary['searches'])}; "
+        f"invariants checked with the {summary['invariant_source']} catalog (history forms during search; state, "
+        f"history and two-run forms on each cell's worst workload).",
+        "",
+        "Each cell: the pattern's objective on the worst workload found (larger is worse for the victims); "
+        "`*` at or above the pattern's finding level, `!` a claimed invariant broke.",
+        "",
+        matrix_text(setups, patterns, cells, markdown=True),
+        "",
+        "## Objectives",
+        "",
+    ]
+    from .patterns import PATTERNS
+    for p in patterns:
+        pat = PATTERNS[p]
+        lines.append(f"- **{p}** ({pat.objective}, finding at >= {pat.finding:g}): {pat.exploits}. "
+                     f"Should hurt: {', '.join(pat.hurts)}. Objective: {OBJECTIVES[pat.objective]}.")
+    broken = [(k, c) for k, c in sorted(cells.items()) if c["broken"]]
+    lines += ["", "## Broken invariants", ""]
+    if not broken:
+        lines.append("None: no claimed invariant broke in any cell.")
+    for (s, p), c in broken:
+        for inv, msgs in sorted(c["broken"].items()):
+            lines.append(f"- `{s}` / `{p}`: **{inv}**: {msgs[0] if msgs else ''}")
+    lines += ["", "## Findings", ""]
+    for s in setups:
+        for p in patterns:
+            c = cells.get((s, p))
+            if c is None or not c["finding"]:
+                continue
+            d = f"cells/{s}/{p}"
+            m = c["metrics"]
+            lines.append(f"### {s} / {p}: {c['objective']} = {fmt(c['score'])}")
+            lines.append("")
+            lines.append(f"Found by {c['search']}; victim TTFT p99 x{fmt(m['ttft_p99_inflation'])}, starvation "
+                         f"{fmt(m['starvation_s'])} s, actor's contended share {fmt(m['contended_share'])}, Jain "
+                         f"{fmt(m['jain'])}, most evictions of one sequence {fmt(m['max_evictions'])}, probe AUC "
+                         f"{fmt(m['probe_auc'])}.  Workload: [{d}/{c['workload_name']}]({d}/{c['workload_name']})"
+                         + (f"; shrunk to {c['shrunk_requests']} of {c['adversary_requests']} adversary requests: "
+                            f"[{d}/shrunk.jsonl]({d}/shrunk.jsonl)" if c.get("shrunk") else "") + ".")
+            lines.append(f"Replay: `{c['replay']}`")
+            for png in plots.get((s, p), ()):
+                lines.append(f"![{png}]({d}/{png})")
+            lines.append("")
+    extras = summary.get("extras") or {}
+    if extras:
+        lines += ["## Proofs and stateful suite", ""]
+        for k, v in sorted(extras.items()):
+            lines.append(f"- {k}: {v}")
+        lines.append("")
+    path = folder / "report.md"
+    atomic_write_text(path, lines)
+    return path
