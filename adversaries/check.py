@@ -73,7 +73,7 @@ def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: c
     share = budget.split(len(names))
     results: list[SearchResult] = [
         run_search(name, setup, pattern, seed=sub_seed(seed, setup, pattern, name), budget=share,
-                   executor=executor, progress=progress)
+                   executor=executor, progress=progress, scenario_seed=seed)
         for name in names
     ]
     found = [r for r in results if r.best is not None]
@@ -94,7 +94,7 @@ def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: c
         "evaluations": sum(r.evaluations for r in results),
         "searches": {r.search: {"evaluations": r.evaluations, "best": r.best.score if r.best else None,
                                 "note": r.note} for r in results},
-        "adversaries": list(scenario.adversaries), "adversary_requests": sum(
+        "adversaries": list(scenario.adversaries), "victims": list(scenario.victims), "adversary_requests": sum(
             1 for x in scenario.workload if x.tenant in set(scenario.adversaries)),
         "workload": str(rel / "workload.jsonl"), "workload_name": "workload.jsonl",
         "replay": f"tenantry check --replay {rel}", "shrunk": None,

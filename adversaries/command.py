@@ -69,9 +69,10 @@ def replay(folder: Path) -> int:
         raise ConfigError("--replay", str(folder), "no cell.json in this folder (give a cells/<setup>/<pattern> folder)")
     cell = json.loads(cell_path.read_text(encoding="utf-8"))
     wl = read_workload_jsonl(folder / "workload.jsonl")
-    sc = scenario_from_workload(wl, tuple(cell["adversaries"]), pattern=cell["pattern"])
+    adv, vic = tuple(cell["adversaries"]), tuple(cell["victims"])
+    sc = scenario_from_workload(wl, adv, victims=vic, pattern=cell["pattern"])
     if (folder / "twin.jsonl").exists():
-        twin = scenario_from_workload(read_workload_jsonl(folder / "twin.jsonl"), tuple(cell["adversaries"]),
+        twin = scenario_from_workload(read_workload_jsonl(folder / "twin.jsonl"), adv, victims=vic,
                                       pattern=cell["pattern"])
         sc = sc.with_workload(sc.workload, twin)
     _, _, _, ev = run_scenario(cell["setup"], sc, depth="full")

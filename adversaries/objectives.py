@@ -19,6 +19,7 @@ Conventions:
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Iterable, Mapping, Sequence
 
@@ -48,6 +49,8 @@ OBJECTIVES: dict[str, str] = {
     "wasted_prefill_tokens": "tokens whose KV was discarded by evictions and recomputed (all tenants)",
     "starvation_s": "longest wait of a victim request for its first scheduling (seconds; censored at the end)",
     "overtaken": "most adversary requests that arrived after a victim request yet were scheduled before it",
+    "passed_over_s": "longest time a waiting victim request watched adversary requests enter the batch ahead of it "
+                     "(seconds from its arrival to the last such admission)",
     "goodput": "victim requests with TTFT within the SLO per second of run",
     "goodput_loss": "1 - victim goodput with the adversary / without it",
     "probe_auc": "ROC AUC of the probe's TTFT for 'victim prefix cached' (0.5 = no information)",
@@ -106,6 +109,22 @@ def overtaken(history: History, adversaries: Iterable[str], victims: Iterable[st
             done = r.first_scheduled_s if r.first_scheduled_s is not None else end
             n = sum(1 for arr, sch in a if arr > r.arrival_s and sch < done)
             worst = max(worst, n)
+    return worst
+
+
+def passed_over_s(history: History, adversaries: Iterable[str], victims: Iterable[str]) -> float:
+    """Longest span from a victim request's arrival to the last adversary admission
+    (first scheduling) made while it still waited.  Waiting for a busy replica with
+    nobody admitted counts 0: this isolates being passed over by the order policy."""
+    adv, vic, end = set(adversaries), set(victims), history.end_s
+    admits = sorted(r.first_scheduled_s for r in history.requests if r.tenant in adv and r.first_scheduled_s is not None)
+    worst = 0.0
+    for r in history.requests:
+        if r.tenant in vic and _admitted(r):
+            done = r.first_scheduled_s if r.first_scheduled_s is not None else end
+            i = bisect.bisect_left(admits, done) - 1
+            if i >= 0 and admits[i] >= r.arrival_s:
+                worst = max(worst, admits[i] - r.arrival_s)
     return worst
 
 
@@ -257,6 +276,7 @@ def all_metrics(hist: History, base: History, *, adversaries: Sequence[str], vic
         "wasted_prefill_tokens": float(wasted),
         "starvation_s": starvation_s(hist, victims),
         "overtaken": float(overtaken(hist, adversaries, victims)),
+        "passed_over_s": passed_over_s(hist, adversaries, victims),
         "goodput": gp,
         "goodput_loss": 1.0 - gp / gp0 if gp0 > 0 else 0.0,
         "probe_auc": probe_auc(hist, twin, adversaries, cached_before or {}) if twin is not None else 0.5,

@@ -240,7 +240,7 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
             ("fcfs", "priority", "rate_limit"), "ttft_p99_inflation",
             Space([P("rate_per_s", 2, 60, 30, log=True), P("prompt_tokens", 16, 1024, 256, True, True),
                    P("output_tokens", 1, 64, 32, True, True), P("start_s", 0, 6, 0), P("duration_s", 1, 12, 12)]),
-            gen_flood, 5.0),
+            gen_flood, 20.0),
     Pattern("few_huge", "request-count fairness: few huge requests against many small ones",
             ("round_robin", "rate_limit", "fcfs"), "contended_share",
             Space([P("rate_per_s", 0.2, 4, 1.5, log=True), P("prompt_tokens", 256, 3000, 2000, True, True),
@@ -250,17 +250,17 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
             ("vtc", "drr_tokens", "fcfs", "round_robin"), "ttft_p99_inflation",
             Space([P("rate_per_s", 0.2, 4, 1.0, log=True), P("prompt_tokens", 256, 3000, 1500, True, True),
                    P("output_tokens", 64, 400, 300, True, True), P("start_s", 0, 6, 0)]),
-            gen_slow_decoders, 3.0),
+            gen_slow_decoders, 10.0),
     Pattern("churn", "per-block fairness and victim choice: many short-lived sequences never hold much at once",
             ("drr", "protected_drr", "round_robin"), "contended_share",
             Space([P("rate_per_s", 5, 80, 40, log=True), P("prompt_tokens", 16, 128, 32, True, True),
                    P("output_tokens", 1, 4, 1, True)]),
             gen_churn, 0.6),
     Pattern("idle_burst", "banked credit: a counter left low while idle buys exclusive service on return",
-            ("vtc_nolift",), "starvation_s",
+            ("vtc_nolift",), "service_gap",
             Space([P("idle_s", 2, 10, 8), P("burst_n", 5, 160, 120, True, True), P("burst_span_s", 0.1, 3, 0.5, log=True),
                    P("prompt_tokens", 16, 1024, 64, True, True), P("output_tokens", 4, 64, 64, True, True)]),
-            gen_idle_burst, 2.0),
+            gen_idle_burst, 4.0),
     Pattern("on_off_aging", "priority aging thresholds: bursts timed so the higher tier is always backlogged",
             ("priority", "aging"), "starvation_s",
             Space([P("period_s", 0.5, 6, 3), P("duty", 0.1, 0.95, 0.8), P("rate_per_s", 5, 60, 30, log=True),
@@ -287,7 +287,7 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
             ("fcfs", "priority"), "ttft_p99_inflation",
             Space([P("batch", 5, 200, 100, True, True), P("period_s", 0.5, 6, 3),
                    P("prompt_tokens", 16, 512, 128, True, True), P("output_tokens", 1, 64, 16, True, True)]),
-            gen_queue_stuffing, 5.0),
+            gen_queue_stuffing, 20.0),
     Pattern("estimate_gaming", "charges made from client estimates: a tiny predicted output and prompt byte count",
             ("vtc_predict",), "contended_share",
             Space([P("rate_per_s", 1, 30, 8, log=True), P("prompt_tokens", 64, 2048, 1024, True, True),
@@ -337,16 +337,25 @@ def make_scenario(pattern: str, params: Mapping[str, float | int] | None, seed: 
     return Scenario(pattern, full, seed, _compose(adv, victims), roles, twin=twin)
 
 
-def scenario_from_workload(workload: Workload, adversaries: tuple[str, ...], *, pattern: str = "replay",
-                           seed: int = 0, horizon_s: float = HORIZON_S) -> Scenario:
+def scenario_from_workload(workload: Workload, adversaries: tuple[str, ...], *, victims: tuple[str, ...] | None = None,
+                           pattern: str = "replay", seed: int = 0, horizon_s: float = HORIZON_S) -> Scenario:
     """A scenario for a given workload (e.g. a file read back): tenants in
-    ``adversaries`` are the adversary, every other tenant a victim.
+    ``adversaries`` are the adversary, the others victims, in the order of
+    ``victims`` when given (tenant order is part of the configuration: it breaks
+    ties), else in order of first arrival.
 
     Raises:
-        ConfigError: if no request comes from an adversary tenant.
+        ConfigError: if no request comes from an adversary tenant, or ``victims``
+            misses a tenant of the workload.
     """
     names = workload.tenants
     if not set(adversaries) & set(names):
         raise ConfigError("adversaries", adversaries, f"no request from them; tenants are {', '.join(names)}")
-    roles = tuple((n, "adversary") for n in adversaries) + tuple((n, "victim") for n in names if n not in adversaries)
+    rest = tuple(n for n in names if n not in adversaries)
+    if victims is not None:
+        missing = [n for n in rest if n not in victims]
+        if missing:
+            raise ConfigError("victims", victims, f"tenant {missing[0]} of the workload is not listed")
+        rest = tuple(victims)
+    roles = tuple((n, "adversary") for n in adversaries) + tuple((n, "victim") for n in rest)
     return Scenario(pattern, {}, seed, workload, roles, horizon_s=horizon_s)

@@ -1,6 +1,7 @@
 """Searches for the worst workload of a pattern against a setup.
 
-Every search takes a ``seed`` (all randomness from
+Every search takes a ``seed`` (and optionally a separate ``scenario_seed`` for
+the victims' traffic; all randomness from
 ``np.random.default_rng(seed)`` or Hypothesis's ``@seed``) and a
 :class:`Budget` (evaluations and/or seconds), shows a tqdm progress bar, and
 returns a :class:`SearchResult` whose ``best`` is the worst workload found
@@ -136,8 +137,10 @@ class Runner:
     """
 
     def __init__(self, search: str, setup: str, pattern: str, seed: int, budget: Budget,
-                 executor: cf.Executor, progress: bool = False, objective: str | None = None) -> None:
+                 executor: cf.Executor, progress: bool = False, objective: str | None = None,
+                 scenario_seed: int | None = None) -> None:
         self.search, self.setup, self.pattern, self.seed = search, setup, pattern, seed
+        self.scenario_seed = seed if scenario_seed is None else scenario_seed
         self.budget, self.executor, self.objective = budget, executor, objective
         self.space: Space = get_pattern(pattern).space
         self.candidates: list[Candidate] = []
@@ -163,7 +166,7 @@ class Runner:
         if not params_list:
             return []
         full = [self.space.complete(p) for p in params_list]
-        tasks = [Task(self.setup, self.pattern, freeze(p), self.seed, self.objective) for p in full]
+        tasks = [Task(self.setup, self.pattern, freeze(p), self.scenario_seed, self.objective) for p in full]
         out = []
         for p, ev in zip(full, evaluate_batch(self.executor, tasks)):
             c = Candidate(len(self.candidates), p, ev)
@@ -184,9 +187,10 @@ class Runner:
 
 
 def random_search(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor,
-                  progress: bool = False, objective: str | None = None, include_default: bool = True) -> SearchResult:
+                  progress: bool = False, objective: str | None = None, scenario_seed: int | None = None,
+                  include_default: bool = True) -> SearchResult:
     """Uniform random search: the defaults first, then uniform points, in batches of :data:`BATCH`."""
-    r = Runner("random", setup, pattern, seed, budget, executor, progress, objective)
+    r = Runner("random", setup, pattern, seed, budget, executor, progress, objective, scenario_seed)
     rng = np.random.default_rng(seed)
     first = [r.space.defaults()] if include_default else []
     while r.remaining() != 0:
@@ -198,8 +202,8 @@ def random_search(setup: str, pattern: str, *, seed: int, budget: Budget, execut
 
 
 def evolution_search(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor,
-                     progress: bool = False, objective: str | None = None, mu: int = 4, sigma: float = 0.15,
-                     ) -> SearchResult:
+                     progress: bool = False, objective: str | None = None, scenario_seed: int | None = None,
+                     mu: int = 4, sigma: float = 0.15) -> SearchResult:
     """A (mu + lambda) evolutionary search on the unit cube, lambda = :data:`BATCH`.
 
     Generation 0 is the defaults plus uniform points.  Each later generation
@@ -209,7 +213,7 @@ def evolution_search(setup: str, pattern: str, *, seed: int, budget: Budget, exe
     Evolutionary Computing", 2nd ed., ch. 4-5).  The mu best of parents and
     children survive (elitism).
     """
-    r = Runner("evolution", setup, pattern, seed, budget, executor, progress, objective)
+    r = Runner("evolution", setup, pattern, seed, budget, executor, progress, objective, scenario_seed)
     rng = np.random.default_rng(seed)
     d = len(r.space)
     points = [r.space.encode(r.space.defaults())] + [rng.random(d) for _ in range(BATCH - 1)]
@@ -230,7 +234,8 @@ def evolution_search(setup: str, pattern: str, *, seed: int, budget: Budget, exe
 
 
 def hypothesis_search(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor,
-                      progress: bool = False, objective: str | None = None) -> SearchResult:
+                      progress: bool = False, objective: str | None = None,
+                      scenario_seed: int | None = None) -> SearchResult:
     """Hypothesis-driven search: ``@given`` parameters, ``target(score)``, no shrinking.
 
     Each example is evaluated through ``executor`` (one at a time: Hypothesis
@@ -241,7 +246,7 @@ def hypothesis_search(setup: str, pattern: str, *, seed: int, budget: Budget, ex
     from hypothesis import seed as hyp_seed
     from hypothesis import strategies as st
 
-    r = Runner("hypothesis", setup, pattern, seed, budget, executor, progress, objective)
+    r = Runner("hypothesis", setup, pattern, seed, budget, executor, progress, objective, scenario_seed)
 
     def strat(p):
         if p.integer:
@@ -272,13 +277,14 @@ def hypothesis_search(setup: str, pattern: str, *, seed: int, budget: Budget, ex
 
 
 def _z3(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor,
-        progress: bool = False, objective: str | None = None) -> SearchResult:
+        progress: bool = False, objective: str | None = None, scenario_seed: int | None = None) -> SearchResult:
     from .z3search import z3_search
     return z3_search(setup, pattern, seed=seed, budget=budget, executor=executor, progress=progress,
-                     objective=objective)
+                     objective=objective, scenario_seed=scenario_seed)
 
 
-#: Search name -> function(setup, pattern, *, seed, budget, executor, progress, objective) -> SearchResult.
+#: Search name -> function(setup, pattern, *, seed, budget, executor, progress, objective, scenario_seed)
+#: -> SearchResult.  ``seed`` drives the search; ``scenario_seed`` (default: seed) the victims.
 SEARCHES: dict[str, Callable[..., SearchResult]] = {
     "random": random_search,
     "evolution": evolution_search,
@@ -288,8 +294,9 @@ SEARCHES: dict[str, Callable[..., SearchResult]] = {
 
 
 def run_search(name: str, setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor,
-               progress: bool = False, objective: str | None = None) -> SearchResult:
-    """Run the search called ``name``.
+               progress: bool = False, objective: str | None = None, scenario_seed: int | None = None) -> SearchResult:
+    """Run the search called ``name``; ``seed`` drives the search, ``scenario_seed``
+    (default: ``seed``) the victims' traffic.
 
     Raises:
         ConfigError: on an unknown search name.
@@ -297,4 +304,5 @@ def run_search(name: str, setup: str, pattern: str, *, seed: int, budget: Budget
     fn = SEARCHES.get(name)
     if fn is None:
         raise ConfigError("search", name, f"unknown search; choose from {', '.join(SEARCHES)}")
-    return fn(setup, pattern, seed=seed, budget=budget, executor=executor, progress=progress, objective=objective)
+    return fn(setup, pattern, seed=seed, budget=budget, executor=executor, progress=progress, objective=objective,
+              scenario_seed=scenario_seed)

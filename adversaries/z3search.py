@@ -125,7 +125,7 @@ def build(setup: str, seed: int, total: int, max_per_slot: int):
 
 
 def z3_search(setup: str, pattern: str, *, seed: int, budget, executor: cf.Executor, progress: bool = False,
-              objective: str | None = None):
+              objective: str | None = None, scenario_seed: int | None = None):
     """Maximise the abstract victims' waiting with Z3, replaying each optimum on the model.
 
     Returns a :class:`~tenantry.adversaries.search.SearchResult` (search
@@ -136,7 +136,7 @@ def z3_search(setup: str, pattern: str, *, seed: int, budget, executor: cf.Execu
 
     from .search import Runner
 
-    r = Runner("z3", setup, pattern, seed, budget, executor, progress, objective)
+    r = Runner("z3", setup, pattern, seed, budget, executor, progress, objective, scenario_seed)
     if pattern != "timed_arrivals":
         return r.result(f"z3 searches timed_arrivals only, not {pattern}")
     if not supported(setup):
@@ -144,7 +144,7 @@ def z3_search(setup: str, pattern: str, *, seed: int, budget, executor: cf.Execu
     space = get_pattern(pattern).space
     total = int(sum(space.defaults().values()))
     max_per_slot = int(space.params[0].high)
-    opt, a, _ = build(setup, seed, total, max_per_slot)
+    opt, a, _ = build(setup, r.scenario_seed, total, max_per_slot)
     z3.set_param("smt.random_seed", seed % (2**31))
     opt.set("rlimit", RLIMIT)
     opt.set("timeout", TIMEOUT_MS)

@@ -1,0 +1,220 @@
+"""``tenantry check``: the done-criteria of the adversary matrix, as assertions.
+
+Each criterion runs the matrix cell(s) it is about with a fixed seed and a
+small budget (the patterns' documented defaults are among the candidates), so
+the default run stays fast; with ``HYPOTHESIS_PROFILE=deep`` the same
+assertions run with up to 60 s of search per cell (``test_criteria_hold_after_60s_searches``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tenantry.adversaries.check import run_cell, run_check
+from tenantry.adversaries.configs import HYSTERESIS, SETUPS, get_setup
+from tenantry.adversaries.evaluate import InlineExecutor, run_scenario
+from tenantry.adversaries.patterns import PATTERNS, make_scenario
+from tenantry.adversaries.search import Budget
+
+SEED = 0
+DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
+
+
+def cell(setup: str, pattern: str, budget: str = "3", searches=("random", "evolution", "hypothesis")) -> dict:
+    return run_cell(setup, pattern, seed=SEED, budget=Budget.parse(budget), executor=InlineExecutor(), out=None,
+                    shrink_evaluations=0, searches=searches)
+
+
+def history_of(c: dict):
+    sc = make_scenario(c["pattern"], c["params"], SEED)
+    h, base, _, _ = run_scenario(c["setup"], sc, depth=None)
+    return sc, h, base
+
+
+# --- the criteria -----------------------------------------------------------------
+
+
+def check_fcfs_flood(c):
+    # the light victim (chat: 1 req/s, 160-token prompts) suffers at least 20-fold at p99
+    assert c["metrics"]["ttft_p99_inflation[chat]"] >= 20.0
+    assert not c["broken"]
+
+
+def check_priority_starves_and_aging_floors_bound(pri, aging, floors):
+    sc, h, _ = history_of(pri)
+    adv = set(sc.adversaries)
+    # the adversary's tier is backlogged without a break from its first arrival until time B
+    queued = [(s.start_s + s.duration_s, any(s.queued.get(t, 0) > 0 for t in adv)) for s in h.steps]
+    start = next(i for i, (_, q) in enumerate(queued) if q)
+    stop = next((i for i in range(start, len(queued)) if not queued[i][1]), len(queued) - 1)
+    a_s, b_s = queued[start][0], queued[stop][0]
+    assert b_s - a_s >= 0.6 * h.end_s
+    # some low-tier request that arrived in that stretch was not scheduled before it ended
+    starved = [r for r in h.requests if r.tenant in sc.victims and a_s <= r.arrival_s < a_s + 1.0
+               and r.admitted_step is not None and (r.first_scheduled_s is None or r.first_scheduled_s >= b_s)]
+    assert starved, "no low-tier request waited for the whole high-tier backlog"
+    assert pri["metrics"]["starvation_s"] >= 0.6 * h.end_s
+    # aging and floors bound the wait: far below strict priority's, and every low-tier request is served
+    for c in (aging, floors):
+        sc2, h2, _ = history_of(c)
+        assert c["metrics"]["starvation_s"] <= 0.5 * pri["metrics"]["starvation_s"]
+        waiting = [r for r in h2.requests if r.tenant in sc2.victims and r.admitted_step is not None
+                   and r.first_scheduled_s is None and r.arrival_s < h2.end_s - c["metrics"]["starvation_s"]]
+        assert not waiting
+        assert not c["broken"]
+    # aging's bound: a low-tier request waits at most 1 / aging_rate longer than the oldest high-tier one
+    sc3, h3, _ = history_of(aging)
+    adv_wait = max(r.first_scheduled_s - r.arrival_s for r in h3.requests
+                   if r.tenant in sc3.adversaries and r.first_scheduled_s is not None)
+    rate = get_setup("aging").order.aging_rate_per_s
+    assert aging["metrics"]["starvation_s"] <= adv_wait + 1.0 / rate + 0.5
+
+
+def check_lift(nolift, lift):
+    # without the lift the returning tenant is served ahead of everyone for seconds
+    assert nolift["metrics"]["starvation_s"] >= 4.0
+    assert nolift["metrics"]["service_gap"] >= 4.0
+    # with it, the service gap stays near the VTC bound (about 2 of the largest request) and
+    # the victims wait no more than the adversary's requests hold the batch slots
+    assert lift["metrics"]["service_gap"] <= 3.0
+    assert lift["metrics"]["starvation_s"] <= 0.7 * nolift["metrics"]["starvation_s"]
+    assert nolift["metrics"]["service_gap"] >= 2 * lift["metrics"]["service_gap"]
+    assert not lift["broken"]
+
+
+def check_hysteresis(no_h, with_h):
+    assert no_h["metrics"]["max_evictions"] >= 10
+    assert with_h["metrics"]["max_evictions"] <= HYSTERESIS.max_evictions
+    assert with_h["metrics"]["wasted_prefill_tokens"] < no_h["metrics"]["wasted_prefill_tokens"]
+    assert not with_h["broken"]
+
+
+def check_probe(shared, salted):
+    assert shared["metrics"]["probe_auc"] >= 0.9
+    assert abs(salted["metrics"]["probe_auc"] - 0.5) <= 0.05
+    assert not salted["broken"]  # SALT-ISOLATION and NONINTERFERENCE hold
+
+
+def check_few_huge(rr, rl):
+    for c in (rr, rl):
+        assert c["metrics"]["contended_share"] > 0.5  # the heavy tenant gets most of the tokens
+
+
+def test_fcfs_flood_inflates_a_light_victims_p99_20_fold():
+    check_fcfs_flood(cell("fcfs", "flood"))
+
+
+def test_strict_priority_starves_while_aging_and_floors_bound_the_wait():
+    check_priority_starves_and_aging_floors_bound(cell("priority", "flood"), cell("aging", "flood"),
+                                                  cell("floors", "flood"))
+
+
+def test_idle_then_burst_banks_credit_only_without_the_lift():
+    check_lift(cell("vtc_nolift", "idle_burst"), cell("vtc", "idle_burst"))
+
+
+def test_eviction_thrash_without_hysteresis_and_bounded_with_it():
+    check_hysteresis(cell("no_hysteresis", "eviction_thrash"), cell("hysteresis", "eviction_thrash"))
+
+
+def test_prefix_probe_reads_a_shared_cache_but_not_a_salted_one():
+    check_probe(cell("shared_cache", "prefix_probe"), cell("salted_cache", "prefix_probe"))
+
+
+def test_few_huge_requests_take_most_tokens_under_request_fairness():
+    check_few_huge(cell("round_robin", "few_huge"), cell("rate_limit", "few_huge"))
+
+
+def test_fully_protected_setups_break_no_invariant():
+    # every pattern at its defaults against VTC with every protection; the DRR variant on the
+    # patterns aimed at it.  Checked at depth "full": state, history and two-run forms.
+    cells = [("protected", p) for p in PATTERNS] + [("protected_drr", p) for p in ("churn", "sybil", "idle_burst")]
+    for setup, pattern in cells:
+        c = cell(setup, pattern, budget="1", searches=("random",))
+        assert not c["broken"], (setup, pattern, c["broken"])
+        assert "KV-CONSERVE" not in c["unchecked"] and "NO-LOSS" not in c["unchecked"]
+
+
+@pytest.mark.skipif(not DEEP, reason="60-second searches: run with HYPOTHESIS_PROFILE=deep")
+def test_criteria_hold_after_60s_searches():
+    b = "400,60s"
+    check_fcfs_flood(cell("fcfs", "flood", b))
+    check_priority_starves_and_aging_floors_bound(cell("priority", "flood", b), cell("aging", "flood", b),
+                                                  cell("floors", "flood", b))
+    check_lift(cell("vtc_nolift", "idle_burst", b), cell("vtc", "idle_burst", b))
+    check_hysteresis(cell("no_hysteresis", "eviction_thrash", b), cell("hysteresis", "eviction_thrash", b))
+    check_probe(cell("shared_cache", "prefix_probe", b), cell("salted_cache", "prefix_probe", b))
+    check_few_huge(cell("round_robin", "few_huge", b), cell("rate_limit", "few_huge", b))
+    for pattern in PATTERNS:
+        assert not cell("protected", pattern, b)["broken"]
+
+
+# --- the command ---------------------------------------------------------------------
+
+
+def _files(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.suffix in (".jsonl", ".csv", ".json", ".md") and p.name != "timing.json"}
+
+
+def test_same_seed_gives_the_same_matrix_and_workload_files(tmp_path):
+    kw = dict(setups=["fcfs", "vtc_nolift"], patterns=["flood"], seed=3, budget=Budget(3),
+              shrink_evaluations=4, plots="none", extras=False, progress=False)
+    a = run_check(out=tmp_path / "a", workers=1, **kw)
+    b = run_check(out=tmp_path / "b", workers=2, cell_threads=1, **kw)
+    fa, fb = _files(tmp_path / "a"), _files(tmp_path / "b")
+    assert fa == fb
+    assert "cells/fcfs/flood/workload.jsonl" in fa and "cells/fcfs/flood/azure/adv.csv" in fa
+    assert "cells/fcfs/flood/mooncake/chat.jsonl" in fa and "cells/fcfs/flood/shrunk.jsonl" in fa
+    assert a["cells"][("fcfs", "flood")]["score"] == b["cells"][("fcfs", "flood")]["score"]
+    m = json.loads((tmp_path / "a" / "matrix.json").read_text())
+    assert [c["setup"] for c in m["cells"]] == ["fcfs", "vtc_nolift"]
+
+
+def test_command_prints_the_matrix_writes_the_report_and_replays(tmp_path, capsys):
+    from tenantry.cli import main
+
+    out = tmp_path / "rep"
+    code = main(["check", "--policy", "fcfs", "vtc", "--pattern", "flood", "--budget", "2", "--out", str(out),
+                 "--quiet", "--no-extras", "--workers", "1"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "setup \\ pattern" in text and "cells/fcfs/flood/workload.jsonl" in text and "evaluations/s" in text
+    report = (out / "report.md").read_text()
+    assert "| fcfs |" in report and "![ttft_cdf.png](cells/fcfs/flood/ttft_cdf.png)" in report
+    assert (out / "cells" / "fcfs" / "flood" / "ttft_cdf.png").stat().st_size > 1000
+    recorded = json.loads((out / "cells" / "fcfs" / "flood" / "cell.json").read_text())
+    assert main(["check", "--replay", str(out / "cells" / "fcfs" / "flood")]) == 0
+    replayed = capsys.readouterr().out
+    assert f"(recorded {recorded['score']:.6g}: same)" in replayed
+
+
+def test_command_exits_nonzero_when_a_claimed_invariant_breaks(monkeypatch, capsys):
+    from tenantry.adversaries import check as check_mod
+
+    def fake_run_check(**kw):
+        c = {"setup": "vtc", "pattern": "flood", "objective": "ttft_p99_inflation", "score": 2.0, "finding": False,
+             "broken": {"VTC-GAP": ["VTC-GAP at step 9: ..."]}, "search": "random",
+             "workload": "cells/vtc/flood/workload.jsonl"}
+        summary = {"setups": ["vtc"], "patterns": ["flood"], "invariant_source": "spec", "extras": {}}
+        return {"summary": summary, "cells": {("vtc", "flood"): c}, "claimed_broken": True, "wall_s": 1.0,
+                "evaluations": 1}
+
+    monkeypatch.setattr(check_mod, "run_check", fake_run_check)
+    from tenantry.cli import main
+    assert main(["check", "--policy", "vtc", "--pattern", "flood", "--quiet"]) == 1
+    assert "VTC-GAP BROKEN" in capsys.readouterr().out
+
+
+def test_bad_names_are_one_line_errors(capsys):
+    from tenantry.cli import main
+    assert main(["check", "--policy", "nope", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nope" in err and "fcfs" in err
+    assert main(["check", "--budget", "lots", "--quiet"]) == 2
+    assert "--budget" in capsys.readouterr().err
+    assert set(SETUPS) >= {"fcfs", "round_robin", "rate_limit", "vtc", "vtc_nolift", "drr", "priority", "aging",
+                           "floors", "no_hysteresis", "shared_cache", "protected"}
