@@ -40,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "invariant ids the scheduler asserts (safety ones are always checked)")
     p.add_argument("--workload", metavar="FILE", help="target mode: run this workload (JSON Lines) instead of "
                    "the adversary matrix")
+    p.add_argument("--cancellations", metavar="FILE", help="target mode with --workload: JSON list of "
+                   "[t_s, request_id] client cancellations")
     p.add_argument("--horizon-s", type=float, default=None, help="target mode with --workload: stop at this time (s)")
     p.add_argument("--patterns", default="", metavar="NAMES", help="target mode: comma-separated patterns "
                    "(default: all)")
@@ -105,9 +107,10 @@ def run_target(args: argparse.Namespace) -> int:
     det = not args.no_determinism
     if args.workload:
         wl = read_workload_jsonl(args.workload)
+        cancels = _read_cancellations(args.cancellations) if args.cancellations else ()
         roles = [(n, "victim") for n in wl.tenants]
-        v = verify_workload(bind(factory, scenario_tenants(roles, False)), wl, horizon_s=args.horizon_s,
-                            timeout_s=args.timeout_s, determinism=det)
+        v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered)), wl, cancellations=cancels,
+                            horizon_s=args.horizon_s, timeout_s=args.timeout_s, determinism=det)
         for f in v.findings:
             print(f.render())
         print(f"{args.target} on {args.workload}: {v.stats.get('steps', 0)} steps, {len(v.findings)} findings")
@@ -142,6 +145,25 @@ def run_target(args: argparse.Namespace) -> int:
     _write(out, report, md)
     print(f"{args.target}: {len(cells)} patterns, {total} findings; report in {out}")
     return 1 if total else 0
+
+
+def _read_cancellations(path: str) -> tuple[tuple[float, int], ...]:
+    """[[t_s, request_id], ...] from a JSON file.
+
+    Raises:
+        ConfigError: naming the file and the entry that is not a [seconds, id] pair.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError("cancellations", path, f"not JSON ({e.msg})", path) from None
+    out = []
+    for i, e in enumerate(data if isinstance(data, list) else [data]):
+        ok = isinstance(e, list) and len(e) == 2 and isinstance(e[0], (int, float)) and isinstance(e[1], int)
+        if not ok:
+            raise ConfigError(f"cancellations[{i}]", e, "must be [t_s, request_id]", path)
+        out.append((float(e[0]), e[1]))
+    return tuple(out)
 
 
 def run(args: argparse.Namespace) -> int:

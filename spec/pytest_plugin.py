@@ -1,0 +1,158 @@
+"""pytest plugin: the tenantry suite against your scheduler, as ordinary tests.
+
+Installed with tenantry (entry point ``pytest11``), it does nothing unless
+asked.  Two ways to ask:
+
+* name a factory on the command line::
+
+      pytest --tenantry-target=mypkg.sched:make_scheduler
+
+  which adds the items ``tenantry[mypkg.sched:make_scheduler]::stateful`` (a
+  Hypothesis stateful run) and ``...::pattern[<name>]`` for every adversary
+  pattern (``--tenantry-patterns`` picks some);
+* or use the ``tenantry_verify`` fixture in your own test::
+
+      def test_scheduler(tenantry_verify):
+          tenantry_verify(make_scheduler)
+
+A factory returns a :class:`~tenantry.spec.adapter.SchedulerAdapter` (it may
+take ``tenants=``).  A finding fails the test with the invariant, the step,
+the request, the shrunk workload (written under ``--tenantry-out``) and the
+``tenantry verify`` command that replays it.
+
+Only pytest is imported at load time: the plugin is loaded in every pytest
+run of an environment where tenantry is installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+
+def pytest_addoption(parser: Any) -> None:
+    g = parser.getgroup("tenantry", "tenantry: verify a scheduler against the tenantry suite")
+    g.addoption("--tenantry-target", action="append", default=[], metavar="MODULE:FACTORY",
+                help="run the tenantry suite against this adapter factory (repeatable)")
+    g.addoption("--tenantry-patterns", default="", metavar="NAMES",
+                help="comma-separated adversary patterns (default: all); 'none' for none")
+    g.addoption("--tenantry-examples", type=int, default=None, metavar="N",
+                help="stateful examples (default: the Hypothesis profile's max_examples)")
+    g.addoption("--tenantry-out", default=".tenantry", metavar="DIR",
+                help="folder for shrunk failing workloads (default .tenantry)")
+    g.addoption("--tenantry-tiered", action="store_true",
+                help="adversary tier 0, victims tier 1 in the pattern scenarios")
+    g.addoption("--tenantry-timeout-s", type=float, default=10.0, metavar="S",
+                help="per-call timeout for the scheduler (default 10 s)")
+
+
+def _options(config: Any) -> dict[str, Any]:
+    pats = config.getoption("tenantry_patterns")
+    return {
+        "patterns": None if not pats else [] if pats == "none" else [p.strip() for p in pats.split(",") if p.strip()],
+        "examples": config.getoption("tenantry_examples"),
+        "out": Path(config.getoption("tenantry_out")),
+        "tiered": config.getoption("tenantry_tiered"),
+        "timeout_s": config.getoption("tenantry_timeout_s"),
+    }
+
+
+def pytest_report_header(config: Any) -> list[str] | None:
+    targets = config.getoption("tenantry_target")
+    return [f"tenantry targets: {', '.join(targets)}"] if targets else None
+
+
+class TenantryItem(pytest.Item):
+    """One check of the suite against one target."""
+
+    def __init__(self, *, check: Callable[[], None], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.check = check
+
+    def runtest(self) -> None:
+        self.check()
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+        from .verify_suite import TenantryFailure
+
+        if isinstance(excinfo.value, TenantryFailure):
+            return excinfo.value.report()
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.name
+
+
+def _items(session: Any, target: str, opts: dict[str, Any]) -> list[TenantryItem]:
+    from tenantry.adversaries.patterns import PATTERNS, get_pattern
+
+    from .adapter import load_factory
+    from .verify_suite import pattern_check, stateful_check
+
+    factory = load_factory(target)
+    out = opts["out"] / target.replace(":", "_")
+    name = f"tenantry[{target}]"
+    items = [TenantryItem.from_parent(session, name=f"{name}::stateful", check=lambda: stateful_check(
+        factory, target=target, out_dir=out, max_examples=opts["examples"], timeout_s=opts["timeout_s"]))]
+    pats = list(PATTERNS) if opts["patterns"] is None else opts["patterns"]
+    for p in pats:
+        get_pattern(p)
+        items.append(TenantryItem.from_parent(session, name=f"{name}::pattern[{p}]", check=lambda p=p: pattern_check(
+            factory, p, target=target, out_dir=out, tiered=opts["tiered"], timeout_s=opts["timeout_s"])))
+    return items
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: Any, config: Any, items: list) -> None:
+    targets = config.getoption("tenantry_target")
+    if not targets:
+        return
+    from tenantry.model.config import ConfigError
+
+    opts = _options(config)
+    for t in targets:
+        try:
+            items.extend(_items(session, t, opts))
+        except ConfigError as e:
+            raise pytest.UsageError(f"--tenantry-target: {e}") from None
+
+
+@pytest.fixture
+def tenantry_verify(request: Any) -> Callable[..., None]:
+    """``tenantry_verify(factory, patterns=None, stateful=True, name=None)``: run the
+    suite against ``factory`` inside your test; raises one failure listing every
+    check that found something (each with its shrunk workload and replay command)."""
+    opts = _options(request.config)
+
+    def run(factory: Callable[..., Any], *, patterns: list[str] | None = None, stateful: bool = True,
+            name: str | None = None) -> None:
+        from tenantry.adversaries.patterns import PATTERNS
+
+        from tenantry.model.workload import Workload
+
+        from .verify_suite import TenantryFailure, pattern_check, stateful_check
+
+        target = name or f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', 'factory')}"
+        out = opts["out"] / request.node.name
+        failures: list[TenantryFailure] = []
+        checks: list[Callable[[], None]] = []
+        if stateful:
+            checks.append(lambda: stateful_check(factory, target=target, out_dir=out, max_examples=opts["examples"],
+                                                 timeout_s=opts["timeout_s"]))
+        pats = patterns if patterns is not None else (opts["patterns"] if opts["patterns"] is not None else list(PATTERNS))
+        for p in pats:
+            checks.append(lambda p=p: pattern_check(factory, p, target=target, out_dir=out, tiered=opts["tiered"],
+                                                    timeout_s=opts["timeout_s"]))
+        for c in checks:
+            try:
+                c()
+            except TenantryFailure as e:
+                failures.append(e)
+        if failures:
+            raise TenantryFailure(f"{target}: {len(failures)} of {len(checks)} tenantry checks failed\n" +
+                                  "\n\n".join(f.report() for f in failures),
+                                  [], Workload(()))
+
+    return run
