@@ -232,11 +232,13 @@ def _join_twin_formula(goal: str) -> tuple[z3.BoolRef, dict]:
     s = vstate("tw")
     guard, post, p = join(dom, s, "tw", lift=False)
     shape, extra = _decodable(dom, s, U, d, "tw")
+    # The rest of the replayed step charges at most one output token (w_out = 2) to each
+    # tenant: the violation must survive it.
     if goal == "spread":
         vf, vg = Int("vf"), Int("vg")
-        bad = And(dom.has(vf), dom.has(vg), post["q"][vf], post["q"][vg], post["c"][vf] - post["c"][vg] > U[vf])
+        bad = And(dom.has(vf), dom.has(vg), post["q"][vf], post["q"][vg], post["c"][vf] - post["c"][vg] > U[vf] + 2)
     else:
-        bad = post["c"][p["i"]] < p["lo"]
+        bad = post["c"][p["i"]] < p["lo"] - 2
     f = And(_setup(dom, U), invariant(dom, s, U), guard, p["r"] == 0, shape, bad)
     return f, {"dom": dom, "pre": s, "p": p, **extra}
 
