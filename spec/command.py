@@ -10,8 +10,9 @@ Two ways in (DESIGN.md, "Checking a scheduler someone else wrote"):
   checked after every step, the catalog over the history, a determinism
   re-run, and each pattern's objective against the victims' baseline.
 
-Both write ``report.json`` and ``report.md`` into ``--out``, and for each run
-with a finding its workload as JSON Lines with the command that replays it.
+Both write ``report.json`` and ``report.md`` into ``--out``; the matrix uses
+``tenantry check``'s layout (``cells/<target>/<pattern>/`` with the workload
+in three formats, ``cell.json`` and the command that replays it).
 Exit status: 0 when nothing was found, 1 on a finding, 2 on bad input.
 """
 
@@ -122,28 +123,48 @@ def run_target(args: argparse.Namespace) -> int:
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] or None
     cells = run_matrix(factory, patterns=patterns, seed=args.seed, tiered=args.tiered, timeout_s=args.timeout_s,
                        determinism=det, progress=print)
-    rows, md_rows, total = [], [], 0
+    return _matrix_report(args, out, cells)
+
+
+def _matrix_report(args: argparse.Namespace, out: Path, cells: list) -> int:
+    """Write the matrix in ``tenantry check``'s report layout (one setup row: the target)."""
+    from tenantry.adversaries.report import cell_lines, dump_json, matrix_text, write_report, write_workload_files
+
+    label = args.target.replace(":", "_").replace("/", "_")
+    rows, table, total = [], {}, 0
     for c in cells:
-        replay = None
-        if c.verdict.findings:
-            total += len(c.verdict.findings)
-            path = out / "workloads" / f"{c.pattern}.jsonl"
-            write_workload_jsonl(c.scenario.workload, path)
-            replay = (f"tenantry verify --target {shlex.quote(args.target)} --workload {shlex.quote(str(path))} "
-                      f"--horizon-s {c.scenario.horizon_s}")
+        folder = out / "cells" / label / c.pattern
+        files = write_workload_files(c.scenario, folder)
+        replay = (f"tenantry verify --target {shlex.quote(args.target)} --workload "
+                  f"{shlex.quote(str(folder / 'workload.jsonl'))} --horizon-s {c.scenario.horizon_s}"
+                  + (" --tiered" if args.tiered else ""))
+        broken: dict[str, list[str]] = {}
+        for f in c.verdict.findings:
+            broken.setdefault(f.invariant, []).append(f.render())
+        total += len(c.verdict.findings)
+        adv = sum(1 for r in c.scenario.workload if r.tenant in set(c.scenario.adversaries))
+        table[(label, c.pattern)] = {
+            "setup": label, "pattern": c.pattern, "objective": c.objective, "score": c.score, "finding": c.hurt,
+            "broken": broken, "search": "default", "workload": str(folder / "workload.jsonl"),
+            "workload_name": "workload.jsonl", "metrics": c.metrics, "replay": replay, "files": files,
+            "adversary_requests": adv, "stats": c.verdict.stats, "params": dict(c.scenario.params),
+        }
+        dump_json(table[(label, c.pattern)], folder / "cell.json")
         rows.append(_cell_json(c, replay))
-        first = c.verdict.findings[0].render() if c.verdict.findings else ""
-        md_rows.append(f"| {c.pattern} | {c.objective} | {c.score:.3g} | {'yes' if c.hurt else 'no'} | "
-                       f"{len(c.verdict.findings)} | {first.replace('|', '/')} |")
+    pats = [c.pattern for c in cells]
     describe = cells[0].verdict.describe if cells else ""
-    report = {"kind": "verify-target", "target": args.target, "describe": describe, "seed": args.seed,
-              "tiered": args.tiered, "claimed": list(cells[0].verdict.claimed) if cells else [], "cells": rows,
-              "findings": total}
-    md = [f"# tenantry verify --target {args.target}", "", f"{describe}", "",
-          "| pattern | objective | score | hurt | findings | first finding |", "|---|---|---|---|---|---|", *md_rows]
-    md += [""] + [f"- replay {r['pattern']}: `{r['replay']}`" for r in rows if r["replay"]]
-    _write(out, report, md)
-    print(f"{args.target}: {len(cells)} patterns, {total} findings; report in {out}")
+    summary = {"setups": [label], "patterns": pats, "seed": args.seed, "budget": "1 scenario (step mode)",
+               "searches": ["default"], "invariant_source": "tenantry.spec step-mode harness and invariant",
+               "extras": {"target": f"{args.target} ({describe})",
+                          "claimed": ", ".join(cells[0].verdict.claimed) if cells else ""}}
+    write_report(out, summary, table, {})
+    dump_json({"kind": "verify-target", "target": args.target, "describe": describe, "seed": args.seed,
+               "tiered": args.tiered, "claimed": list(cells[0].verdict.claimed) if cells else [], "cells": rows,
+               "findings": total}, out / "report.json")
+    print(matrix_text([label], pats, table))
+    for line in cell_lines([label], pats, table):
+        print(line)
+    print(f"{args.target}: {len(cells)} patterns, {total} findings; report: {out / 'report.md'}")
     return 1 if total else 0
 
 

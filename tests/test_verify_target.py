@@ -1,0 +1,103 @@
+"""``tenantry verify --target``: the adversary matrix in step mode, written in
+``tenantry check``'s report layout; a hostile target still gets its report."""
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO
+from tenantry.cli import main
+
+
+@pytest.fixture
+def on_path(tmp_path):
+    sys.path[:0] = [str(REPO / "examples"), str(tmp_path)]
+    yield
+    sys.path.remove(str(REPO / "examples"))
+    sys.path.remove(str(tmp_path))
+    for m in [m for m in sys.modules if m.startswith("hostile_targets")]:
+        del sys.modules[m]
+
+
+def _run(tmp_path, target, *extra):
+    out = tmp_path / "out"
+    code = main(["verify", "--target", target, "--out", str(out), *extra])
+    return code, json.loads((out / "report.json").read_text()), out
+
+
+def test_clean_target_matrix(tmp_path, on_path, capsys):
+    code, rep, out = _run(tmp_path, "minisched.tenantry_adapter:make_scheduler", "--patterns", "eviction_thrash,sybil")
+    assert code == 0 and rep["findings"] == 0
+    assert [c["pattern"] for c in rep["cells"]] == ["eviction_thrash", "sybil"]
+    assert rep["claimed"] == ["WORK-CONSERVING"]
+    sybil = rep["cells"][1]
+    assert sybil["objective"] == "contended_share" and 0.0 < sybil["score"] < 1.0
+    cell = json.loads((out / "cells" / "minisched.tenantry_adapter_make_scheduler" / "sybil" / "cell.json").read_text())
+    assert cell["broken"] == {} and cell["replay"].startswith("tenantry verify --target minisched.tenantry_adapter")
+    assert "| minisched.tenantry_adapter_make_scheduler |" in (out / "report.md").read_text()
+
+
+def test_buggy_target_matrix_and_replay(tmp_path, on_path):
+    target = "minisched_buggy.tenantry_adapter:make_scheduler"
+    code, rep, out = _run(tmp_path, target, "--patterns", "eviction_thrash")
+    assert code == 1
+    (cell,) = rep["cells"]
+    assert [f["invariant"] for f in cell["findings"]] == ["KV-CONSERVE"]
+    wl = out / "cells" / target.replace(":", "_") / "eviction_thrash" / "workload.jsonl"
+    code2 = main(["verify", "--target", target, "--workload", str(wl), "--horizon-s", "16", "--out", str(tmp_path / "r2")])
+    again = json.loads((tmp_path / "r2" / "report.json").read_text())
+    assert code2 == 1
+    assert again["findings"][0]["step_index"] == cell["findings"][0]["step_index"]
+
+
+HOSTILE = '''
+from tenantry.model.config import Config, TenantConfig
+from tenantry.spec.adapter import Claims, Plan
+
+CFG = Config(tenants=(TenantConfig("default"),), num_blocks=64, max_num_seqs=4, token_budget=64)
+
+class Base:
+    claims = Claims(CFG)
+    def __init__(self):
+        self.ids = []
+    def add_request(self, r):
+        self.ids.append(r.request_id)
+    def abort_request(self, rid):
+        pass
+    def take_results(self, res):
+        pass
+
+class Raises(Base):
+    def plan_step(self, t_s):
+        raise ZeroDivisionError("scheduler bug")
+
+class Twice(Base):
+    def plan_step(self, t_s):
+        rid = self.ids[0]
+        return Plan(batch=((rid, 1), (rid, 1)))
+
+def factory_raises():
+    raise RuntimeError("cannot build")
+'''
+
+
+@pytest.mark.parametrize("factory,invariant,call", [
+    ("Raises", "ADAPTER-RAISED", "plan_step"),
+    ("Twice", "BATCH-LIMITS", "plan_step"),
+    ("factory_raises", "ADAPTER-RAISED", "factory"),
+])
+def test_hostile_target_still_writes_its_report(tmp_path, on_path, factory, invariant, call):
+    (tmp_path / "hostile_targets.py").write_text(textwrap.dedent(HOSTILE))
+    code, rep, out = _run(tmp_path, f"hostile_targets:{factory}", "--patterns", "flood", "--timeout-s", "2")
+    assert code == 1
+    (cell,) = rep["cells"]
+    assert (cell["findings"][0]["invariant"], cell["findings"][0]["call"]) == (invariant, call)
+    assert (out / "report.md").exists()
+
+
+def test_bad_target_spec_is_one_line_error(tmp_path, capsys):
+    assert main(["verify", "--target", "no_colon_here", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tenantry: error: target='no_colon_here': must be module:factory")
