@@ -28,7 +28,7 @@ from tenantry.model.workload import Request
 
 from .checks import EPS, catalog_history, verdict
 from .concrete import run_workload
-from .core import Domain, Proof, Replay, Twin, implies_all, int_array, real_array, val, zmin
+from .core import Domain, Proof, Replay, Twin, implies_all, real_array, val, zmin
 
 FAMILY = "bucket"
 
@@ -95,11 +95,12 @@ def obligations() -> list[tuple[str, z3.BoolRef]]:
 RATE, BURST = 4.0, 8.0
 
 
-def bucket_config(on: bool) -> Config:
+def bucket_config(on: bool, estimate: str = "tokens") -> Config:
+    """One tenant with a bucket of burst 8 tokens refilled at 4 tokens/s."""
     return Config(tenants=(TenantConfig("a", token_rate_per_s=RATE, token_burst_tokens=BURST),),
                   max_num_seqs=8, token_budget=64, num_blocks=64, max_context_tokens=16,
-                  admission=AdmissionConfig(token_bucket=on), order=OrderConfig(policy="fcfs"),
-                  cost=CostConfig(mode="unit"))
+                  admission=AdmissionConfig(token_bucket=on, prompt_estimate=estimate, bytes_per_token=4.0),
+                  order=OrderConfig(policy="fcfs"), cost=CostConfig(mode="unit"))
 
 
 def window_violations(config: Config, transitions) -> list[str]:
@@ -152,12 +153,47 @@ def _twin():
     return formula, replay
 
 
+def admit_estimated(dom: Domain, s: dict, burst: z3.ArrayRef, tag: str) -> tuple[z3.BoolRef, dict, dict]:
+    """``arrive`` under ``prompt_estimate = bytes``: the bucket is checked and charged
+    the estimate ``x``; the prompt really has ``y >= 1`` tokens (the difference
+    is charged when it is first scheduled, like generated tokens)."""
+    i, x, y = Int(f"i_{tag}"), Real(f"x_{tag}"), Real(f"y_{tag}")
+    lvl, A = s["lvl"], s["A"]
+    g = And(dom.has(i), x >= 0, y >= 1, x <= burst[i], lvl[i] >= x)
+    return g, {**s, "lvl": Store(lvl, i, lvl[i] - x), "A": Store(A, i, A[i] + y)}, {"i": i, "x": x, "y": y}
+
+
+def _bytes_limit():
+    def formula() -> tuple[z3.BoolRef, dict]:
+        dom, burst, tau1 = Domain("N"), real_array("burst_b"), Real("tau1_b")
+        s = bstate("bl")
+        g, post, p = admit_estimated(dom, s, burst, "bl")
+        yi, xi = Int("yi_bl"), Int("xi_bl")
+        shape = And(dom.size == 1, burst[0] == BURST, s["tau"] == tau1, s["A"][0] == 0, s["O"][0] == 0,
+                    s["lvl"][0] == BURST, p["y"] == z3.ToReal(yi), p["x"] == z3.ToReal(xi), yi <= 15, xi >= 1)
+        bad = post["A"][0] > burst[0] + (post["tau"] - tau1)
+        return And(inv(dom, s, burst, tau1), g, shape, bad), {"x": xi, "y": yi}
+
+    def replay(m: z3.ModelRef, sym: dict) -> Replay:
+        est, true = val(m, sym["x"]), val(m, sym["y"])
+        cfg = bucket_config(True, estimate="bytes")
+        reqs = [Request(0, "a", 0.0, true, 1, prompt_bytes=4 * est)]
+        trs = list(run_workload(cfg, reqs, max_steps=20))
+        ok, detail = verdict(window_violations(cfg, trs), None,
+                             f"prompt_estimate=bytes: a {true}-token prompt declared as {4 * est} bytes (~{est} tokens)")
+        return Replay(ok, detail, {"true_prompt_tokens": true, "estimated_tokens": est, "burst": BURST})
+    return formula, replay
+
+
 _f, _r = _twin()
+_bf, _br = _bytes_limit()
 BUCKET = Proof(
     id="TOKEN-BUCKET", family=FAMILY,
     claim="prompt tokens admitted in any window of length T <= burst + rate*T (generated tokens only lower it)",
     scope="any N, any window", obligations=obligations,
-    twins=(Twin("no-bucket", "the token bucket (AdmissionConfig(token_bucket=False))", _f, _r),),
+    twins=(Twin("no-bucket", "the token bucket (AdmissionConfig(token_bucket=False))", _f, _r),
+           Twin("bytes-estimate", "true prompt lengths: prompt_estimate='bytes' charges what the client declares",
+                _bf, _br, kind="limit")),
     hypotheses=("prompt_estimate = tokens (the bytes estimate bounds estimated, not true, prompt tokens)",))
 
 PROOFS = (BUCKET,)

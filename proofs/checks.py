@@ -72,7 +72,7 @@ def verdict(local: list[str], catalog: list[str] | None, what: str) -> tuple[boo
         return False, f"{what}: the local check found nothing"
     if catalog is not None and not catalog:
         return False, f"{what}: local check fails ({local[0]}) but the catalog finds nothing"
-    tail = f"; catalog: {catalog[0]}" if catalog else "; catalog unavailable"
+    tail = f"; catalog: {catalog[0]}" if catalog else "; catalog: not claimed here or unavailable"
     return True, f"{what}: {local[0]}{tail}"
 
 

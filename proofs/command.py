@@ -85,8 +85,11 @@ def run(args: argparse.Namespace) -> int:
         print(_table(outcomes, tight, args.verbose))
         n_p = sum(o.kind == "proof" for o in outcomes)
         n_ok = sum(o.ok for o in outcomes if o.kind == "proof")
-        n_t = sum(o.kind != "proof" for o in outcomes)
-        n_r = sum(o.ok for o in outcomes if o.kind != "proof")
-        print(f"\n{n_ok}/{n_p} proved, {n_r}/{n_t} twins refuted and replayed, {total:.1f} s"
+        n_t = sum(o.kind == "twin" for o in outcomes)
+        n_r = sum(o.ok for o in outcomes if o.kind == "twin")
+        n_l = sum(o.kind == "limit" for o in outcomes)
+        n_lr = sum(o.ok for o in outcomes if o.kind == "limit")
+        limits = f" and {n_lr}/{n_l} limits" if n_l else ""
+        print(f"\n{n_ok}/{n_p} proved, {n_r}/{n_t} twins{limits} refuted and replayed, {total:.1f} s"
               + ("" if ok else "  -- FAILED"))
     return 0 if ok else 1

@@ -292,21 +292,21 @@ def run_proof(p: Proof, timeout_ms: int = TIMEOUT_MS) -> Outcome:
 def run_twin(p: Proof, tw: Twin, timeout_ms: int = TIMEOUT_MS) -> Outcome:
     """Ask Z3 for a model of the twin and replay it on the Python model."""
     tid = f"{p.id}~{tw.name}"
+    claim = ("limit: " if tw.kind == "limit" else "") + f"without {tw.removed}"
     formula, symbols = tw.formula()
     c = solve(formula, timeout_ms)
     if c.status != "sat":
         verdict = PROVED if c.status == "unsat" else UNKNOWN
         why = "Z3 found no counterexample: the mechanism is not needed" if c.status == "unsat" else c.reason
-        return Outcome(tid, tw.kind, f"without {tw.removed}", p.scope, verdict, REFUTED, c.seconds, reason=why,
-                       replayed=False)
+        return Outcome(tid, tw.kind, claim, p.scope, verdict, REFUTED, c.seconds, reason=why, replayed=False)
     t0 = time.perf_counter()
     try:
         rp = tw.replay(c.model, symbols)
     except Exception as e:  # a decoder that crashes is a failed twin, reported, not a crash of the command
         rp = Replay(False, f"replay raised {type(e).__name__}: {e}")
     dt = c.seconds + time.perf_counter() - t0
-    return Outcome(tid, tw.kind, f"without {tw.removed}", p.scope, REFUTED, REFUTED, dt, replay=rp.detail,
-                   replayed=rp.replayed, facts=rp.facts)
+    return Outcome(tid, tw.kind, claim, p.scope, REFUTED, REFUTED, dt, replay=rp.detail, replayed=rp.replayed,
+                   facts=rp.facts)
 
 
 def run_all(proofs: Iterable[Proof], twins: bool = True, timeout_ms: int = TIMEOUT_MS) -> list[Outcome]:

@@ -29,8 +29,6 @@ Transitions (``model/step.py`` and ``refill_drr`` / ``select_drr``):
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import z3
 from z3 import And, Implies, Int, Lambda, Not, Real, Store, ToInt, ToReal
 

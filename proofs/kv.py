@@ -23,7 +23,6 @@ import z3
 from z3 import And, ForAll, Implies, Int, Not, Or, Store
 
 from tenantry.model.config import AdmissionConfig, Config, CostConfig, OrderConfig, TenantConfig
-from tenantry.model.simulate import simulate
 from tenantry.model.workload import Request
 
 from .checks import catalog_state, verdict

@@ -57,7 +57,6 @@ def ranking_obligations(strict: bool = False) -> list[tuple[str, z3.BoolRef]]:
         guard, post, p = act(dom, s, f"rk_{name}")
         mu = lambda st, j: st["c"][k] + st["G"][k] - st["c"][j]  # noqa: E731
         hyps = [setup, dom.has(k), s["q"][k], post["q"][k], vtc.invariant(dom, s, U), guard]
-        j = Int(f"j_rank_{name}")
         if name == "admit":
             i = p["i"]
             hyps += [i != k, Not(p["blk"][k]), p["pin"] >= delta[i], vtc.hyp_charge(s, p, U)]

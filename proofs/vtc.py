@@ -34,10 +34,8 @@ most ``D / w_f + D / w_g``, 2D for unit weights).
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import z3
-from z3 import And, Implies, Int, Not, Or, Real, Store, ToReal
+from z3 import And, Implies, Int, Not, Real, Store, ToReal
 
 from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig
 from tenantry.model.step import step
@@ -266,6 +264,43 @@ def _join_replay(goal: str):
     return replay
 
 
+def _skip_blocked_formula() -> tuple[z3.BoolRef, dict]:
+    """H1 dropped: the least-counter tenant's head is refused (its KV cap), the model
+    skips it and charges the next candidate."""
+    dom, U = Domain("N"), real_array("U")
+    cfg = replay_config(2, lift=True, max_num_seqs=2, caps=(None, 1))
+    d = charge_bound(cfg)
+    s = vstate("sb")
+    guard, post, p = admit(dom, s, "sb")
+    ci, r, pi = int_array("ci_sb"), int_array("r_sb"), Int("p_sb")
+    i = p["i"]
+    # decodable: tenant 0 picks one 1..7-token prompt while tenant 1 (the least, backlogged, blocked by
+    # its cap, with one running sequence owing r tokens) waits; unit weights, w_out = 2.
+    shape = And(dom.size == 2, i == 0, Not(p["leave"]), p["blk"][1], s["q"][1], p["pin"] == ToReal(pi), pi >= 1, pi <= 7,
+                p["gout"] == 2, s["G"][0] == 0, r[1] >= 1, r[1] <= 6, s["G"][1] == 2 * ToReal(r[1]),
+                dom.forall(lambda f: And(U[f] == d, s["c"][f] == ToReal(ci[f]), ci[f] >= 0, ci[f] <= 100)))
+    bad = post["c"][0] - post["c"][1] > U[0] + 2  # survives tenant 1's output token
+    f = And(_setup(dom, U), invariant(dom, s, U), guard, hyp_charge(s, p, U), shape, bad)
+    return f, {"ci": ci, "r": r, "p": pi, "d": d}
+
+
+def _skip_blocked_replay(m: z3.ModelRef, sym: dict) -> Replay:
+    cfg = replay_config(2, lift=True, max_num_seqs=2, caps=(None, 1))
+    c0, c1, r1, prompt = (val(m, sym["ci"][0]), val(m, sym["ci"][1]), val(m, sym["r"][1]), val(m, sym["p"]))
+    pre = build_state(cfg, [TenantSpec(counter=float(c0), seqs=(SeqSpec(prompt, 1), SeqSpec(1, 1))),
+                            TenantSpec(counter=float(c1), seqs=(SeqSpec(1, r1 + 1, done=1, running=True),
+                                                                SeqSpec(1, 1)))])
+    post, out = step(cfg, pre, StepInput())
+    tr = Transition(pre, StepInput(), post, out)
+    d = charge_bound(cfg)
+    ok, detail = verdict(vtc_spread(cfg, post, d), catalog_state("VTC-GAP", cfg, [tr]),
+                         f"t1 (counter {c1}) is least but its KV cap refuses its head; t0 (counter {c0}) is charged "
+                         f"{prompt} instead")
+    if vtc_spread(cfg, pre, d):
+        return Replay(False, "the decoded pre-state already violates the claim")
+    return Replay(ok, detail, {"counters": [c0, c1], "prompt": prompt, "D": d})
+
+
 GAP = Proof(
     id="VTC-GAP",
     family=FAMILY,
@@ -274,7 +309,9 @@ GAP = Proof(
     scope="any N",
     obligations=gap_obligations,
     twins=(Twin("no-lift", "the counter lift (OrderConfig(lift=False))",
-                lambda: _join_twin_formula("spread"), _join_replay("spread")),),
+                lambda: _join_twin_formula("spread"), _join_replay("spread")),
+           Twin("skip-blocked", "H1: the model skips a refused least-counter head and charges the next tenant "
+                "(the paper's artifact stops instead)", _skip_blocked_formula, _skip_blocked_replay, kind="limit")),
     hypotheses=("H1: the picked tenant has the least counter among all backlogged tenants (no head refused)",
                 "H2: a pick leaves the tenant owing at most D/w (prompt charge + remaining output charge)"),
 )

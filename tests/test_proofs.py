@@ -104,7 +104,9 @@ def test_command_table_and_exit_status(capsys):
     row = next(line for line in lines if line.startswith("AGING "))
     assert " proved " in row and "any N" in row
     assert any(line.startswith("TOKEN-BUCKET~no-bucket") and " refuted " in line for line in lines)
-    assert "2/2 proved, 2/2 twins refuted and replayed" in out
+    assert "2/2 proved, 2/2 twins and 1/1 limits refuted and replayed" in out
+    limit = next(line for line in lines if line.startswith("TOKEN-BUCKET~bytes-estimate"))
+    assert " refuted " in limit and "limit: without true prompt lengths" in limit
 
 
 def test_command_json(capsys):
@@ -112,7 +114,8 @@ def test_command_json(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is True
     ids = [o["id"] for o in doc["outcomes"]]
-    assert ids == ["EVICT-COOLDOWN", "EVICT-COOLDOWN~no-cooldown", "VTC-GAP", "VTC-GAP~no-lift"]
+    assert ids == ["EVICT-COOLDOWN", "EVICT-COOLDOWN~no-cooldown", "VTC-GAP", "VTC-GAP~no-lift", "VTC-GAP~skip-blocked"]
+    assert [o["kind"] for o in doc["outcomes"]][-1] == "limit"
     twin = doc["outcomes"][1]
     assert twin["verdict"] == "refuted" and twin["replayed"] is True and twin["facts"]["cooldown_claimed"] >= 1
     assert doc["vtc_workload"]["fraction"] > 0.99
