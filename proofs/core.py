@@ -188,6 +188,9 @@ class Twin:
         replay: ``replay(model, symbols) -> Replay``: decode, run, check.
         kind: ``twin`` (mechanism removed) or ``limit`` (a hypothesis of the
             proof dropped: shows that the model needs it).
+        scope: what the counterexample is: ``one transition`` of the encoding
+            from a state satisfying the invariant, or a bounded run from the
+            initial state (``run of k``).
     """
 
     name: str
@@ -195,6 +198,7 @@ class Twin:
     formula: Callable[[], tuple[z3.BoolRef, dict]]
     replay: Callable[[z3.ModelRef, dict], Replay]
     kind: str = "twin"
+    scope: str = "one transition"
 
 
 @attrs.frozen
@@ -298,14 +302,14 @@ def run_twin(p: Proof, tw: Twin, timeout_ms: int = TIMEOUT_MS) -> Outcome:
     if c.status != "sat":
         verdict = PROVED if c.status == "unsat" else UNKNOWN
         why = "Z3 found no counterexample: the mechanism is not needed" if c.status == "unsat" else c.reason
-        return Outcome(tid, tw.kind, claim, p.scope, verdict, REFUTED, c.seconds, reason=why, replayed=False)
+        return Outcome(tid, tw.kind, claim, tw.scope, verdict, REFUTED, c.seconds, reason=why, replayed=False)
     t0 = time.perf_counter()
     try:
         rp = tw.replay(c.model, symbols)
     except Exception as e:  # a decoder that crashes is a failed twin, reported, not a crash of the command
         rp = Replay(False, f"replay raised {type(e).__name__}: {e}")
     dt = c.seconds + time.perf_counter() - t0
-    return Outcome(tid, tw.kind, claim, p.scope, REFUTED, REFUTED, dt, replay=rp.detail, replayed=rp.replayed,
+    return Outcome(tid, tw.kind, claim, tw.scope, REFUTED, REFUTED, dt, replay=rp.detail, replayed=rp.replayed,
                    facts=rp.facts)
 
 

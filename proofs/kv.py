@@ -326,7 +326,8 @@ def _proofs():
               claim="used = private + live shared blocks, used + retained <= pool, refcounts >= 1 exactly on live "
                     "blocks, and a block's holders all have the salt it was registered under",
               scope="any N (sequences, keys, salts)", obligations=conserve_obligations,
-              twins=(Twin("shared-salt", "per-tenant salts (prefix_cache='shared')", cf, cr),),
+              twins=(Twin("shared-salt", "per-tenant salts (prefix_cache='shared')", cf, cr,
+                          scope="run of 3 from the empty pool"),),
               hypotheses=("the chain hash is injective on salt and content (root(seed(x)) = x, root(H(k, c)) = root(k))",)),
         Proof(id="KV-CAP", family=FAMILY,
               claim="blocks in use <= pool and each tenant's references <= its KV block cap",
@@ -335,7 +336,8 @@ def _proofs():
         Proof(id="SALT-ISOLATION", family=FAMILY,
               claim="every prefix-cache hit (shared or revived block) was registered under the requester's salt",
               scope="any N (tenants, keys, salts, contents)", obligations=isolation_obligations,
-              twins=(Twin("shared-salt", "per-tenant salts (prefix_cache='shared')", sf, sr),),
+              twins=(Twin("shared-salt", "per-tenant salts (prefix_cache='shared')", sf, sr,
+                          scope="run of 4 from the empty pool"),),
               hypotheses=("the chain hash is injective on salt and content",)),
     )
 
