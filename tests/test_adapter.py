@@ -81,3 +81,36 @@ def test_claims_imply_invariants_from_config():
     cfg = attrs.evolve(BASE, prefix_cache="salted", eviction=EvictionConfig(max_evictions=3, cooldown_steps=2))
     assert Claims(cfg, invariants=("WORK-CONSERVING",)).claimed() == {
         "WORK-CONSERVING", "SALT-ISOLATION", "EVICT-BOUNDED", "EVICT-COOLDOWN"}
+
+
+class _ClaimsVtcDecidesFcfs:
+    """Claims "VTC with w_in=1, w_out=2" (reference=True) but runs FCFS."""
+
+    def __init__(self):
+        from tenantry.spec.adapter_reference import ReferenceAdapter
+
+        self.inner = ReferenceAdapter(attrs.evolve(BASE, order=OrderConfig(policy="fcfs")))
+        self.claims = Claims(attrs.evolve(BASE, order=OrderConfig(policy="vtc", w_in=1.0, w_out=2.0)), reference=True)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_reference_claim_reports_first_divergent_step():
+    from tenantry.spec.verify_run import verify_workload
+
+    wl = _workload(11)
+    v = verify_workload(_ClaimsVtcDecidesFcfs, wl, timeout_s=None, determinism=False, catalog=False)
+    div = [f for f in v.findings if f.invariant == "REF-DIVERGENCE"]
+    assert len(div) == 1
+    f = div[0]
+    # The two runs agree up to that step: the recorded batches equal the reference's before it.
+    ref = simulate(attrs.evolve(BASE, order=OrderConfig(policy="vtc")), wl)
+    fcfs = simulate(attrs.evolve(BASE, order=OrderConfig(policy="fcfs")), wl)
+    first = next(i for i, (a, b) in enumerate(zip(ref.steps, fcfs.steps)) if a.batch != b.batch or a.preempted != b.preempted)
+    assert f.step_index == first
+    assert "differs from the reference model (vtc)" in f.message and f.request_id is not None
+    # an honest claim never diverges
+    honest = verify_workload(make_reference(attrs.evolve(BASE, order=OrderConfig(policy="vtc"))), wl,
+                             timeout_s=None, determinism=False)
+    assert honest.ok, honest.render()
