@@ -206,12 +206,14 @@ def gstate(tag: str) -> dict:
             "R": real_array(f"R_{tag}"), "S": real_array(f"S_{tag}")}
 
 
-def gap_inv(dom: Domain, s: dict, P: dict) -> z3.BoolRef:
-    """Deficits in (-K, 1] and, for tenants backlogged since the window opened,
-    ``e = base + R - S`` with equal refills R."""
-    e, G = s["e"], s["G"]
+def gap_inv(dom: Domain, s: dict, P: dict, unit: str = "tokens") -> z3.BoolRef:
+    """Deficits in (-K, 1] (block-seconds: ``e - pe <= 1``, the step's reservations
+    counted) and, for tenants backlogged since the window opened, ``e = base + R - S``
+    with equal refills R."""
+    e, pe, G = s["e"], s["pe"], s["G"]
+    upper = (lambda f: And(e[f] <= 1, pe[f] == 0)) if unit == "tokens" else (lambda f: And(e[f] - pe[f] <= 1, pe[f] >= 0))
     one = dom.forall(lambda f: And(
-        e[f] <= 1, e[f] - G[f] > -P["K"][f], G[f] >= 0, G[f] <= P["K"][f], s["pe"][f] == 0,
+        upper(f), e[f] - G[f] > -P["K"][f], G[f] >= 0, G[f] <= P["K"][f],
         Implies(Not(s["run"][f]), G[f] == 0),
         Implies(s["since"][f], And(s["q"][f], e[f] == s["base"][f] + s["R"][f] - s["S"][f], s["base"][f] <= 1,
                                    s["base"][f] > -P["K"][f]))))
@@ -224,49 +226,65 @@ def _with_ghosts(pre: dict, post: dict, R=None, S=None, since=None) -> dict:
             "R": pre["R"] if R is None else R, "S": pre["S"] if S is None else S}
 
 
-def gap_obligations(capped_loss: bool = False) -> list[tuple[str, z3.BoolRef]]:
-    """Window opening, consecution, and the corollary.  ``capped_loss`` drops
-    H3 (the twin): refills may be cut by a carry bound below one round."""
-    dom, P = Domain("N"), params("P")
-    setup = And(dom.size >= 1, dom.forall(lambda f: And(P["K"][f] > 0, P["Ce"][f] >= (0 if capped_loss else 1))))
-    out = []
-    # The window opens at any state satisfying the deficit bounds with e <= 1.
-    s0 = gstate("w0")
-    open_ = dom.forall(lambda f: And(s0["R"][f] == 0, s0["S"][f] == 0, s0["base"][f] == s0["e"][f],
-                                     Implies(s0["since"][f], s0["q"][f])))
-    pre0 = dom.forall(lambda f: And(s0["e"][f] <= 1, s0["e"][f] - s0["G"][f] > -P["K"][f], s0["G"][f] >= 0,
-                                    s0["G"][f] <= P["K"][f], s0["pe"][f] == 0,
-                                    Implies(Not(s0["run"][f]), s0["G"][f] == 0)))
-    out.append(("open", implies_all([setup, open_, pre0], gap_inv(dom, s0, P))))
-    # refill under H1 (no backlogged tenant positive) and H3 (carry bound >= one round)
-    s = gstate("rf")
-    g, post, p = refill(dom, s, P, "rf")
-    h1 = dom.forall(lambda j: Implies(s["q"][j], Not(p["blk"][j])))
-    jj = Int("jr")
-    got = Lambda([jj], z3.If(s["since"][jj], s["R"][jj] + (post["e"][jj] - s["e"][jj]), s["R"][jj]))
-    out.append(("refill", implies_all([setup, gap_inv(dom, s, P), g, h1], gap_inv(dom, _with_ghosts(s, post, R=got), P))))
-    s = gstate("ad")
-    g, post, p = admit(dom, s, "ad", "tokens")
-    since = Store(s["since"], p["i"], And(s["since"][p["i"]], Not(p["leave"])))
-    S = Store(s["S"], p["i"], s["S"][p["i"]] + p["pin"])
-    out.append(("admit", implies_all([setup, gap_inv(dom, s, P), g, hyp_charge(s, p, P)],
-                                     gap_inv(dom, _with_ghosts(s, post, S=S, since=since), P))))
-    s = gstate("ch")
-    g, post, p = charge(dom, s, "ch")
-    S = Store(s["S"], p["i"], s["S"][p["i"]] + p["x"])
-    out.append(("charge", implies_all([setup, gap_inv(dom, s, P), g], gap_inv(dom, _with_ghosts(s, post, S=S), P))))
-    s = gstate("mv")
-    g, post, p = move(dom, s, "mv")
-    since = Store(s["since"], p["i"], And(s["since"][p["i"]], p["qn"]))
-    out.append(("move", implies_all([setup, gap_inv(dom, s, P), g], gap_inv(dom, _with_ghosts(s, post, since=since), P))))
-    s = gstate("en")
-    g, post, p = end(dom, s, "en")
-    out.append(("end", implies_all([setup, gap_inv(dom, s, P), g], gap_inv(dom, _with_ghosts(s, post), P))))
-    s = gstate("cor")
-    f, h = Int("f_cor"), Int("g_cor")
-    out.append(("gap", implies_all([setup, gap_inv(dom, s, P), dom.has(f), dom.has(h), s["since"][f], s["since"][h]],
-                                   s["S"][f] - s["S"][h] < 2 + P["K"][f] + P["K"][h])))
-    return out
+def settle(dom: Domain, s: dict, tag: str) -> tuple[z3.BoolRef, dict, dict]:
+    """Block-seconds, end of ``execute``: tenant i is charged x for the blocks it
+    held, at least its reservations of the step (H4), which then lapse."""
+    e, pe, G = s["e"], s["pe"], s["G"]
+    i, x = Int(f"i_{tag}"), Real(f"x_{tag}")
+    guard = And(dom.has(i), x >= pe[i], x <= G[i])
+    return guard, {**s, "e": Store(e, i, e[i] - x), "G": Store(G, i, G[i] - x), "pe": Store(pe, i, 0)}, {"i": i, "x": x}
+
+
+def gap_obligations(unit: str = "tokens"):
+    """Window opening, consecution, and the corollary, for ``unit``."""
+    def build() -> list[tuple[str, z3.BoolRef]]:
+        dom, P = Domain("N"), params("P")
+        setup = And(dom.size >= 1, dom.forall(lambda f: And(P["K"][f] > 0, P["Ce"][f] >= 1)))
+        inv = lambda st: gap_inv(dom, st, P, unit)  # noqa: E731
+        out = []
+        # The window opens at a step end, in any state within the deficit bounds and with e <= 1.
+        s0 = gstate("w0")
+        open_ = dom.forall(lambda f: And(s0["R"][f] == 0, s0["S"][f] == 0, s0["base"][f] == s0["e"][f],
+                                         Implies(s0["since"][f], s0["q"][f])))
+        pre0 = dom.forall(lambda f: And(s0["e"][f] <= 1, s0["e"][f] - s0["G"][f] > -P["K"][f], s0["G"][f] >= 0,
+                                        s0["G"][f] <= P["K"][f], s0["pe"][f] == 0,
+                                        Implies(Not(s0["run"][f]), s0["G"][f] == 0)))
+        out.append(("open", implies_all([setup, open_, pre0], inv(s0))))
+        # refill under H1 (every backlogged tenant a candidate) and H3 (carry bound >= one round)
+        s = gstate("rf")
+        g, post, p = refill(dom, s, P, "rf")
+        h1 = dom.forall(lambda j: Implies(s["q"][j], Not(p["blk"][j])))
+        # H3 for block-seconds: the carry bound also covers the step's reservations
+        h3 = dom.forall(lambda j: Implies(s["q"][j], s["pe"][j] + 1 <= P["Ce"][j]))
+        jj = Int("jr")
+        got = Lambda([jj], z3.If(s["since"][jj], s["R"][jj] + (post["e"][jj] - s["e"][jj]), s["R"][jj]))
+        out.append(("refill", implies_all([setup, inv(s), g, h1, h3], inv(_with_ghosts(s, post, R=got)))))
+        s = gstate("ad")
+        g, post, p = admit(dom, s, "ad", unit)
+        since = Store(s["since"], p["i"], And(s["since"][p["i"]], Not(p["leave"])))
+        S = Store(s["S"], p["i"], s["S"][p["i"]] + p["pin"])
+        out.append(("admit", implies_all([setup, inv(s), g, hyp_charge(s, p, P)],
+                                         inv(_with_ghosts(s, post, S=S, since=since)))))
+        s = gstate("ch")
+        g, post, p = charge(dom, s, "ch") if unit == "tokens" else settle(dom, s, "ch")
+        S = Store(s["S"], p["i"], s["S"][p["i"]] + p["x"])
+        out.append(("charge" if unit == "tokens" else "settle",
+                    implies_all([setup, inv(s), g], inv(_with_ghosts(s, post, S=S)))))
+        s = gstate("mv")
+        g, post, p = move(dom, s, "mv")
+        since = Store(s["since"], p["i"], And(s["since"][p["i"]], p["qn"]))
+        out.append(("move", implies_all([setup, inv(s), g], inv(_with_ghosts(s, post, since=since)))))
+        s = gstate("en")
+        g, post, p = end(dom, s, "en")
+        settled = dom.forall(lambda f: s["pe"][f] == 0)  # block-seconds: every reservation was settled
+        out.append(("end", implies_all([setup, inv(s), g, settled], inv(_with_ghosts(s, post)))))
+        s = gstate("cor")
+        f, h = Int("f_cor"), Int("g_cor")
+        out.append(("gap", implies_all([setup, inv(s), dom.has(f), dom.has(h), s["since"][f], s["since"][h],
+                                        s["pe"][f] == 0, s["pe"][h] == 0],
+                                       s["S"][f] - s["S"][h] < 2 + P["K"][f] + P["K"][h])))
+        return out
+    return build
 
 
 # --- replays -----------------------------------------------------------------------------
@@ -362,9 +380,11 @@ def _reset_twin():
     return formula, replay
 
 
-def service_gap_violations(config: Config, transitions: list[Transition], d: float) -> list[str]:
+def service_gap_violations(config: Config, transitions: list[Transition], d: float,
+                           field: str = "service") -> list[str]:
     """DRR-GAP over a run: for two tenants backlogged at every step end of a
-    stretch, |dS_f/w_f - dS_g/w_g| <= 2q + D/w_f + D/w_g (S = service)."""
+    stretch, |dS_f/w_f - dS_g/w_g| <= 2q + D/w_f + D/w_g, S the tenant's
+    ``field`` (``service``: weighted tokens; ``block_seconds``)."""
     q, names = config.order.drr_quantum, [t.name for t in config.tenants]
     out = []
     n = len(names)
@@ -378,16 +398,27 @@ def service_gap_violations(config: Config, transitions: list[Transition], d: flo
                 if not (ts[a].queue and ts[b].queue):
                     lo = hi = None
                     continue
-                x = ts[a].service / wa - ts[b].service / wb
+                x = getattr(ts[a], field) / wa - getattr(ts[b], field) / wb
                 lo = x if lo is None else min(lo, x)
                 hi = x if hi is None else max(hi, x)
                 if hi - lo > bound + EPS:
-                    return [f"normalised service gap of {names[a]} and {names[b]} moved by {hi - lo:g} while both "
+                    return [f"normalised {field} gap of {names[a]} and {names[b]} moved by {hi - lo:g} while both "
                             f"were backlogged, more than 2q + D/w_a + D/w_b = {bound:g}"]
     return out
 
 
-def _gap_twin():
+def block_seconds_bound(config: Config, requests) -> float:
+    """D for block-seconds under ample KV and a budget that serves every running
+    sequence each step: a pick commits at most max_num_seqs sequences each holding
+    blocks_for(prompt + output) blocks for ceil(prompt / budget) + output steps."""
+    per = max(config.blocks_for(r.total_tokens) * (-(-r.prompt_tokens // config.token_budget) + r.output_tokens)
+              for r in requests)
+    return config.max_num_seqs * per * config.cost.unit_step_s
+
+
+def _gap_twin(unit: str):
+    policy = "drr_tokens" if unit == "tokens" else "drr_block_seconds"
+
     def formula() -> tuple[z3.BoolRef, dict]:
         dom, P = Domain("N"), params("gt")
         s = gstate("gt")
@@ -400,7 +431,8 @@ def _gap_twin():
         shape = And(_weights_shape(dom, w), w[0] == 1, w[1] == 2,
                     dom.forall(lambda f: P["Ce"][f] == z3.If(w[f] == 1, z3.RealVal(1), z3.Q(1, 2))))
         setup = And(dom.size >= 1, dom.forall(lambda f: P["K"][f] > 0))
-        f = And(setup, gap_inv(dom, s, P), g, h1, shape, Not(gap_inv(dom, _with_ghosts(s, post, R=got), P)))
+        inv = lambda st: gap_inv(dom, st, P, unit)  # noqa: E731
+        f = And(setup, inv(s), g, h1, shape, Not(inv(_with_ghosts(s, post, R=got))))
         return f, {"dom": dom, "w": w}
 
     def replay(m: z3.ModelRef, sym: dict) -> Replay:
@@ -408,15 +440,18 @@ def _gap_twin():
         ws = tuple(float(val(m, sym["w"][j])) for j in range(n))
         if len(set(ws)) == 1:
             return Replay(False, f"equal weights {ws}: a carry bound >= q cuts nothing")
-        cfg = replay_config(ws, "drr_tokens", carry=QUANTUM, reset=True, max_num_seqs=1)
-        ref = replay_config(ws, "drr_tokens", carry=None, reset=True, max_num_seqs=1)
+        cfg = replay_config(ws, policy, carry=QUANTUM, reset=True, max_num_seqs=1)
+        ref = replay_config(ws, policy, carry=None, reset=True, max_num_seqs=1)
         reqs = [Request(1000 * j + k, f"t{j}", 0.0, 1, 1) for j in range(n) for k in range(200)]
         trs = list(run_workload(cfg, reqs, max_steps=300))
-        h = simulate(cfg, reqs, max_steps=300)
-        d = _charge_bound(cfg)
-        ok, detail = verdict(service_gap_violations(cfg, trs, d), catalog_history("DRR-DEFICIT", ref, h),
-                             f"weights {ws}, drr_carry_bound = quantum = {QUANTUM:g} < q*w, 200 requests each")
-        return Replay(ok, detail, {"weights": ws, "carry_bound": QUANTUM, "service": [t.service for t in trs[-1].state.tenants]})
+        field = "service" if unit == "tokens" else "block_seconds"
+        d = _charge_bound(cfg) if unit == "tokens" else block_seconds_bound(cfg, reqs)
+        catalog = catalog_history("DRR-DEFICIT", ref, simulate(cfg, reqs, max_steps=300)) if unit == "tokens" else None
+        ok, detail = verdict(service_gap_violations(cfg, trs, d, field), catalog,
+                             f"{policy}, weights {ws}, drr_carry_bound = quantum = {QUANTUM:g} < q*w, "
+                             "200 requests each")
+        return Replay(ok, detail, {"weights": ws, "carry_bound": QUANTUM, "D": d,
+                                   field: [getattr(t, field) for t in trs[-1].state.tenants]})
     return formula, replay
 
 
@@ -441,15 +476,20 @@ def _proofs() -> tuple[Proof, ...]:
         claim="at every step end a tenant with nothing queued or running has deficit 0 (no banked credit)",
         scope="any N", obligations=reset_obligations,
         twins=(Twin("no-reset", "the idle reset (drr_reset_when_idle=False)", f, r),)))
-    f, r = _gap_twin()
-    out.append(Proof(
-        id="DRR-GAP[tokens]", family=FAMILY,
-        claim="two tenants backlogged over a window: |dS_f/w_f - dS_g/w_g| < 2q + D/w_f + D/w_g",
-        scope="any N", obligations=gap_obligations,
-        twins=(Twin("carry-below-round", "a carry bound of at least one round (C < q*w is allowed by the config)",
-                    f, r),),
-        hypotheses=("H1: at a refill no backlogged tenant is blocked (no head refused: ample KV)",
-                    "H2: a pick commits at most D", "H3: drr_carry_bound >= q * w for every tenant, or None")))
+    for unit in UNITS:
+        f, r = _gap_twin(unit)
+        hyps = ("H1: at a refill no backlogged tenant is blocked (no head refused: ample KV)",
+                "H2: a pick commits at most D (tokens: D of SPEC 8.2; block-seconds: a stated bound D_bs)",
+                "H3: drr_carry_bound >= q * w for every tenant (block-seconds: plus the step's reservations), or None")
+        if unit == "block_seconds":
+            hyps += ("H4: a step charges a tenant at least its reservations (unit cost mode)",)
+        out.append(Proof(
+            id=f"DRR-GAP[{unit}]", family=FAMILY,
+            claim="two tenants backlogged over a window: |dS_f/w_f - dS_g/w_g| < 2q + D/w_f + D/w_g",
+            scope="any N", obligations=gap_obligations(unit),
+            twins=(Twin("carry-below-round", "a carry bound of at least one round (C < q*w is allowed by the config)",
+                        f, r),),
+            hypotheses=hyps))
     return tuple(out)
 
 

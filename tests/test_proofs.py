@@ -19,7 +19,7 @@ TWINS = [(p, t) for p in PROOFS for t in p.twins]
 
 def test_every_family_of_the_issue_is_covered():
     assert {"VTC-GAP", "NO-BANKED-CREDIT", "DRR-DEFICIT[tokens]", "DRR-DEFICIT[block_seconds]", "DRR-RESET",
-            "DRR-GAP[tokens]", "FLOOR", "AGING", "TOKEN-BUCKET", "EVICT-BOUNDED", "EVICT-COOLDOWN", "EVICT-MIN-FREE",
+            "DRR-GAP[tokens]", "DRR-GAP[block_seconds]", "FLOOR", "AGING", "TOKEN-BUCKET", "EVICT-BOUNDED", "EVICT-COOLDOWN", "EVICT-MIN-FREE",
             "KV-CONSERVE", "KV-CAP", "SALT-ISOLATION"} <= set(IDS)
     assert all(p.twins for p in PROOFS), "every proof has a twin"
 

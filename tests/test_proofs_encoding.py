@@ -249,6 +249,9 @@ def test_drr_invariants_hold_on_model_runs(n, weights, raw, slots, policy, carry
             assert holds(dom.forall(lambda f: pre["e"][f] <= 1))
         else:
             assert all(t.deficit <= (carry if carry is not None else float("inf")) for t in tr.state.tenants)
+            if carry is None:
+                # H1, H3 and H4 (unit cost) hold: at a step end no deficit exceeds one round
+                assert holds(dom.forall(lambda f: pre["e"][f] <= 1)), f"block-seconds deficit above q*w at step {tr.output.step_index}"
 
 
 # --- floors and aging ---------------------------------------------------------------------
