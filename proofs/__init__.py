@@ -1,0 +1,15 @@
+"""Z3 proofs of the scheduler invariants for any number of tenants (SPEC.md section 8).
+
+Public surface::
+
+    tenantry.proofs.registry.PROOFS            # every Proof, in run order
+    tenantry.proofs.registry.select(ids)       # by id, id prefix or family
+    tenantry.proofs.core.run_all(proofs)       # -> [Outcome]: proofs, twins, limits
+    tenantry.proofs.core.run_proof / run_twin  # one at a time
+    tenantry.proofs.tight.measure(T)           # the VTC gap a concrete workload reaches
+    tenantry.proofs.concrete.build_state       # consistent concrete states for replays
+    tenantry prove [IDS] [--json]              # the command (tenantry.proofs.command)
+
+One module per family: ``vtc``, ``drr``, ``priority`` (floors, aging),
+``bucket``, ``evict``, ``kv`` (pool, caps, salts).
+"""

@@ -23,15 +23,6 @@ from .concrete import Transition
 EPS = 1e-6
 
 
-def catalog_available() -> bool:
-    """True when the invariant catalog can be imported."""
-    try:
-        import tenantry.spec.invariants  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def catalog_state(inv_id: str, ref: Config, transitions: Iterable[Transition]) -> list[str] | None:
     """Findings of the catalog's state form of ``inv_id`` on each transition,
     judged with configuration ``ref`` (its ``applies`` is not consulted: the
