@@ -154,7 +154,7 @@ def h_no_loss(h: HistoryContext) -> list[Finding]:
             bad = "finished without producing all its tokens"
         elif r.outcome == "rejected" and r.reason in ADMISSION_REASONS and r.admitted_step is not None:
             bad = "refused at admission yet recorded as admitted"
-        elif r.outcome in ("finished", "unfinished") and r.admitted_step is None:
+        elif r.outcome == "finished" and r.admitted_step is None:
             bad = "never admitted yet recorded as served"
         if bad:
             out.append(_f("NO-LOSS", None, f"request record incoherent: {bad}", r.outcome, "a coherent record",

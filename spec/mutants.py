@@ -284,7 +284,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
                 max_context_tokens=48), dict(bursty=True)),
     Mutant("aging_strict_priority", ("AGING",), "strict priority sold as priority with aging",
            _registry_entry(policies.ORDER, "aging", policies.OrderPolicy(policies.select_priority)),
-           _cfg("aging", order=OrderConfig(policy="aging", aging_rate_per_s=50.0))),
+           _cfg("aging", order=OrderConfig(policy="aging", aging_rate_per_s=50.0), max_num_seqs=1)),
     Mutant("evict_no_cooldown", ("EVICT-COOLDOWN",), "a preempted sequence is readmitted the next step",
            _method("_evict", _no_cooldown),
            _cfg("fcfs", ample=False, eviction=EvictionConfig(victim="newest", cooldown_steps=3)), dict(big=True)),

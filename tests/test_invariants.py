@@ -1,0 +1,131 @@
+"""The invariant catalog (spec/invariants*.py): every invariant passes on the model
+in the configuration where its mutant is caught, findings render to one
+sentence, history forms judge a history read back from disk, and claims
+select what is checked."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+
+from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig
+from tenantry.model.history import read_history, write_history
+from tenantry.model.simulate import simulate
+from tenantry.model.workload import Request
+from tenantry.spec.invariants import (
+    INVARIANTS, Finding, check_history, check_pair, config_from_dict, relabel_contents,
+)
+from tenantry.spec.invariants_core import ample_kv, largest_charge
+from tenantry.spec.invariants_run import run_checked
+from tenantry.spec.invariants_strategies import workloads
+from tenantry.spec.mutants import MUTANTS, applied
+
+KILLERS = {k: m for m in MUTANTS.values() for k in m.killers}
+
+
+def test_every_invariant_has_a_mutant_and_a_documented_form():
+    assert set(KILLERS) == set(INVARIANTS)
+    for inv in INVARIANTS.values():
+        assert inv.forms, inv.id
+        assert inv.spec.startswith("7."), inv.id
+        for f in (inv.check_state, inv.check_history, inv.check_pair):
+            if f is not None and not f.__name__ == "<lambda>":
+                assert inv.id in (f.__doc__ or ""), (inv.id, f.__name__)
+
+
+@pytest.mark.parametrize("inv_id", sorted(INVARIANTS))
+def test_invariant_holds_on_the_model(inv_id):
+    """The model passes each invariant on the workloads that kill its mutant."""
+    m = KILLERS[inv_id]
+    cfg = m.config
+    assert INVARIANTS[inv_id].applies(cfg)
+
+    @settings(database=None)
+    @given(workloads(cfg, **m.shape))
+    def holds(wl):
+        reqs, canc = wl
+        if inv_id in ("DETERMINISM", "NONINTERFERENCE"):
+            a = run_checked(cfg, reqs, cancellations=canc, max_steps=300, ids=()).history
+            other = reqs if inv_id == "DETERMINISM" else relabel_contents(reqs, "b", 1 << 20)
+            b = run_checked(cfg, other, cancellations=canc, max_steps=300, ids=()).history
+            found = check_pair(inv_id, a, b, **({} if inv_id == "DETERMINISM" else {"observer": "a"}))
+        else:
+            found = run_checked(cfg, reqs, cancellations=canc, max_steps=300, ids=(inv_id,)).findings
+        assert not found, "\n".join(map(str, found))
+
+    holds()
+
+
+def test_finding_renders_one_sentence():
+    f = Finding("KV-CAP", 7, ("a",), (3, 4), 13, 12, "a tenant's sequences hold more blocks than its cap")
+    assert str(f) == ("KV-CAP at step 7 (tenants a; requests 3, 4): a tenant's sequences hold more blocks than its "
+                      "cap (observed 13, allowed 12).")
+    assert str(Finding("DETERMINISM", None, message="x", observed=1.5, allowed=2)) == (
+        "DETERMINISM at whole run: x (observed 1.5, allowed 2).")
+
+
+def _cap_mutant_history():
+    m = MUTANTS["no_tenant_kv_cap"]
+    reqs = [Request(0, "a", 0.0, 200, 4), Request(1, "b", 0.0, 20, 2)]
+    with applied(m):
+        return m.config, simulate(m.config, reqs)
+
+
+def test_history_form_judges_a_history_read_back(tmp_path):
+    cfg, h = _cap_mutant_history()
+    found = check_history(h, cfg)
+    assert [(f.invariant, f.tenants, f.observed, f.allowed) for f in found][:1] == [("KV-CAP", ("a",), 8, 6)]  # 128 of 200 prompt tokens after two 64-token chunks
+    write_history(h, tmp_path / "h.jsonl")
+    back = read_history(tmp_path / "h.jsonl")
+    assert check_history(back) == found  # configuration read from the header
+    assert config_from_dict(back.header["config"]) == cfg
+
+
+def test_claims_select_the_claimed_invariants():
+    cfg, h = _cap_mutant_history()
+
+    class Claims:
+        config = cfg
+
+        @staticmethod
+        def claimed():
+            return {"VTC-GAP"}
+
+    assert [f.invariant for f in check_history(h, Claims())][:1] == ["KV-CAP"]  # safety: always checked
+    assert check_history(h, cfg, ids=("VTC-GAP", "NO-LOSS")) == []
+
+
+def test_largest_charge_is_the_paper_constant_when_w_in_le_w_out():
+    """D = max(w_in L, w_out M) for w_in <= w_out (Sheng et al., Theorem 4.4's constant)."""
+    cfg = Config((TenantConfig("a"),), num_blocks=4096, max_num_seqs=8, max_context_tokens=1024,
+                 order=OrderConfig(w_in=1.0, w_out=2.0))
+    assert largest_charge(cfg, 1000, 1024) == 2.0 * 8 * 1024
+    hi_in = Config((TenantConfig("a"),), num_blocks=4096, max_num_seqs=1, max_context_tokens=100,
+                   order=OrderConfig(w_in=3.0, w_out=1.0))
+    # w_in > w_out: min(w_in L + w_out M, w_in M) = min(3*99 + 100, 300) = 300, above max(297, 100).
+    assert largest_charge(hi_in) == 300.0
+
+
+def test_ample_kv_is_the_pool_never_binding():
+    base = dict(tenants=(TenantConfig("a"),), max_num_seqs=4, max_context_tokens=512)
+    assert ample_kv(Config(num_blocks=128, **base))
+    assert not ample_kv(Config(num_blocks=127, **base))
+    capped = Config(tenants=(TenantConfig("a", kv_block_cap=10),), num_blocks=1000, max_num_seqs=4,
+                    max_context_tokens=512)
+    assert not ample_kv(capped) and not INVARIANTS["VTC-GAP"].applies(capped)
+
+
+def test_vtc_gap_bound_without_the_last_left_lift_is_exceeded():
+    """Regression for the lift fix: a tenant idle while another is served alone,
+    which rejoins first, used to start with its old counter (gap 1568 > D = 800)."""
+    cfg = Config((TenantConfig("a"), TenantConfig("b")), num_blocks=1000, max_num_seqs=2, token_budget=64,
+                 max_context_tokens=200, cost=CostConfig(mode="unit", unit_step_s=1.0))
+    reqs = [Request(i, "a", float(3 * i), 30, 2) for i in range(50)]
+    reqs += [Request(100 + i, "b", 151.0, 30, 2) for i in range(10)]
+    reqs += [Request(200 + i, "a", 153.0, 30, 2) for i in range(10)]
+    run = run_checked(cfg, reqs)
+    assert run.findings == ()
+    with applied(MUTANTS["vtc_no_lift"]):
+        gaps = [f.observed for f in run_checked(cfg, reqs, ids=("VTC-GAP",)).findings]
+    assert largest_charge(cfg) == 800.0
+    assert max(gaps) == 1568.0
