@@ -23,7 +23,6 @@ of workers.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import importlib
 import os
 import time
 from pathlib import Path
@@ -47,7 +46,7 @@ from .z3search import supported as z3_supported
 DEFAULT_SEARCHES = ("random", "evolution", "hypothesis")
 #: Default evaluations per cell, and per shrink.
 DEFAULT_BUDGET = "12"
-DEFAULT_SHRINK = 24
+DEFAULT_SHRINK = 16
 
 
 def sub_seed(seed: int, *names: str) -> int:
@@ -117,28 +116,68 @@ def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: c
     return rec
 
 
-def _extras(seconds: float) -> dict[str, str]:
-    """A short run of the proofs and the stateful suite, when they can be imported."""
-    out: dict[str, str] = {}
-    for label, modname, fn_names in (("proofs", "tenantry.proofs", ("check_short", "run_short", "quick")),
-                                     ("stateful", "tenantry.spec.stateful", ("check_short", "run_short", "quick"))):
+def _proofs(timeout_s: float) -> tuple[str, bool]:
+    """Every Z3 proof and twin with a short per-obligation timeout: (summary, all ok)."""
+    from tenantry.proofs.core import run_all
+    from tenantry.proofs.registry import PROOFS
+
+    outs = run_all(PROOFS, twins=True, timeout_ms=int(timeout_s * 1000))
+    proofs = [o for o in outs if o.kind == "proof"]
+    twins = [o for o in outs if o.kind != "proof"]
+    bad = [o.id for o in outs if not o.ok]
+    text = (f"{sum(o.ok for o in proofs)}/{len(proofs)} proved, {sum(o.ok for o in twins)}/{len(twins)} twins "
+            f"refuted and replayed (timeout {timeout_s:g} s per obligation)" + (f"; not ok: {', '.join(bad)}" if bad else ""))
+    return text, not bad
+
+
+def _stateful(out: Path | None, setups: Sequence[str], max_examples: int) -> tuple[str, bool]:
+    """A short Hypothesis stateful run of the reference model under each setup (all tenants victims)."""
+    from tenantry.spec.adapter_reference import ReferenceAdapter
+    from tenantry.spec.verify_suite import TenantryFailure, stateful_check
+
+    from .configs import build_config
+
+    failed = []
+    for setup in setups:
+        def factory(tenants, setup=setup):
+            return ReferenceAdapter(build_config(setup, [(t.name, "victim") for t in tenants]))
         try:
-            mod = importlib.import_module(modname)
-        except ImportError:
-            out[label] = "not available (module not importable)"
-            continue
-        fn = next((getattr(mod, n) for n in fn_names if callable(getattr(mod, n, None))), None)
-        if fn is None:
-            out[label] = f"not run ({modname} has no {' / '.join(fn_names)} entry point yet)"
-            continue
+            stateful_check(factory, target=f"reference model ({setup})", out_dir=(out or Path(".")) / "stateful",
+                           max_examples=max_examples, steps_per_example=20)
+        except TenantryFailure as e:
+            failed.append(f"{setup}: {e.title}; replay: {e.replay}")
+    text = (f"{len(setups) - len(failed)}/{len(setups)} setups passed {max_examples} stateful examples each"
+            + ("; " + "; ".join(failed) if failed else ""))
+    return text, not failed
+
+
+#: Setups the stateful suite runs against in ``tenantry check`` (short run).
+STATEFUL_SETUPS = ("protected", "hysteresis", "salted_cache")
+
+
+def _extras(out: Path | None, proof_timeout_s: float = 2.0, stateful_examples: int = 8) -> tuple[dict[str, str], bool]:
+    """A short run of the proofs and the stateful suite, when they can be imported.
+
+    Returns ({name: one-line result}, whether the stateful suite found a broken invariant).
+    A failing proof is reported, not counted as a broken claim of a setup.
+    """
+    out_d: dict[str, str] = {}
+    broke = False
+    for label, run in (("proofs", lambda: _proofs(proof_timeout_s)),
+                       ("stateful", lambda: _stateful(out, STATEFUL_SETUPS, stateful_examples))):
         t0 = time.monotonic()
         try:
-            res = fn(seconds)
-        except Exception as e:  # a failing extra is reported, not fatal to the matrix
-            out[label] = f"error: {type(e).__name__}: {e}"
+            text, ok = run()
+        except ImportError as e:
+            out_d[label] = f"not available ({e})"
             continue
-        out[label] = f"{res} ({time.monotonic() - t0:.1f} s)"
-    return out
+        except Exception as e:  # an extra that crashes is reported, not fatal to the matrix
+            out_d[label] = f"error: {type(e).__name__}: {e}"
+            continue
+        out_d[label] = f"{text} ({time.monotonic() - t0:.1f} s)"
+        if label == "stateful" and not ok:
+            broke = True
+    return out_d, broke
 
 
 def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | None = None, seed: int = 0,
@@ -212,7 +251,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
                 plotted[(s, p)] = plot_cell(s, sc, h, b, outp / "cells" / s / p)
     elif plots == "all":
         plotted = {k: c.get("plots", []) for k, c in cells.items()}
-    extra = _extras(10.0) if extras else {}
+    extra, stateful_broke = _extras(outp) if extras else ({}, False)
     wall_s = time.monotonic() - t0
     evaluations = sum(c["evaluations"] for c in cells.values()) + len(cells)
     summary = {
@@ -221,7 +260,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         "setups": setups, "patterns": patterns, "searches": list(searches),
         "invariant_source": source_label(), "extras": extra,
     }
-    claimed_broken = any(c["broken"] for c in cells.values())
+    claimed_broken = any(c["broken"] for c in cells.values()) or stateful_broke
     if outp is not None:
         ordered = [cells[k] for k in keys]
         dump_json({"summary": summary, "cells": ordered, "claimed_broken": claimed_broken}, outp / "matrix.json")

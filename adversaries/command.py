@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="searches per cell: random evolution hypothesis z3 (default: all)")
     p.add_argument("--out", type=Path, default=Path("tenantry-check"), help="report folder (default ./tenantry-check)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count; 1 runs inline)")
-    p.add_argument("--shrink", type=int, default=None, metavar="N", help="evaluations per shrink of a finding (default 24; 0: off)")
+    p.add_argument("--shrink", type=int, default=None, metavar="N", help="evaluations per shrink of a finding (default 16; 0: off)")
     p.add_argument("--plots", choices=("findings", "all", "none"), default="findings", help="which cells get plots")
     p.add_argument("--no-extras", action="store_true", help="skip the short run of the proofs and the stateful suite")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -106,7 +106,10 @@ def run(args: argparse.Namespace) -> int:
     s, cells = res["summary"], res["cells"]
     print(matrix_text(s["setups"], s["patterns"], cells))
     print()
-    print("* finding (objective at or above the pattern's finding level)   ! a claimed invariant broke")
+    from .report import ABBREV
+    cols = ", ".join(f"{a}={p}" for p, a in ABBREV.items() if a != p and p in s["patterns"])
+    print("* finding (objective at or above the pattern's finding level)   ! a claimed invariant broke"
+          + (f"\ncolumns: {cols}" if cols else ""))
     print(f"invariants: {s['invariant_source']} catalog")
     print()
     for line in cell_lines(s["setups"], s["patterns"], cells):

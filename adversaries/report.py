@@ -125,10 +125,17 @@ def fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
+#: Column headings of the printed matrix (the markdown one uses the full names).
+ABBREV = {"flood": "flood", "few_huge": "fewhuge", "slow_decoders": "slowdec", "churn": "churn",
+          "idle_burst": "idleburst", "on_off_aging": "onoff", "eviction_thrash": "thrash", "prefix_probe": "probe",
+          "sybil": "sybil", "queue_stuffing": "stuffing", "estimate_gaming": "estgame", "timed_arrivals": "timed"}
+
+
 def matrix_text(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[tuple[str, str], Mapping[str, Any]],
                 markdown: bool = False) -> str:
     """The setup x pattern matrix: each cell's objective, ``*`` for a finding (at or
-    above the pattern's finding level), ``!`` when a claimed invariant broke."""
+    above the pattern's finding level), ``!`` when a claimed invariant broke.  The
+    plain-text form heads its columns with :data:`ABBREV`."""
     def cell(s: str, p: str) -> str:
         c = cells.get((s, p))
         if c is None:
@@ -136,17 +143,15 @@ def matrix_text(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[t
         mark = ("*" if c["finding"] else "") + ("!" if c["broken"] else "")
         return fmt(c["score"]) + mark
 
-    head = ["setup \\ pattern"] + list(patterns)
+    head = ["setup \\ pattern"] + [p if markdown else ABBREV.get(p, p) for p in patterns]
     rows = [[s] + [cell(s, p) for p in patterns] for s in setups]
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(lines)
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-    short = [h[:max(widths[i], 6)] for i, h in enumerate(head)]
-    widths = [max(w, len(h)) for w, h in zip(widths, short)]
-    fmt_row = lambda r: "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
-    return "\n".join([fmt_row(short)] + [fmt_row(r) for r in rows])
+    fmt_row = lambda r: " ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
+    return "\n".join([fmt_row(head)] + [fmt_row(r) for r in rows])
 
 
 def cell_lines(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:

@@ -23,9 +23,10 @@ SEED = 0
 DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
 
 
-def cell(setup: str, pattern: str, budget: str = "3", searches=("random", "evolution", "hypothesis")) -> dict:
-    return run_cell(setup, pattern, seed=SEED, budget=Budget.parse(budget), executor=InlineExecutor(), out=None,
-                    shrink_evaluations=0, searches=searches)
+def cell(setup: str, pattern: str, budget: str = "3", searches=("random", "evolution", "hypothesis"),
+         executor=None) -> dict:
+    return run_cell(setup, pattern, seed=SEED, budget=Budget.parse(budget), executor=executor or InlineExecutor(),
+                    out=None, shrink_evaluations=0, searches=searches)
 
 
 def history_of(c: dict):
@@ -74,15 +75,18 @@ def check_priority_starves_and_aging_floors_bound(pri, aging, floors):
 
 
 def check_lift(nolift, lift):
-    # without the lift the returning tenant is served ahead of everyone for seconds
+    # without the lift, the returning tenant is served ahead of the victims for seconds and
+    # gains several of the largest requests' worth of service over them
     assert nolift["metrics"]["starvation_s"] >= 4.0
     assert nolift["metrics"]["service_gap"] >= 4.0
-    # with it, the service gap stays near the VTC bound (about 2 of the largest request) and
-    # the victims wait no more than the adversary's requests hold the batch slots
-    assert lift["metrics"]["service_gap"] <= 3.0
-    assert lift["metrics"]["starvation_s"] <= 0.7 * nolift["metrics"]["starvation_s"]
+    # with it, the service gap is at most half as large (the VTC bound holds: nothing broken),
+    # and a victim waits no longer than twice the time the adversary's requests hold a batch slot
     assert nolift["metrics"]["service_gap"] >= 2 * lift["metrics"]["service_gap"]
     assert not lift["broken"]
+    sc, h, _ = history_of(lift)
+    hold_s = max(r.finish_s - r.first_scheduled_s for r in h.requests
+                 if r.tenant in sc.adversaries and r.finish_s is not None and r.first_scheduled_s is not None)
+    assert lift["metrics"]["starvation_s"] <= 2 * hold_s < nolift["metrics"]["starvation_s"]
 
 
 def check_hysteresis(no_h, with_h):
@@ -140,16 +144,21 @@ def test_fully_protected_setups_break_no_invariant():
 
 @pytest.mark.skipif(not DEEP, reason="60-second searches: run with HYPOTHESIS_PROFILE=deep")
 def test_criteria_hold_after_60s_searches():
-    b = "400,60s"
-    check_fcfs_flood(cell("fcfs", "flood", b))
-    check_priority_starves_and_aging_floors_bound(cell("priority", "flood", b), cell("aging", "flood", b),
-                                                  cell("floors", "flood", b))
-    check_lift(cell("vtc_nolift", "idle_burst", b), cell("vtc", "idle_burst", b))
-    check_hysteresis(cell("no_hysteresis", "eviction_thrash", b), cell("hysteresis", "eviction_thrash", b))
-    check_probe(cell("shared_cache", "prefix_probe", b), cell("salted_cache", "prefix_probe", b))
-    check_few_huge(cell("round_robin", "few_huge", b), cell("rate_limit", "few_huge", b))
-    for pattern in PATTERNS:
-        assert not cell("protected", pattern, b)["broken"]
+    from tenantry.adversaries.evaluate import make_executor
+
+    with make_executor(2) as pool:
+        def deep(setup, pattern):
+            return cell(setup, pattern, "100000,60s", executor=pool)
+
+        check_fcfs_flood(deep("fcfs", "flood"))
+        check_priority_starves_and_aging_floors_bound(deep("priority", "flood"), deep("aging", "flood"),
+                                                      deep("floors", "flood"))
+        check_lift(deep("vtc_nolift", "idle_burst"), deep("vtc", "idle_burst"))
+        check_hysteresis(deep("no_hysteresis", "eviction_thrash"), deep("hysteresis", "eviction_thrash"))
+        check_probe(deep("shared_cache", "prefix_probe"), deep("salted_cache", "prefix_probe"))
+        check_few_huge(deep("round_robin", "few_huge"), deep("rate_limit", "few_huge"))
+        for pattern in PATTERNS:
+            assert not deep("protected", pattern)["broken"], pattern
 
 
 # --- the command ---------------------------------------------------------------------
