@@ -65,20 +65,20 @@ def searches_for(setup: str, pattern: str, searches: Sequence[str]) -> list[str]
 
 def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor, out: Path | None,
              searches: Sequence[str] = DEFAULT_SEARCHES, shrink_evaluations: int = DEFAULT_SHRINK,
-             plots: bool = False, progress: bool = False) -> dict[str, Any]:
+             plots: bool = False, progress: bool = False, victims: str = "excerpt") -> dict[str, Any]:
     """Search, replay, shrink and write one cell; returns its record (JSON-able)."""
     pat = get_pattern(pattern)
     names = searches_for(setup, pattern, searches)
     share = budget.split(len(names))
     results: list[SearchResult] = [
         run_search(name, setup, pattern, seed=sub_seed(seed, setup, pattern, name), budget=share,
-                   executor=executor, progress=progress, scenario_seed=seed)
+                   executor=executor, progress=progress, scenario_seed=seed, victims=victims)
         for name in names
     ]
     found = [r for r in results if r.best is not None]
     best = max(found, key=lambda r: r.best.score) if found else None  # max keeps the first of equals
     params = dict(best.best.params) if best else pat.space.defaults()
-    scenario = make_scenario(pattern, params, seed)
+    scenario = make_scenario(pattern, params, seed, victims=victims)
     hist, base, twin, ev = run_scenario(setup, scenario, depth="full")
     broken = {k: list(v) for k, v in ev.broken.items()}
     for r in results:
@@ -184,7 +184,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
               budget: Budget | None = None, searches: Sequence[str] = DEFAULT_SEARCHES + ("z3",),
               out: str | os.PathLike | None = None, workers: int | None = None, cell_threads: int | None = None,
               shrink_evaluations: int = DEFAULT_SHRINK, plots: str = "findings", extras: bool = True,
-              progress: bool = True, executor: cf.Executor | None = None,
+              progress: bool = True, executor: cf.Executor | None = None, victims: str = "excerpt",
               log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the matrix.
 
@@ -196,6 +196,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         cell_threads: cells run at once (default: workers); does not change results.
         plots: ``findings`` (one plot set per finding cell), ``all`` or ``none``.
         extras: run the proofs and stateful suite briefly when available.
+        victims: the victims' trace source, ``excerpt`` (packaged) or ``shared`` (../shared/traces).
         executor: use this executor instead of making a process pool.
 
     Returns:
@@ -231,7 +232,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         with cf.ThreadPoolExecutor(max_workers=n_threads) as pool:
             futs = {pool.submit(run_cell, s, p, seed=seed, budget=budget, executor=ex, out=outp, searches=searches,
                                 shrink_evaluations=shrink_evaluations, plots=plots == "all",
-                                progress=False): (s, p) for s, p in keys}
+                                progress=False, victims=victims): (s, p) for s, p in keys}
             for f in cf.as_completed(futs):
                 cells[futs[f]] = f.result()
                 bar.update(1)
@@ -246,7 +247,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
     if outp is not None and plots == "findings":
         for (s, p), c in sorted(cells.items()):
             if c["finding"]:
-                sc = make_scenario(p, c["params"], seed)
+                sc = make_scenario(p, c["params"], seed, victims=victims)
                 h, b, _, _ = run_scenario(s, sc, depth=None)
                 plotted[(s, p)] = plot_cell(s, sc, h, b, outp / "cells" / s / p)
     elif plots == "all":
@@ -257,7 +258,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
     summary = {
         "seed": seed, "budget": f"{budget.evaluations or '-'} evaluations" + (
             f", {budget.seconds:g} s" if budget.seconds else ""),
-        "setups": setups, "patterns": patterns, "searches": list(searches),
+        "setups": setups, "patterns": patterns, "searches": list(searches), "victims": victims,
         "invariant_source": source_label(), "extras": extra,
     }
     claimed_broken = any(c["broken"] for c in cells.values()) or stateful_broke

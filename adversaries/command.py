@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--search", nargs="+", default=None, metavar="SEARCH",
                    help="searches per cell: random evolution hypothesis z3 (default: all)")
     p.add_argument("--out", type=Path, default=Path("tenantry-check"), help="report folder (default ./tenantry-check)")
+    p.add_argument("--victims", choices=("excerpt", "shared"), default="excerpt",
+                   help="victim traffic from the packaged Azure excerpts (default) or the full traces in ../shared/traces")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count; 1 runs inline)")
     p.add_argument("--shrink", type=int, default=None, metavar="N", help="evaluations per shrink of a finding (default 16; 0: off)")
     p.add_argument("--plots", choices=("findings", "all", "none"), default="findings", help="which cells get plots")
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     res = run_check(setups=setups, patterns=patterns, seed=args.seed, budget=budget,
                     searches=tuple(args.search or SEARCHES), out=args.out, workers=args.workers,
                     shrink_evaluations=DEFAULT_SHRINK if args.shrink is None else args.shrink, plots=args.plots,
-                    extras=not args.no_extras, progress=not args.quiet)
+                    extras=not args.no_extras, progress=not args.quiet, victims=args.victims)
     wall = time.monotonic() - t0
     s, cells = res["summary"], res["cells"]
     print(matrix_text(s["setups"], s["patterns"], cells))

@@ -45,6 +45,7 @@ class Task:
         objective: metric to report as the score; None: the pattern's own.
         scenario: an explicit scenario (shrinking, replay) instead of
             generating one from pattern and params.
+        victims: ``excerpt`` (packaged traces) or ``shared`` (../shared/traces).
         depth: how deep to check the setup's claimed invariants (one of
             :data:`~tenantry.adversaries.claims.DEPTHS`), or None for no checks.
     """
@@ -56,6 +57,7 @@ class Task:
     objective: str | None = None
     scenario: Scenario | None = None
     depth: str | None = "history"
+    victims: str = "excerpt"
 
 
 @attrs.frozen
@@ -93,7 +95,9 @@ def _baseline(setup: str, config: Config, scenario: Scenario) -> History:
 
 def scenario_of(task: Task) -> Scenario:
     """The task's scenario (explicit, or generated from pattern, params and seed)."""
-    return task.scenario if task.scenario is not None else make_scenario(task.pattern, dict(task.params), task.seed)
+    if task.scenario is not None:
+        return task.scenario
+    return make_scenario(task.pattern, dict(task.params), task.seed, victims=task.victims)
 
 
 def cached_before(scenario: Scenario) -> dict[int, bool]:

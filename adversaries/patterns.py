@@ -317,24 +317,26 @@ def _compose(adv: list[Request], victims: tuple[Request, ...]) -> Workload:
     return Workload(renumber([r for r in adv if r.arrival_s < HORIZON_S] + list(victims)))
 
 
-def make_scenario(pattern: str, params: Mapping[str, float | int] | None, seed: int) -> Scenario:
+def make_scenario(pattern: str, params: Mapping[str, float | int] | None, seed: int, *,
+                  victims: str = "excerpt") -> Scenario:
     """The scenario of ``pattern`` with ``params`` (missing ones at their default) and the
-    default victims of ``seed``.
+    default victims of ``seed``, from the packaged trace excerpts (``victims="excerpt"``)
+    or the full traces in ../shared/traces (``"shared"``).
 
     Raises:
         ConfigError: on an unknown pattern or parameter name.
     """
     pat = get_pattern(pattern)
     full = pat.space.complete(params)
-    victims = default_victims(seed)
+    victim_reqs = default_victims(seed, source=victims)
     adv, names = pat.generate(full, np.random.default_rng(np.random.SeedSequence([seed, 7])))
-    vnames = tuple(dict.fromkeys(r.tenant for r in victims))
+    vnames = tuple(dict.fromkeys(r.tenant for r in victim_reqs))
     roles = tuple((n, "adversary") for n in names) + tuple((n, "victim") for n in vnames)
     twin = None
     if pattern == "prefix_probe":
         control, _ = _probe(full, np.random.default_rng(np.random.SeedSequence([seed, 7])), decoy=True)
-        twin = Scenario(pattern, full, seed, _compose(control, victims), roles)
-    return Scenario(pattern, full, seed, _compose(adv, victims), roles, twin=twin)
+        twin = Scenario(pattern, full, seed, _compose(control, victim_reqs), roles)
+    return Scenario(pattern, full, seed, _compose(adv, victim_reqs), roles, twin=twin)
 
 
 def scenario_from_workload(workload: Workload, adversaries: tuple[str, ...], *, victims: tuple[str, ...] | None = None,

@@ -137,9 +137,10 @@ class Runner:
     """
 
     def __init__(self, search: str, setup: str, pattern: str, seed: int, budget: Budget,
-                 executor: cf.Executor, progress: bool = False, objective: str | None = None,
-                 scenario_seed: int | None = None) -> None:
+                 executor: cf.Executor, progress: bool = True, objective: str | None = None,
+                 scenario_seed: int | None = None, victims: str = "excerpt") -> None:
         self.search, self.setup, self.pattern, self.seed = search, setup, pattern, seed
+        self.victims = victims
         self.scenario_seed = seed if scenario_seed is None else scenario_seed
         self.budget, self.executor, self.objective = budget, executor, objective
         self.space: Space = get_pattern(pattern).space
@@ -166,7 +167,8 @@ class Runner:
         if not params_list:
             return []
         full = [self.space.complete(p) for p in params_list]
-        tasks = [Task(self.setup, self.pattern, freeze(p), self.scenario_seed, self.objective) for p in full]
+        tasks = [Task(self.setup, self.pattern, freeze(p), self.scenario_seed, self.objective, victims=self.victims)
+                 for p in full]
         out = []
         for p, ev in zip(full, evaluate_batch(self.executor, tasks)):
             c = Candidate(len(self.candidates), p, ev)
@@ -187,10 +189,10 @@ class Runner:
 
 
 def random_search(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor,
-                  progress: bool = False, objective: str | None = None, scenario_seed: int | None = None,
-                  include_default: bool = True) -> SearchResult:
+                  progress: bool = True, objective: str | None = None, scenario_seed: int | None = None,
+                  victims: str = "excerpt", include_default: bool = True) -> SearchResult:
     """Uniform random search: the defaults first, then uniform points, in batches of :data:`BATCH`."""
-    r = Runner("random", setup, pattern, seed, budget, executor, progress, objective, scenario_seed)
+    r = Runner("random", setup, pattern, seed, budget, executor, progress, objective, scenario_seed, victims)
     rng = np.random.default_rng(seed)
     first = [r.space.defaults()] if include_default else []
     while r.remaining() != 0:
@@ -202,8 +204,8 @@ def random_search(setup: str, pattern: str, *, seed: int, budget: Budget, execut
 
 
 def evolution_search(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor,
-                     progress: bool = False, objective: str | None = None, scenario_seed: int | None = None,
-                     mu: int = 4, sigma: float = 0.15) -> SearchResult:
+                     progress: bool = True, objective: str | None = None, scenario_seed: int | None = None,
+                     victims: str = "excerpt", mu: int = 4, sigma: float = 0.15) -> SearchResult:
     """A (mu + lambda) evolutionary search on the unit cube, lambda = :data:`BATCH`.
 
     Generation 0 is the defaults plus uniform points.  Each later generation
@@ -213,7 +215,7 @@ def evolution_search(setup: str, pattern: str, *, seed: int, budget: Budget, exe
     Evolutionary Computing", 2nd ed., ch. 4-5).  The mu best of parents and
     children survive (elitism).
     """
-    r = Runner("evolution", setup, pattern, seed, budget, executor, progress, objective, scenario_seed)
+    r = Runner("evolution", setup, pattern, seed, budget, executor, progress, objective, scenario_seed, victims)
     rng = np.random.default_rng(seed)
     d = len(r.space)
     points = [r.space.encode(r.space.defaults())] + [rng.random(d) for _ in range(BATCH - 1)]
@@ -234,8 +236,8 @@ def evolution_search(setup: str, pattern: str, *, seed: int, budget: Budget, exe
 
 
 def hypothesis_search(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor,
-                      progress: bool = False, objective: str | None = None,
-                      scenario_seed: int | None = None) -> SearchResult:
+                      progress: bool = True, objective: str | None = None,
+                      scenario_seed: int | None = None, victims: str = "excerpt") -> SearchResult:
     """Hypothesis-driven search: ``@given`` parameters, ``target(score)``, no shrinking.
 
     Each example is evaluated through ``executor`` (one at a time: Hypothesis
@@ -246,7 +248,7 @@ def hypothesis_search(setup: str, pattern: str, *, seed: int, budget: Budget, ex
     from hypothesis import seed as hyp_seed
     from hypothesis import strategies as st
 
-    r = Runner("hypothesis", setup, pattern, seed, budget, executor, progress, objective, scenario_seed)
+    r = Runner("hypothesis", setup, pattern, seed, budget, executor, progress, objective, scenario_seed, victims)
 
     def strat(p):
         if p.integer:
@@ -277,14 +279,16 @@ def hypothesis_search(setup: str, pattern: str, *, seed: int, budget: Budget, ex
 
 
 def _z3(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor,
-        progress: bool = False, objective: str | None = None, scenario_seed: int | None = None) -> SearchResult:
+        progress: bool = True, objective: str | None = None, scenario_seed: int | None = None,
+        victims: str = "excerpt") -> SearchResult:
     from .z3search import z3_search
     return z3_search(setup, pattern, seed=seed, budget=budget, executor=executor, progress=progress,
-                     objective=objective, scenario_seed=scenario_seed)
+                     objective=objective, scenario_seed=scenario_seed, victims=victims)
 
 
-#: Search name -> function(setup, pattern, *, seed, budget, executor, progress, objective, scenario_seed)
-#: -> SearchResult.  ``seed`` drives the search; ``scenario_seed`` (default: seed) the victims.
+#: Search name -> function(setup, pattern, *, seed, budget, executor, progress, objective, scenario_seed,
+#: victims) -> SearchResult.  ``seed`` drives the search; ``scenario_seed`` (default: seed) and ``victims``
+#: (trace source) the victims' traffic.
 SEARCHES: dict[str, Callable[..., SearchResult]] = {
     "random": random_search,
     "evolution": evolution_search,
@@ -294,7 +298,8 @@ SEARCHES: dict[str, Callable[..., SearchResult]] = {
 
 
 def run_search(name: str, setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor,
-               progress: bool = False, objective: str | None = None, scenario_seed: int | None = None) -> SearchResult:
+               progress: bool = True, objective: str | None = None, scenario_seed: int | None = None,
+               victims: str = "excerpt") -> SearchResult:
     """Run the search called ``name``; ``seed`` drives the search, ``scenario_seed``
     (default: ``seed``) the victims' traffic.
 
@@ -305,4 +310,4 @@ def run_search(name: str, setup: str, pattern: str, *, seed: int, budget: Budget
     if fn is None:
         raise ConfigError("search", name, f"unknown search; choose from {', '.join(SEARCHES)}")
     return fn(setup, pattern, seed=seed, budget=budget, executor=executor, progress=progress, objective=objective,
-              scenario_seed=scenario_seed)
+              scenario_seed=scenario_seed, victims=victims)

@@ -58,13 +58,13 @@ def supported(setup: str) -> bool:
     return get_setup(setup).order.policy in SUPPORTED
 
 
-def abstract_inputs(seed: int) -> dict[str, Any]:
+def abstract_inputs(seed: int, victims: str = "excerpt") -> dict[str, Any]:
     """The abstract model's constants for the default victims of ``seed``."""
     step_s = COST.weight_read_s + COST.overhead_s + REPLICA["max_num_seqs"] * 400 * COST.kv_read_s_per_token
     cap = REPLICA["max_num_seqs"] * SLOT_S / step_s
     vw = [0.0] * SLOTS
     vcost = [0.0] * SLOTS
-    for r in default_victims(seed):
+    for r in default_victims(seed, source=victims):
         k = int(r.arrival_s // SLOT_S)
         if k < SLOTS:
             vw[k] += _work(r.prompt_tokens, r.output_tokens)
@@ -75,12 +75,12 @@ def abstract_inputs(seed: int) -> dict[str, Any]:
             "rho_victim": rho_v}
 
 
-def build(setup: str, seed: int, total: int, max_per_slot: int):
+def build(setup: str, seed: int, total: int, max_per_slot: int, victims: str = "excerpt"):
     """The optimisation problem: (z3.Optimize, adversary count variables, objective term)."""
     import z3
 
     pol = get_setup(setup).order
-    c = abstract_inputs(seed)
+    c = abstract_inputs(seed, victims)
     cap, wa = c["capacity"], c["adv_work"]
     opt = z3.Optimize()
     a = [z3.Int(f"c{k}") for k in range(SLOTS)]
@@ -124,8 +124,8 @@ def build(setup: str, seed: int, total: int, max_per_slot: int):
     return opt, a, objective
 
 
-def z3_search(setup: str, pattern: str, *, seed: int, budget, executor: cf.Executor, progress: bool = False,
-              objective: str | None = None, scenario_seed: int | None = None):
+def z3_search(setup: str, pattern: str, *, seed: int, budget, executor: cf.Executor, progress: bool = True,
+              objective: str | None = None, scenario_seed: int | None = None, victims: str = "excerpt"):
     """Maximise the abstract victims' waiting with Z3, replaying each optimum on the model.
 
     Returns a :class:`~tenantry.adversaries.search.SearchResult` (search
@@ -136,7 +136,7 @@ def z3_search(setup: str, pattern: str, *, seed: int, budget, executor: cf.Execu
 
     from .search import Runner
 
-    r = Runner("z3", setup, pattern, seed, budget, executor, progress, objective, scenario_seed)
+    r = Runner("z3", setup, pattern, seed, budget, executor, progress, objective, scenario_seed, victims)
     if pattern != "timed_arrivals":
         return r.result(f"z3 searches timed_arrivals only, not {pattern}")
     if not supported(setup):
@@ -144,7 +144,7 @@ def z3_search(setup: str, pattern: str, *, seed: int, budget, executor: cf.Execu
     space = get_pattern(pattern).space
     total = int(sum(space.defaults().values()))
     max_per_slot = int(space.params[0].high)
-    opt, a, _ = build(setup, r.scenario_seed, total, max_per_slot)
+    opt, a, _ = build(setup, r.scenario_seed, total, max_per_slot, victims)
     z3.set_param("smt.random_seed", seed % (2**31))
     opt.set("rlimit", RLIMIT)
     opt.set("timeout", TIMEOUT_MS)

@@ -147,8 +147,8 @@ def test_criteria_hold_after_60s_searches():
     from tenantry.adversaries.evaluate import make_executor
 
     with make_executor(2) as pool:
-        def deep(setup, pattern):
-            return cell(setup, pattern, "100000,60s", executor=pool)
+        def deep(setup, pattern, seconds=60):
+            return cell(setup, pattern, f"100000,{seconds}s", executor=pool)
 
         check_fcfs_flood(deep("fcfs", "flood"))
         check_priority_starves_and_aging_floors_bound(deep("priority", "flood"), deep("aging", "flood"),
@@ -158,7 +158,7 @@ def test_criteria_hold_after_60s_searches():
         check_probe(deep("shared_cache", "prefix_probe"), deep("salted_cache", "prefix_probe"))
         check_few_huge(deep("round_robin", "few_huge"), deep("rate_limit", "few_huge"))
         for pattern in PATTERNS:
-            assert not deep("protected", pattern)["broken"], pattern
+            assert not deep("protected", pattern, 20)["broken"], pattern
 
 
 # --- the command ---------------------------------------------------------------------
