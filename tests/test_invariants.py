@@ -152,3 +152,48 @@ def test_strict_priority_starves_and_aging_does_not(policy, waits):
         else:
             assert check_history(h, cfg) == []
     assert tuple(got) == waits
+
+
+def _worst_gap_ratio(history, cfg, policy):
+    """Largest (normalised service gap growth over an interval) / (its bound), over tenant pairs."""
+    from tenantry.spec.invariants_history import HistoryContext, _runs
+
+    h = HistoryContext(history, cfg)
+    d, q = h.charge_bound, cfg.order.drr_quantum
+    worst = 0.0
+    names = [t.name for t in cfg.tenants]
+    for ia, a in enumerate(names):
+        for b in names[ia + 1:]:
+            wa, wb = h.weight(a), h.weight(b)
+            bound = d / wa + d / wb + (2 * q if policy == "drr_tokens" else 0.0)
+            for run in _runs(h, {a}, {b}):
+                xs = [s.service[a] / wa - s.service[b] / wb for s in run]
+                worst = max(worst, (max(xs) - min(xs)) / bound)
+    return worst
+
+
+@pytest.mark.parametrize("policy", ["vtc", "drr_tokens", "floors", "aging"])
+def test_fairness_bounds_hold_when_pushed(policy):
+    """Workloads steered (hypothesis.target) towards the largest gap/bound ratio:
+    every applicable invariant still holds, and the ratio stays <= 1."""
+    from hypothesis import target
+
+    tenants = (TenantConfig("a", weight=1.0, tier=0), TenantConfig("b", weight=2.0, tier=1),
+               TenantConfig("c", weight=0.5, tier=1))
+    cfg = Config(tenants, num_blocks=2 * 6, max_num_seqs=2, token_budget=32, max_context_tokens=96,
+                 order=OrderConfig(policy=policy, drr_quantum=32.0, drr_carry_bound=None, tier_floors=(0.7, 0.3),
+                                   aging_rate_per_s=5.0),
+                 cost=CostConfig(mode="unit", unit_step_s=0.01))
+    assert ample_kv(cfg)
+
+    @settings(database=None, max_examples=max(10, settings.default.max_examples // 2))
+    @given(workloads(cfg, max_requests=14, long_outputs=True, idle_gaps=True))
+    def pushed(wl):
+        run = run_checked(cfg, wl[0], cancellations=wl[1], max_steps=600)
+        assert run.findings == (), "\n".join(map(str, run.findings))
+        if policy in ("vtc", "drr_tokens"):
+            ratio = _worst_gap_ratio(run.history, cfg, policy)
+            target(ratio, label="gap / bound")
+            assert ratio <= 1.0
+
+    pushed()
