@@ -17,7 +17,7 @@ from tenantry.model.simulate import Recorder, config_to_dict, has_work
 from tenantry.model.state import initial_state
 from tenantry.model.step import idle, step
 from tenantry.model.workload import Request, StepInput
-from tenantry.spec.invariants import check_history, check_state
+from tenantry.spec.invariants import INVARIANTS, check_history, check_state
 
 MAX_CONTEXT = 512  # tokens: 32 blocks of 16
 
@@ -67,6 +67,9 @@ class SchedulerMachine(RuleBasedStateMachine):
     @initialize(data=st.data())
     def start(self, data) -> None:
         cfg = data.draw(configs(self.policy), label="config")
+        for inv_id, inv in INVARIANTS.items():  # shown by --hypothesis-show-statistics
+            if inv.applies(cfg) and (inv.check_state or inv.check_history):
+                event(f"checks {inv_id}")
         self.cfg = cfg
         self.state = initial_state(cfg)
         self.rec = Recorder(cfg, True)
