@@ -119,23 +119,28 @@ def h_queue_bound(h: HistoryContext) -> list[Finding]:
     """QUEUE-BOUND (SPEC.md 7.1), history form: after every step, each tenant's
     admitted, never-scheduled, not-ended requests number at most its bound."""
     cfg, out = h.config, []
-    if not cfg.admission.queue_bound:
+    if not cfg.admission.queue_bound or not h.steps:
         return out
-    by_tenant: dict[str, list[RequestRecord]] = {}
+    starts = {s.start_s: s.step_index for s in h.steps}
+    n = len(h.steps)
+    delta: dict[str, list[int]] = {}
     for r in h.history.requests:
-        if r.admitted_step is not None:
-            by_tenant.setdefault(r.tenant, []).append(r)
-    for name, rs in by_tenant.items():
-        t = h.tenant_cfg.get(name)
-        if t is None or t.queue_bound is None:
+        t = h.tenant_cfg.get(r.tenant)
+        if r.admitted_step is None or t is None or t.queue_bound is None:
             continue
-        for s in h.steps:
-            fresh = [r.request_id for r in rs if r.admitted_step <= s.step_index
-                     and not (r.first_scheduled_s is not None and r.first_scheduled_s <= s.start_s)
-                     and not (r.finish_s is not None and r.finish_s <= s.start_s)]
-            if len(fresh) > t.queue_bound:
-                out.append(_f("QUEUE-BOUND", s.step_index, "more never-scheduled requests queued than the bound",
-                              len(fresh), t.queue_bound, [name], fresh))
+        # Fresh after step k for admitted_step <= k < the step it was first scheduled or cancelled in.
+        leave = min(h.first_step.get(r.request_id, n), starts.get(r.finish_s, n) if r.finish_s is not None else n)
+        d = delta.setdefault(r.tenant, [0] * (n + 1))
+        if r.admitted_step < leave:
+            d[r.admitted_step] += 1
+            d[leave] -= 1
+    for name, d in delta.items():
+        bound, fresh = h.tenant_cfg[name].queue_bound, 0
+        for k in range(n):
+            fresh += d[k]
+            if fresh > bound:
+                out.append(_f("QUEUE-BOUND", h.steps[k].step_index, "more never-scheduled requests queued than the "
+                              "bound", fresh, bound, [name]))
                 break
     return out
 
@@ -202,52 +207,56 @@ def h_batch_limits(h: HistoryContext) -> list[Finding]:
 
 
 def _runs(h: HistoryContext, a: set[str], b: set[str]):
-    """Maximal runs of step indices where groups a and b both have queued work at the
-    step's end and no request of either was cancelled inside the run."""
+    """Maximal runs of step positions where groups a and b both have queued work at
+    the step's end and no request of either was cancelled inside the run."""
     canc = set()
     for n in a | b:
         canc |= h.cancel_steps.get(n, set())
-    run: list = []
-    for s in h.steps:
+    run: list[int] = []
+    for pos, s in enumerate(h.steps):
         ok = any(s.queued.get(n, 0) for n in a) and any(s.queued.get(n, 0) for n in b)
         if ok and run and s.step_index not in canc:
-            run.append(s)
+            run.append(pos)
         else:
             if len(run) > 1:
                 yield run
-            run = [s] if ok else []
+            run = [pos] if ok else []
     if len(run) > 1:
         yield run
 
 
-def _gap_check(inv, run, x, bound, tenants) -> list[Finding]:
-    lo_i = hi_i = 0
-    for idx in range(1, len(run)):
-        if x(run[idx]) - x(run[lo_i]) > bound + EPS:
-            return [_f(inv, run[idx].step_index, f"normalised service gap grew by more than the bound between steps "
-                       f"{run[lo_i].step_index} and {run[idx].step_index} while both were backlogged",
-                       x(run[idx]) - x(run[lo_i]), bound, tenants)]
-        if x(run[hi_i]) - x(run[idx]) > bound + EPS:
-            return [_f(inv, run[idx].step_index, f"normalised service gap grew by more than the bound between steps "
-                       f"{run[hi_i].step_index} and {run[idx].step_index} while both were backlogged",
-                       x(run[hi_i]) - x(run[idx]), bound, tenants)]
-        if x(run[idx]) < x(run[lo_i]):
-            lo_i = idx
-        if x(run[idx]) > x(run[hi_i]):
-            hi_i = idx
+def _gap_check(h: HistoryContext, inv, run, x, bound, tenants) -> list[Finding]:
+    """The first point of ``run`` (step positions) where x moved by more than
+    ``bound`` from an earlier point of the run, as a finding."""
+    lo = hi = run[0]
+    for pos in run[1:]:
+        for ref, grew in ((lo, x[pos] - x[lo]), (hi, x[hi] - x[pos])):
+            if grew > bound + EPS:
+                return [_f(inv, h.steps[pos].step_index, "normalised service gap grew by more than the bound "
+                           f"between steps {h.steps[ref].step_index} and {h.steps[pos].step_index} while both "
+                           "were backlogged", grew, bound, tenants)]
+        if x[pos] < x[lo]:
+            lo = pos
+        if x[pos] > x[hi]:
+            hi = pos
     return []
 
 
+def _normalised(h: HistoryContext, names, divisor: float) -> list[float]:
+    return [sum(s.service.get(n, 0.0) for n in names) / divisor for s in h.steps]
+
+
 def _pairwise_service(h: HistoryContext, inv: str, slack) -> list[Finding]:
-    names = list(h.tenant_cfg)
+    """Pairwise gap check over tenants that are ever backlogged (O(pairs x steps))."""
+    names = [n for n in h.tenant_cfg if any(s.queued.get(n, 0) for s in h.steps)]
+    xs = {n: _normalised(h, (n,), h.weight(n)) for n in names}
     out = []
     for ia, a in enumerate(names):
         for b in names[ia + 1:]:
-            wa, wb = h.weight(a), h.weight(b)
-            bound = slack(wa, wb)
-            x = lambda s, a=a, b=b, wa=wa, wb=wb: s.service.get(a, 0.0) / wa - s.service.get(b, 0.0) / wb
+            x = [p - q for p, q in zip(xs[a], xs[b])]
+            bound = slack(h.weight(a), h.weight(b))
             for run in _runs(h, {a}, {b}):
-                out += _gap_check(inv, run, x, bound, [a, b])
+                out += _gap_check(h, inv, run, x, bound, [a, b])
     return out
 
 
@@ -292,10 +301,9 @@ def h_floor(h: HistoryContext) -> list[Finding]:
     for ia, a in enumerate(keys):
         for b in keys[ia + 1:]:
             fa, fb = tier_share(cfg, a), tier_share(cfg, b)
-            x = lambda s, a=a, b=b, fa=fa, fb=fb: (sum(s.service.get(n, 0.0) for n in tiers[a]) / fa
-                                                   - sum(s.service.get(n, 0.0) for n in tiers[b]) / fb)
+            x = [p - q for p, q in zip(_normalised(h, tiers[a], fa), _normalised(h, tiers[b], fb))]
             for run in _runs(h, tiers[a], tiers[b]):
-                out += _gap_check("FLOOR", run, x, d / fa + d / fb, sorted(tiers[a] | tiers[b]))
+                out += _gap_check(h, "FLOOR", run, x, d / fa + d / fb, sorted(tiers[a] | tiers[b]))
     return out
 
 

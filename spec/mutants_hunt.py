@@ -46,8 +46,12 @@ class Kill:
                 f"{self.steps:3d} steps (found after {self.examples} examples)")
 
 
-def caught_by(mutant: Mutant, killer: str, wl: Workload, max_steps: int = 300) -> tuple[bool, int]:
-    """Whether ``killer`` finds a violation when ``mutant`` runs ``wl``; and the run's step count."""
+def caught_by(mutant: Mutant, killer: str, wl: Workload, max_steps: int = 300,
+              history_only: bool = False) -> tuple[bool, int]:
+    """Whether ``killer`` finds a violation when ``mutant`` runs ``wl``; and the run's step count.
+
+    ``history_only`` judges the recorded history alone (the path used for
+    schedulers tenantry did not write)."""
     reqs, canc = wl
     cfg = mutant.config
     with applied(mutant):
@@ -57,7 +61,8 @@ def caught_by(mutant: Mutant, killer: str, wl: Workload, max_steps: int = 300) -
             b = run_checked(cfg, other, cancellations=canc, max_steps=max_steps, ids=()).history
             kw = {} if killer == "DETERMINISM" else {"observer": "a"}
             return bool(check_pair(killer, a, b, **kw)), len(a.steps)
-        r = run_checked(cfg, reqs, cancellations=canc, max_steps=max_steps, ids=(killer,))
+        r = run_checked(cfg, reqs, cancellations=canc, max_steps=max_steps, ids=(killer,),
+                        state_checks=not history_only)
         return any(f.invariant == killer for f in r.findings), len(r.history.steps)
 
 
@@ -75,13 +80,13 @@ def shrink(wl: Workload, pred: Callable[[Workload], bool]) -> Workload:
     return reqs, canc
 
 
-def hunt(mutant: Mutant, killer: str, max_examples: int = 400) -> Kill | None:
+def hunt(mutant: Mutant, killer: str, max_examples: int = 400, history_only: bool = False) -> Kill | None:
     """Search (then shrink) a workload on which ``killer`` catches ``mutant``; None if it survives."""
     tried = [0]
 
     def pred(wl: Workload) -> bool:
         tried[0] += 1
-        return caught_by(mutant, killer, wl)[0]
+        return caught_by(mutant, killer, wl, history_only=history_only)[0]
 
     try:
         wl = find(workloads(mutant.config, **mutant.shape), pred,

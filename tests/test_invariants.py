@@ -167,7 +167,7 @@ def _worst_gap_ratio(history, cfg, policy):
             wa, wb = h.weight(a), h.weight(b)
             bound = d / wa + d / wb + (2 * q if policy == "drr_tokens" else 0.0)
             for run in _runs(h, {a}, {b}):
-                xs = [s.service[a] / wa - s.service[b] / wb for s in run]
+                xs = [h.steps[pos].service[a] / wa - h.steps[pos].service[b] / wb for pos in run]
                 worst = max(worst, (max(xs) - min(xs)) / bound)
     return worst
 
@@ -197,3 +197,43 @@ def test_fairness_bounds_hold_when_pushed(policy):
             assert ratio <= 1.0
 
     pushed()
+
+
+def test_history_forms_of_the_gap_bounds_bite():
+    """VTC-GAP and FLOOR judged on histories alone: the no-lift mutant's rejoin lets
+    the idle tenant catch up far past 2D; strict priority sold as floors starves tier 1."""
+    cfg = Config((TenantConfig("a"), TenantConfig("b")), num_blocks=1000, max_num_seqs=2, token_budget=64,
+                 max_context_tokens=200, cost=CostConfig(mode="unit", unit_step_s=1.0))
+    reqs = [Request(i, "a", float(3 * i), 30, 2) for i in range(50)]
+    reqs += [Request(100 + i, "b", 151.0, 30, 2) for i in range(30)]
+    reqs += [Request(200 + i, "a", 153.0, 30, 2) for i in range(10)]
+    with applied(MUTANTS["vtc_no_lift"]):
+        h = simulate(cfg, reqs)
+    found = check_history(h, cfg, ids=("VTC-GAP",))
+    assert found and found[0].allowed == 256.0 and found[0].tenants == ("a", "b")  # D = min(30+2*64, 2*64) = 128
+    assert check_history(simulate(cfg, reqs), cfg) == []
+
+    floors = Config((TenantConfig("hi", tier=0), TenantConfig("lo", tier=1)), num_blocks=64, max_num_seqs=1,
+                    token_budget=64, max_context_tokens=64, order=OrderConfig(policy="floors", tier_floors=(0.5, 0.5)),
+                    cost=CostConfig(mode="unit", unit_step_s=1.0))
+    flood = [Request(i, "hi", float(i), 16, 4) for i in range(60)] + [Request(100 + i, "lo", 0.0, 16, 4)
+                                                                      for i in range(10)]
+    with applied(MUTANTS["floors_strict_priority"]):
+        starved = simulate(floors, flood)
+    found = check_history(starved, floors, ids=("FLOOR",))
+    assert found and found[0].allowed == 2 * 2.0 * 20 / 0.5  # D = w_out * M = 2 * (1 slot * 20 tokens)
+    assert check_history(simulate(floors, flood), floors) == []
+
+
+def test_history_forms_of_admission_and_records_bite():
+    """TOKEN-BUCKET on a history whose scheduler enforced no bucket, judged against a
+    claimed bucket; NO-LOSS on an incoherent record."""
+    free = Config((TenantConfig("a", token_rate_per_s=10.0, token_burst_tokens=100.0),), num_blocks=64,
+                  max_num_seqs=4, token_budget=64, max_context_tokens=128, cost=CostConfig(mode="unit", unit_step_s=1.0))
+    h = simulate(free, [Request(i, "a", 0.0, 40, 1) for i in range(4)])
+    claimed = attrs.evolve(free, admission=attrs.evolve(free.admission, token_bucket=True))
+    found = check_history(h, claimed, ids=("TOKEN-BUCKET",))
+    assert [(f.observed, f.allowed) for f in found] == [(120.0, 100.0)]  # 3 x 40 admitted at t = 0
+    bad = attrs.evolve(h, requests=(attrs.evolve(h.requests[0], tokens_generated=0),) + h.requests[1:])
+    assert [f.message for f in check_history(bad, free, ids=("NO-LOSS",))] == [
+        "request record incoherent: finished without producing all its tokens"]

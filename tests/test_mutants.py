@@ -54,3 +54,20 @@ def test_shrink_keeps_only_needed_requests():
     wl = (tuple(type("R", (), {"request_id": i})() for i in reqs), ((0.0, 2),))
     small = shrink(wl, lambda w: {r.request_id for r in w[0]} >= {1, 4})
     assert [r.request_id for r in small[0]] == [1, 4] and small[1] == ()
+
+
+#: (mutant, killer) pairs whose history form alone (no state checks: the path for a
+#: scheduler tenantry did not write) catches the mutant in its configuration.
+HISTORY_CASES = [
+    ("drr_unbounded_carry", "DRR-DEFICIT"), ("aging_strict_priority", "AGING"),
+    ("evict_no_cooldown", "EVICT-COOLDOWN"), ("evict_max_off_by_one", "EVICT-BOUNDED"), ("victim_oldest", "VICTIM"),
+    ("no_tenant_kv_cap", "KV-CAP"), ("cancel_leaks_blocks", "KV-CONSERVE"),
+    ("preempted_left_in_batch", "BATCH-LIMITS"), ("queue_bound_off_by_one", "QUEUE-BOUND"),
+]
+
+
+@pytest.mark.parametrize(("mutant", "killer"), HISTORY_CASES)
+def test_history_form_alone_kills(mutant, killer):
+    kill = hunt(MUTANTS[mutant], killer, history_only=True)
+    assert kill is not None, f"the history form of {killer} missed {mutant}"
+    print("history only:", kill.line())
