@@ -6,6 +6,7 @@ Public surface::
     check_state(config, prev, state, output, inputs=StepInput(), ids=None) -> list[Finding]
     check_history(history, claims=None, ids=None) -> list[Finding]
     check_pair(invariant_id, history_a, history_b, **kw) -> list[Finding]
+    unknown_without_steps(history, claims=None) -> list[str]   # ids a step-less history cannot judge
     relabel_contents(workload, tenant, offset) -> Workload   # NONINTERFERENCE's second run
 
 Each check applies only where ``INVARIANTS[id].applies(config)`` holds; the
@@ -35,8 +36,8 @@ from . import invariants_policy as P
 from . import invariants_state as S
 from .invariants_core import Finding, Invariant, ample_kv, caps_enforced
 
-__all__ = ["INVARIANTS", "Finding", "Invariant", "check_state", "check_history", "check_pair",
-           "config_from_dict", "relabel_contents"]
+__all__ = ["INVARIANTS", "HISTORY_NEEDS_STEPS", "Finding", "Invariant", "check_state", "check_history", "check_pair",
+           "config_from_dict", "relabel_contents", "unknown_without_steps"]
 
 _VTC_SRC = "Sheng et al., Fairness in Serving Large Language Models, OSDI 2024, Algorithm 2 and Theorem 4.4"
 _DRR_SRC = "Shreedhar and Varghese, Efficient Fair Queueing Using Deficit Round Robin, SIGCOMM 1995, Lemma 2"
@@ -137,6 +138,22 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
     _inv("DETERMINISM", "same configuration and workload give the same history, byte for byte", "7.6",
          _always, pair=_pair_determinism),
 )}
+
+
+#: History forms that judge only step snapshots: on a history without step lines
+#: (request records only) their verdict is unknown, not "holds" (SPEC.md 6).
+HISTORY_NEEDS_STEPS = frozenset({
+    "KV-CONSERVE", "KV-CAP", "QUEUE-BOUND", "BATCH-LIMITS", "VTC-GAP", "NO-BANKED-CREDIT", "DRR-DEFICIT",
+    "FLOOR", "AGING", "EVICT-COOLDOWN", "VICTIM",
+})
+
+
+def unknown_without_steps(history: History, claims: Any = None) -> list[str]:
+    """Ids whose history form applies but cannot judge ``history`` because it has no step lines."""
+    if history.steps:
+        return []
+    config, _ = _claims(history, claims)
+    return [i for i in sorted(HISTORY_NEEDS_STEPS) if INVARIANTS[i].applies(config)]
 
 
 def _select(config: Config, ids: Iterable[str] | None) -> list[Invariant]:

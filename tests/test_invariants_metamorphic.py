@@ -21,7 +21,7 @@ from tenantry.model.simulate import simulate
 from tenantry.spec.invariants_strategies import workloads
 from tenantry.spec.mutants import _cfg, _tenants
 
-FEW = settings(max_examples=max(5, settings.default.max_examples // 4), database=None)
+FEW = settings(max_examples=max(5, settings.default.max_examples // 4))
 
 
 def decisions(history, rename=None):
