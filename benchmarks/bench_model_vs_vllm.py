@@ -1,0 +1,112 @@
+"""Benchmark: cost per step of vLLM's scheduler against the reference model's step,
+in one run, on the same workload, at 16, 128 and 512 running requests.
+
+Run on demand (not a test; needs vLLM for its half, see scripts/install_vllm.sh):
+
+    python benchmarks/bench_model_vs_vllm.py [--running 16 128 512] [--steps 200] [--repeats 3]
+
+Workload: N requests of 4 tenants, 128-token prompts and outputs longer than
+the run, all admitted at once; both schedulers run until every request is
+decoding, then ``--steps`` decode steps are timed, each with N requests in the
+batch.  The pool is large enough that nothing is preempted.
+
+* vLLM 0.33: ``Scheduler.schedule()`` plus ``Scheduler.update_from_output()``
+  (the two scheduler calls of ``EngineCore.step``), driven through
+  :class:`tenantry.spec.vllm_adapter.VllmScheduler`'s scheduler; the fabricated
+  model output of each step is built outside the timed region.
+* reference model: :func:`tenantry.model.step.step` (pure: a new state every
+  step), policy ``fcfs`` and ``vtc``.
+
+Prints microseconds per step and per running request, and the model's cost as
+a fraction of vLLM's.  Timings are wall-clock (``time.perf_counter``), the best
+of ``--repeats`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from tenantry.model.config import Config, OrderConfig, TenantConfig
+from tenantry.model.state import initial_state
+from tenantry.model.step import step
+from tenantry.model.workload import Request, StepInput
+
+PROMPT_TOKENS = 128
+TENANTS = 4
+
+
+def token_budget(n: int) -> int:
+    """Tokens per step: enough for every prompt of the warm-up at once, and >= N (vLLM requires it)."""
+    return max(2048, n)
+
+
+def model_us(n: int, steps: int, policy: str) -> float:
+    """Microseconds per decode step of the reference model with n running requests."""
+    cfg = Config(tenants=tuple(TenantConfig(f"t{i}") for i in range(TENANTS)), num_blocks=200_000,
+                 max_num_seqs=n, token_budget=token_budget(n), order=OrderConfig(policy=policy))
+    reqs = [Request(i, f"t{i % TENANTS}", 0.0, PROMPT_TOKENS, 100_000) for i in range(n)]
+    st, _ = step(cfg, initial_state(cfg), StepInput(arrivals=reqs))
+    while any(t.queue for t in st.tenants) or any(s.output_done == 0 for s in st.running):
+        st, _ = step(cfg, st)
+    assert len(st.running) == n
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        st, out = step(cfg, st)
+    dt = time.perf_counter() - t0
+    assert len(out.batch) == n
+    return dt / steps * 1e6
+
+
+def vllm_us(n: int, steps: int) -> float:
+    """Microseconds per decode step of vLLM's schedule() + update_from_output() with n running requests."""
+    from tenantry.spec.vllm_adapter import VllmScheduler, _token, _TAG_SAMPLE, _vllm
+
+    v = _vllm()
+    blocks = n * (PROMPT_TOKENS + 4 * steps + 64) // 16 + 64
+    vs = VllmScheduler(num_blocks=blocks, max_num_seqs=n, token_budget=token_budget(n), policy="fcfs",
+                       max_model_len=PROMPT_TOKENS + 100_000 + 16)
+    for i in range(n):
+        vs.add_request(i, f"t{i % TENANTS}", PROMPT_TOKENS, 100_000)
+    sched = vs.scheduler
+    while vs.num_waiting() or any(r.num_output_tokens == 0 for r in sched.running):
+        vs.step()
+    assert vs.num_running() == n
+    total = 0.0
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        so = sched.schedule()
+        t1 = time.perf_counter()
+        ids = list(so.num_scheduled_tokens)
+        out = v["ModelRunnerOutput"](
+            req_ids=ids, req_id_to_index={rid: j for j, rid in enumerate(ids)},
+            sampled_token_ids=[[_token(_TAG_SAMPLE, int(rid), sched.requests[rid].num_output_tokens)] for rid in ids])
+        t2 = time.perf_counter()
+        sched.update_from_output(so, out)
+        total += (t1 - t0) + (time.perf_counter() - t2)
+        assert len(ids) == n
+    return total / steps * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--running", type=int, nargs="+", default=[16, 128, 512])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    from tenantry.spec.vllm_adapter import vllm_available
+
+    ok, why = vllm_available()
+    print(f"vLLM: {why}")
+    print(f"{'running':>8} {'vLLM us/step':>13} {'us/req':>7} {'model fcfs us/step':>19} {'us/req':>7} "
+          f"{'ratio':>6} {'model vtc us/step':>18} {'us/req':>7} {'ratio':>6}")
+    for n in args.running:
+        v = min(vllm_us(n, args.steps) for _ in range(args.repeats)) if ok else float("nan")
+        f = min(model_us(n, args.steps, "fcfs") for _ in range(args.repeats))
+        c = min(model_us(n, args.steps, "vtc") for _ in range(args.repeats))
+        print(f"{n:>8} {v:>13.0f} {v / n:>7.2f} {f:>19.0f} {f / n:>7.2f} {f / v:>6.2f} {c:>18.0f} {c / n:>7.2f} "
+              f"{c / v:>6.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
