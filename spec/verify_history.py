@@ -74,12 +74,28 @@ def _step_at(history: History, t_s: float | None, *, end: bool) -> int | None:
     return None
 
 
+def _newest_fresh(history: History, tenant: str, step: int) -> int | None:
+    """The newest of ``tenant``'s requests queued and never scheduled after ``step``:
+    the one a full queue should have refused."""
+    fresh = []
+    for r in history.requests:
+        if r.tenant != tenant or r.admitted_step is None or r.admitted_step > step:
+            continue
+        first = _step_at(history, r.first_scheduled_s, end=False)
+        gone = _step_at(history, r.finish_s, end=False) if r.outcome != "finished" else None
+        if (first is None or first > step) and (gone is None or gone > step):
+            fresh.append(r.request_id)
+    return max(fresh) if fresh else None
+
+
 def locate(f: Finding, history: History) -> Finding:
     """The finding with its step and request filled in where the history tells them.
 
     A request-level finding without a step gets the step where the request
-    ended (or was admitted); a step-level finding without a request gets the
-    newest running request of its tenant (or of any tenant) at that step.
+    ended (or was admitted); a QUEUE-BOUND finding gets the newest request of
+    its tenant still queued and never scheduled (the one that should have been
+    refused); another step-level finding gets the newest running request of
+    its tenant (or of any tenant) at that step.
     """
     import attrs
 
@@ -90,6 +106,8 @@ def locate(f: Finding, history: History) -> Finding:
         step = _step_at(history, r.finish_s, end=r.outcome == "finished")
         if step is None:
             step = r.admitted_step
+    if rid is None and f.invariant == "QUEUE-BOUND" and tenant is not None and step is not None:
+        rid = _newest_fresh(history, tenant, step)
     if rid is None and step is not None and 0 <= step < len(history.steps):
         s = history.steps[step]
         cands = [x for x in s.running if x in recs and (tenant is None or recs[x].tenant == tenant)]
