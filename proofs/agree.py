@@ -1,5 +1,5 @@
 """Evaluating the encodings on concrete values, to check them against the model
-(SPEC.md 8.2: the encoding-versus-model test).
+(SPEC.md 8.1: the encoding-versus-model test).
 
 A transition of an encoding is ``(guard, post)`` over a pre-state and some
 parameter symbols.  With the pre-state given as concrete Z3 terms

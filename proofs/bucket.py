@@ -1,5 +1,5 @@
 """Token bucket: the prompt tokens a tenant has admitted in any window of length
-T total at most ``burst + rate * T`` (SPEC.md 8.7).
+T total at most ``burst + rate * T`` (SPEC.md 8.6).
 
 Time is normalised by the rate (``tau = rate * t``: refill credit in tokens),
 which keeps the encoding linear.  Per tenant (any number, arrays over the

@@ -1,4 +1,4 @@
-"""Python-side checks that a replayed counterexample must fail (SPEC.md 8.3).
+"""Python-side checks that a replayed counterexample must fail (SPEC.md 8.1).
 
 Two sources, both run when available:
 

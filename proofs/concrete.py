@@ -1,4 +1,4 @@
-"""Concrete states and runs for replaying counterexamples (SPEC.md 8.3).
+"""Concrete states and runs for replaying counterexamples (SPEC.md 8.1).
 
 A Z3 model is a handful of numbers; :func:`build_state` turns a per-tenant
 description of them into a consistent :class:`~tenantry.model.state.State`

@@ -1,7 +1,7 @@
 """DRR over weighted service tokens and over block-seconds: deficit bounds, the
 reset of idle tenants, and the service difference of backlogged tenants
 (Shreedhar and Varghese, "Efficient Fair Queueing Using Deficit Round Robin",
-SIGCOMM 1995, Lemma 2 and Theorem 1; SPEC.md 8.5).
+SIGCOMM 1995, Lemma 2 and Theorem 1; SPEC.md 8.4).
 
 Deficits are normalised by one round's refill: ``e[f] = deficit_f / (q w_f)``
 (q the quantum), so one round adds 1 to every backlogged tenant and the carry

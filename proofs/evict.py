@@ -1,6 +1,6 @@
 """Eviction hysteresis: at most K evictions per sequence (and recompute waste at
 most K times its context), no readmission within the cooldown, and every
-eviction made for another sequence frees at least the minimum (SPEC.md 8.8).
+eviction made for another sequence frees at least the minimum (SPEC.md 8.7).
 
 Per sequence (Z3 arrays over any number of sequences): ``pre`` preemptions,
 ``alive``, ``waste`` (recomputed tokens), ``B`` (a ghost budget growing by

@@ -1,6 +1,6 @@
 """The KV pool: conservation (the books balance, and a block held by several
 sequences is a prefix block of one salt), capacity and per-tenant caps, and
-salt isolation of the prefix cache (SPEC.md 8.9).
+salt isolation of the prefix cache (SPEC.md 8.8).
 
 Prefix-cache keys are chain hashes: ``k_0 = seed(salt)``, ``k_j = H(k_{j-1},
 content_j)`` (``prefix_keys``).  The hash is modelled as injective on salt

@@ -1,7 +1,7 @@
 """Tiers: weighted floors (a backlogged tier is served within a bounded number of
 decisions) and priority with aging (a request is overtaken only by requests
 that aged past it, so its wait is bounded); strict priority is the twin of
-both (SPEC.md 8.6).
+both (SPEC.md 8.5).
 
 Floors are VTC applied to tiers (``select_floors``): the tier counter grows
 by a tier's charges divided by its floor share, a tier that becomes backlogged

@@ -1,5 +1,5 @@
 """The VTC bound from the other side: a workload on which the model's service
-gap is as large as it can be made (SPEC.md 8.4).
+gap is as large as it can be made (SPEC.md 8.3).
 
 VTC-GAP proves that two tenants backlogged over an interval receive normalised
 service differing by at most ``D/w_f + D/w_g`` (2D for unit weights).  The

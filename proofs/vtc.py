@@ -1,13 +1,13 @@
 """VTC: the counter spread among backlogged tenants, the service gap, and no
 banked credit (Sheng et al., "Fairness in Serving Large Language Models",
-OSDI 2024, Algorithm 2 and Theorem 4.4; SPEC.md 8.4).
+OSDI 2024, Algorithm 2 and Theorem 4.4; SPEC.md 8.3).
 
 State per tenant f (Z3 arrays over the tenant index, any number of tenants):
 ``c[f]`` the counter, ``q[f]`` backlogged (non-empty queue), ``G[f]`` the
 output charge its running sequences still owe (``w_out / w_f`` times their
 remaining output tokens: a ghost the model does not store), and ``ll`` the
 counter of the last tenant whose queue emptied.  ``U[f] = D / w_f`` with D the
-largest charge a tenant can receive after its last pick (SPEC.md 8.4).
+largest charge a tenant can receive after its last pick (SPEC.md 8.2).
 
 Transitions, one per way ``model/step.py`` changes these (each a
 subject-verb action; the step is a sequence of them):
@@ -186,7 +186,7 @@ def replay_config(n: int, lift: bool, max_num_seqs: int = 1, weights: tuple[floa
 def charge_bound(config: Config) -> float:
     """D for a configuration: min(w_in L + w_out M, max(w_in, w_out) M), L the
     longest prompt (max_context_tokens - 1) and M the most tokens one batch can
-    reach, min(num_blocks * B, max_num_seqs * max_context_tokens) (SPEC.md 8.4)."""
+    reach, min(num_blocks * B, max_num_seqs * max_context_tokens) (SPEC.md 8.2)."""
     o = config.order
     m = min(config.num_blocks * config.block_size_tokens, config.max_num_seqs * config.max_context_tokens)
     lp = min(config.max_context_tokens - 1, m)

@@ -1,4 +1,4 @@
-"""The Z3 encodings agree with the Python model (SPEC.md 8.2).
+"""The Z3 encodings agree with the Python model (SPEC.md 8.1).
 
 Each test draws a concrete state and input, runs the model's own rule (the
 ``_Step`` phase or policy function the encoding claims to describe), and
