@@ -82,8 +82,12 @@ class Caller:
                 box.error = e
             box.done.set()
 
-    def call(self, name: str, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
-        """Call ``fn(*args)``.  Returns (True, value) or (False, :class:`CallFailure`)."""
+    def call(self, name: str, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> tuple[bool, Any]:
+        """Call ``fn(*args)``.  Returns (True, value) or (False, :class:`CallFailure`).
+
+        ``timeout_s`` overrides the caller's timeout for this call (a longer one
+        for building the scheduler, which may import a large package).
+        """
         if self.dead:
             return False, CallFailure(name, "timeout", "an earlier call hung; the scheduler is abandoned")
         if self.timeout_s is None:
@@ -98,9 +102,10 @@ class Caller:
             threading.Thread(target=self._worker, name="tenantry-adapter", daemon=True).start()
         box = _Box()
         self._q.put((fn, args, box))
-        if not box.done.wait(self.timeout_s):
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        if not box.done.wait(limit):
             self.dead = True
-            return False, CallFailure(name, "timeout", f"no return within {self.timeout_s} s")
+            return False, CallFailure(name, "timeout", f"no return within {limit} s")
         if box.error is not None:
             e = box.error
             if isinstance(e, KeyboardInterrupt):

@@ -34,6 +34,10 @@ from .adapter_calls import Caller, CallFailure
 from .adapter_checks import Checks
 from .adapter_findings import Finding
 
+#: Seconds the factory may take (at least): building a scheduler may import a
+#: large package (vLLM takes 10-20 s on a loaded 2-core machine).
+FACTORY_TIMEOUT_S = 120.0
+
 #: Invariants whose finding stops a run (with every protocol id).
 STOPPING = frozenset({"KV-CAP", "KV-CONSERVE", "BATCH-LIMITS", "QUEUE-BOUND", "NO-LOSS", "SALT-ISOLATION",
                       "EVICT-BOUNDED"})
@@ -118,10 +122,12 @@ class Harness(Checks):
         """Build the adapter with ``factory()`` and read its claims.
 
         A factory or ``claims`` that raises, hangs or is invalid gives a
-        stopped harness holding one finding (never an exception).
+        stopped harness holding one finding (never an exception).  The factory
+        gets ``max(FACTORY_TIMEOUT_S, timeout_s)``; every other call ``timeout_s``.
         """
         caller = Caller(timeout_s)
-        ok, adapter = caller.call("factory", factory)
+        build_s = None if timeout_s is None else max(FACTORY_TIMEOUT_S, timeout_s)
+        ok, adapter = caller.call("factory", factory, timeout_s=build_s)
         if ok:
             ok, claims = caller.call("claims", getattr, adapter, "claims")
             if not ok:

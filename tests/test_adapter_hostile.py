@@ -136,3 +136,21 @@ def test_nondeterminism_is_found_with_the_step():
     assert len(det) == 1 and det[0].call == "plan_step" and det[0].step_index is not None
     clean = _verify(lambda: Hostile("none"))
     assert clean.ok, clean.render()
+
+
+def test_factory_gets_a_longer_timeout_but_a_hang_is_still_reported(monkeypatch):
+    import tenantry.spec.adapter_driver as drv
+
+    release = threading.Event()
+    slow = lambda: (release.wait(0.5), Hostile("none"))[1]  # builds in 0.5 s: slower than calls may be
+    monkeypatch.setattr(drv, "FACTORY_TIMEOUT_S", 2.0)
+    v = _verify(slow, timeout_s=0.3, determinism=False)
+    assert v.ok, v.render()
+    monkeypatch.setattr(drv, "FACTORY_TIMEOUT_S", 0.1)
+    hung = threading.Event()
+    try:
+        v = _verify(lambda: (hung.wait(30), Hostile("none"))[1], timeout_s=0.2)
+    finally:
+        hung.set()
+    assert [(f.invariant, f.call) for f in v.findings] == [("ADAPTER-HANG", "factory")]
+    assert "0.2 s" in v.findings[0].message
