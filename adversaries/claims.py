@@ -174,8 +174,10 @@ def run_checked(config: Config, workload: Workload, horizon_s: float, ids: Itera
     h = drive(config, workload, horizon_s, on_step if state_ids else None)
     if hist_ids:
         _add(broken, spec.check_history(h, config, hist_ids), max_findings)
-    if "DETERMINISM" in pair_ids:
-        _add(broken, spec.check_pair("DETERMINISM", h, simulate(config, workload, horizon_s=horizon_s)), max_findings)
+    if "DETERMINISM" in pair_ids:  # two runs of the public driver, byte for byte
+        first = h if not state_ids else simulate(config, workload, horizon_s=horizon_s)
+        _add(broken, spec.check_pair("DETERMINISM", first, simulate(config, workload, horizon_s=horizon_s)),
+             max_findings)
     if "NONINTERFERENCE" in pair_ids and adversaries:
         twin = workload
         for t in {r.tenant for r in workload} - set(adversaries):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -64,7 +65,17 @@ def write_workload_files(scenario: Scenario, folder: str | os.PathLike, name: st
     return files
 
 
+#: pyplot keeps global state: one figure at a time per process (cells may run in threads).
+_PLOT_LOCK = threading.Lock()
+
+
 def plot_cell(setup: str, scenario: Scenario, hist: History, base: History, folder: str | os.PathLike) -> list[str]:
+    """Three PNGs for one cell (see :func:`_plot_cell`); thread-safe."""
+    with _PLOT_LOCK:
+        return _plot_cell(setup, scenario, hist, base, folder)
+
+
+def _plot_cell(setup: str, scenario: Scenario, hist: History, base: History, folder: str | os.PathLike) -> list[str]:
     """Three PNGs for one cell; returns their names.
 
     ``service.png``: cumulative weighted service per tenant over time;
