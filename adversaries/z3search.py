@@ -145,7 +145,7 @@ def z3_search(setup: str, pattern: str, *, seed: int, budget, executor: cf.Execu
     total = int(sum(space.defaults().values()))
     max_per_slot = int(space.params[0].high)
     opt, a, _ = build(setup, r.scenario_seed, total, max_per_slot, victims)
-    z3.set_param("smt.random_seed", seed % (2**31))
+    opt.set("smt.random_seed", seed % (2**31))  # this optimiser only: a global seed would change other Z3 users' queries
     opt.set("rlimit", RLIMIT)
     opt.set("timeout", TIMEOUT_MS)
     note = ""

@@ -143,20 +143,42 @@ class Check:
     reason: str = ""
 
 
+#: Per-attempt budget of :func:`solve` (milliseconds): Z3's time on these queries
+#: is heavy-tailed in its random seed and in the history of the process's Z3
+#: context (one query took 0.04 s or over 30 s depending on both), so a query
+#: is retried with fresh seeds rather than waited on.
+ATTEMPT_MS = 3000
+
+
 def solve(formula: z3.BoolRef, timeout_ms: int = TIMEOUT_MS) -> Check:
-    """Check ``formula`` for satisfiability."""
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
-    s.add(formula)
+    """Check ``formula`` for satisfiability within ``timeout_ms`` in all.
+
+    Runs attempts of at most :data:`ATTEMPT_MS` with solver-local random seeds
+    0, 1, 2, ... (pinned per solver, so global Z3 parameters set elsewhere in
+    the process do not matter) until one answers sat or unsat or the time is
+    spent; ``unknown`` only if none answered.
+    """
     t0 = time.perf_counter()
-    r = s.check()
-    dt = time.perf_counter() - t0
-    if r == z3.unsat:
-        return Check("unsat", dt)
-    if r == z3.sat:
-        return Check("sat", dt, s.model())
-    reason = s.reason_unknown()
-    return Check("unknown", dt, reason="timeout" if "timeout" in reason or "canceled" in reason else f"solver: {reason}")
+    seed, reason = 0, "timeout"
+    while True:
+        left_ms = timeout_ms - int((time.perf_counter() - t0) * 1000)
+        if left_ms <= 0:
+            break
+        s = z3.Solver()
+        s.set("timeout", min(ATTEMPT_MS, left_ms))
+        s.set("smt.random_seed", seed)
+        s.add(formula)
+        r = s.check()
+        if r == z3.unsat:
+            return Check("unsat", time.perf_counter() - t0)
+        if r == z3.sat:
+            return Check("sat", time.perf_counter() - t0, s.model())
+        why = s.reason_unknown()
+        reason = "timeout" if "timeout" in why or "canceled" in why else f"solver: {why}"
+        if reason != "timeout":
+            break
+        seed += 1
+    return Check("unknown", time.perf_counter() - t0, reason=reason)
 
 
 @attrs.frozen
