@@ -157,7 +157,11 @@ class OrderConfig:
         drr_quantum: DRR quantum per round, in the DRR unit (weighted tokens or
             block-seconds), scaled by the tenant weight.
         drr_carry_bound: most deficit carried across rounds (same unit); None
-            means unbounded (the mutant).
+            means unbounded (the mutant).  Must be at least ``drr_quantum``;
+            the DRR service bound (SPEC.md 7.2) also needs it at least
+            ``drr_quantum`` times the largest tenant weight, else the cap cuts
+            a heavy tenant's refill and its share falls toward the others'
+            (allowed, because the proofs' twin replays exactly that case).
         drr_reset_when_idle: a tenant with nothing queued or running has its
             deficit reset to 0 (Shreedhar and Varghese, 1995).
         aging_rate_per_s: tiers gained per second of waiting (policy ``aging``).
