@@ -153,7 +153,8 @@ ATTEMPT_MS = 3000
 def solve(formula: z3.BoolRef, timeout_ms: int = TIMEOUT_MS) -> Check:
     """Check ``formula`` for satisfiability within ``timeout_ms`` in all.
 
-    Runs attempts of at most :data:`ATTEMPT_MS` with solver-local random seeds
+    Runs attempts of at most :data:`ATTEMPT_MS` (and at most a quarter of
+    ``timeout_ms``, at least 0.2 s) with solver-local random seeds
     0, 1, 2, ... (pinned per solver, so global Z3 parameters set elsewhere in
     the process do not matter) until one answers sat or unsat or the time is
     spent; ``unknown`` only if none answered.
@@ -165,7 +166,7 @@ def solve(formula: z3.BoolRef, timeout_ms: int = TIMEOUT_MS) -> Check:
         if left_ms <= 0:
             break
         s = z3.Solver()
-        s.set("timeout", min(ATTEMPT_MS, left_ms))
+        s.set("timeout", min(ATTEMPT_MS, max(200, timeout_ms // 4), left_ms))
         s.set("smt.random_seed", seed)
         s.add(formula)
         r = s.check()
