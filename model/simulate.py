@@ -9,7 +9,7 @@ no random state.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import attrs
 
@@ -115,6 +115,79 @@ def snapshot(config: Config, state: State, out: StepOutput) -> StepRecord:
     )
 
 
+class Feed:
+    """Delivers a workload's arrivals and cancellations to the steps that are due.
+
+    The one rule every driver shares (SPEC.md 5.1): a request arrives at the
+    first step starting at or after its ``arrival_s``; a cancellation (t_s,
+    request_id) at the first step starting at or after t_s.
+    """
+
+    def __init__(self, requests: Iterable[Request], cancellations: Iterable[tuple[float, int]] = ()) -> None:
+        self.requests = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
+        self.cancels = sorted(cancellations)
+        self.i = self.c = 0
+
+    @property
+    def exhausted(self) -> bool:
+        """Every arrival has been delivered."""
+        return self.i == len(self.requests)
+
+    @property
+    def next_arrival_s(self) -> float | None:
+        """Arrival time of the next undelivered request, or None."""
+        return None if self.exhausted else self.requests[self.i].arrival_s
+
+    def due(self, t_s: float) -> StepInput:
+        """The arrivals and cancellations due at a step starting at ``t_s``."""
+        reqs, cancels = self.requests, self.cancels
+        j = self.i
+        while j < len(reqs) and reqs[j].arrival_s <= t_s:
+            j += 1
+        d = self.c
+        while d < len(cancels) and cancels[d][0] <= t_s:
+            d += 1
+        out = StepInput(arrivals=reqs[self.i:j], cancellations=tuple(rid for _, rid in cancels[self.c:d]))
+        self.i, self.c = j, d
+        return out
+
+
+def run_steps(
+    config: Config,
+    workload: Workload | Iterable[Request],
+    *,
+    horizon_s: float | None = None,
+    max_steps: int | None = None,
+    cancellations: Iterable[tuple[float, int]] = (),
+) -> Iterator[tuple[State, StepInput, State, StepOutput]]:
+    """The driver loop of :func:`simulate`, one step at a time.
+
+    Yields ``(state before, inputs, state after, output)`` for every step;
+    idles the empty replica to the next arrival in between.  Stops as
+    :func:`simulate` does.
+
+    Raises:
+        ConfigError: if a request names an unknown tenant (before any step).
+    """
+    wl = workload if isinstance(workload, Workload) else Workload(tuple(workload))
+    check_workload(config, wl)
+    feed = Feed(wl.requests, cancellations)
+    state = initial_state(config)
+    while max_steps is None or state.step_index < max_steps:
+        if not has_work(state):
+            nxt = feed.next_arrival_s
+            if nxt is None or (horizon_s is not None and nxt >= horizon_s):
+                return
+            if nxt > state.t_s:
+                state = idle(config, state, nxt)
+        if horizon_s is not None and state.t_s >= horizon_s:
+            return
+        inputs = feed.due(state.t_s)
+        new, out = step(config, state, inputs)
+        yield state, inputs, new, out
+        state = new
+
+
 def simulate(
     config: Config,
     workload: Workload | Iterable[Request],
@@ -143,34 +216,11 @@ def simulate(
         ConfigError: if a request names an unknown tenant.
     """
     wl = workload if isinstance(workload, Workload) else Workload(tuple(workload))
-    check_workload(config, wl)
-    reqs = wl.requests
-    cancels = sorted(cancellations)
     rec = Recorder(config, record_steps)
-    for r in reqs:
+    for r in wl.requests:
         rec.offered(r)
     state = initial_state(config)
-    i = c = 0
-    while max_steps is None or state.step_index < max_steps:
-        if not has_work(state):
-            if i == len(reqs):
-                break
-            nxt = reqs[i].arrival_s
-            if horizon_s is not None and nxt >= horizon_s:
-                break
-            if nxt > state.t_s:
-                state = idle(config, state, nxt)
-        if horizon_s is not None and state.t_s >= horizon_s:
-            break
-        j = i
-        while j < len(reqs) and reqs[j].arrival_s <= state.t_s:
-            j += 1
-        d = c
-        while d < len(cancels) and cancels[d][0] <= state.t_s:
-            d += 1
-        inputs = StepInput(arrivals=reqs[i:j], cancellations=tuple(rid for _, rid in cancels[c:d]))
-        i, c = j, d
-        state, out = step(config, state, inputs)
+    for _, _, state, out in run_steps(config, wl, horizon_s=horizon_s, max_steps=max_steps, cancellations=cancellations):
         rec.observe(state, out)
-    hdr = {"config": config_to_dict(config), "requests": len(reqs), **(header or {})}
+    hdr = {"config": config_to_dict(config), "requests": len(wl), **(header or {})}
     return rec.history(state, hdr)

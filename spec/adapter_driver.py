@@ -25,7 +25,7 @@ import attrs
 from tenantry.model.config import Config
 from tenantry.model.history import REJECT_REASONS, History, RequestRecord, StepRecord
 from tenantry.model.policies import step_duration_s
-from tenantry.model.simulate import config_to_dict
+from tenantry.model.simulate import Feed, config_to_dict
 from tenantry.model.state import initial_state
 from tenantry.model.workload import Request
 
@@ -470,28 +470,17 @@ class Harness(Checks):
         :func:`~tenantry.model.simulate.simulate` does: arrivals go to the
         first step starting at or after their ``arrival_s``; an empty replica
         idles to the next arrival."""
-        reqs = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
-        cancels = sorted(cancellations)
-        i = c = 0
+        feed = Feed(requests, cancellations)
         while not self.stopped and (max_steps is None or self.k < max_steps):
             if not self.has_work():
-                if i == len(reqs):
-                    break
-                nxt = reqs[i].arrival_s
-                if horizon_s is not None and nxt >= horizon_s:
+                nxt = feed.next_arrival_s
+                if nxt is None or (horizon_s is not None and nxt >= horizon_s):
                     break
                 self.t_s = max(self.t_s, nxt)
             if horizon_s is not None and self.t_s >= horizon_s:
                 break
-            j = i
-            while j < len(reqs) and reqs[j].arrival_s <= self.t_s:
-                j += 1
-            d = c
-            while d < len(cancels) and cancels[d][0] <= self.t_s:
-                d += 1
-            arrivals, cids = reqs[i:j], tuple(rid for _, rid in cancels[c:d])
-            i, c = j, d
-            self.step(arrivals, cids)
+            due = feed.due(self.t_s)
+            self.step(due.arrivals, due.cancellations)
 
     def close(self) -> None:
         """Release the worker thread."""

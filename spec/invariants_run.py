@@ -12,12 +12,11 @@ from typing import Iterable
 
 import attrs
 
-from tenantry.model import step as step_mod
 from tenantry.model.config import Config
 from tenantry.model.history import History
-from tenantry.model.simulate import Recorder, check_workload, config_to_dict, has_work
+from tenantry.model.simulate import Recorder, config_to_dict, run_steps
 from tenantry.model.state import initial_state
-from tenantry.model.workload import Request, StepInput, Workload
+from tenantry.model.workload import Request, Workload
 
 from .invariants import check_history, check_state
 from .invariants_core import Finding
@@ -53,34 +52,16 @@ def run_checked(config: Config, workload: Workload | Iterable[Request], *, cance
     """
     ids = None if ids is None else tuple(ids)
     wl = workload if isinstance(workload, Workload) else Workload(tuple(workload))
-    check_workload(config, wl)
-    reqs, cancels = wl.requests, sorted(cancellations)
     rec = Recorder(config, True)
-    for r in reqs:
+    for r in wl.requests:
         rec.offered(r)
     state = initial_state(config)
     findings: list[Finding] = []
-    i = c = 0
-    while state.step_index < max_steps:
-        if not has_work(state):
-            if i == len(reqs):
-                break
-            if reqs[i].arrival_s > state.t_s:
-                state = step_mod.idle(config, state, reqs[i].arrival_s)
-        j = i
-        while j < len(reqs) and reqs[j].arrival_s <= state.t_s:
-            j += 1
-        d = c
-        while d < len(cancels) and cancels[d][0] <= state.t_s:
-            d += 1
-        inputs = StepInput(arrivals=reqs[i:j], cancellations=tuple(rid for _, rid in cancels[c:d]))
-        i, c = j, d
-        new, out = step_mod.step(config, state, inputs)
+    for prev, inputs, state, out in run_steps(config, wl, max_steps=max_steps, cancellations=cancellations):
         if state_checks:
-            findings += check_state(config, state, new, out, inputs, ids)
-        rec.observe(new, out)
-        state = new
-    history = rec.history(state, {"config": config_to_dict(config), "requests": len(reqs)})
+            findings += check_state(config, prev, state, out, inputs, ids)
+        rec.observe(state, out)
+    history = rec.history(state, {"config": config_to_dict(config), "requests": len(wl)})
     if history_checks:
         findings += check_history(history, config, ids)
     return CheckedRun(history, tuple(findings))
