@@ -49,6 +49,10 @@ BATCH = 8
 _HYPOTHESIS_LOCK = threading.Lock()
 
 
+class _BudgetSpent(Exception):
+    """Raised inside the Hypothesis test to stop it when the budget is spent."""
+
+
 @attrs.frozen
 class Budget:
     """How much a search may spend.
@@ -266,13 +270,16 @@ def hypothesis_search(setup: str, pattern: str, *, seed: int, budget: Budget, ex
     @given(params)
     def probe(p):
         if r.remaining() == 0:
-            return
+            raise _BudgetSpent  # ends the run now instead of generating the remaining examples
         got = r.evaluate([p])
         if got:
             target(got[0].score, label="objective")
 
     with _HYPOTHESIS_LOCK:
-        probe()
+        try:
+            probe()
+        except _BudgetSpent:
+            pass
     note = "" if budget.evaluations is None or len(r.candidates) >= budget.evaluations or r.remaining() == 0 \
         else f"hypothesis stopped after {len(r.candidates)} examples"
     return r.result(note)
