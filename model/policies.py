@@ -13,6 +13,7 @@ The step function never branches on a policy name: it looks the policy up here.
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Callable, Collection, Mapping, Sequence as Seq
 
@@ -40,10 +41,8 @@ class SelectView:
             accounting does not hold yet (``drr_block_seconds``).
         backlogged: every backlogged tenant, blocked or not (None: derive
             from the queues).
-        keys: memo of per-tenant sort keys that the step keeps across the picks
-            of one step, dropping a tenant's entry whenever its record changes
-            (None: no memo).  Only keys that depend on the tenant's own record
-            and on values fixed for the step (``t_s``) may be memoised.
+        keys: a :class:`KeyMemo` the step keeps across the picks of one step
+            (None: no memo, a full scan per pick).
     """
 
     config: Config
@@ -54,20 +53,79 @@ class SelectView:
     tier_counters: Seq[float]
     provisional: Mapping[int, float]
     backlogged: Collection[int] | None = None
-    keys: dict | None = None
+    keys: "KeyMemo | None" = None
+
+
+class KeyMemo:
+    """Per-step memo of order-policy sort keys, with a heap of them per group.
+
+    The step marks a tenant ``dirty`` whenever its record changes; the next
+    pick recomputes only the dirty candidates' keys, so after the first pick
+    of a step a decision costs O(changed tenants + log tenants) (times the
+    number of groups, e.g. tiers under ``floors``).  Valid only for keys that
+    depend on the tenant's own record and on values fixed for the step, and
+    for a candidate set that only shrinks within the step.
+    """
+
+    __slots__ = ("keys", "heaps", "dirty", "fresh")
+
+    def __init__(self) -> None:
+        self.keys: dict[int, tuple] = {}
+        self.heaps: dict[object, list[tuple[tuple, int]]] = {}
+        self.dirty: set[int] = set()
+        self.fresh = True
+
+    def invalidate(self, i: int) -> None:
+        """Tenant i's record changed: its key must be recomputed."""
+        if self.keys.pop(i, None) is not None:
+            self.dirty.add(i)
+
+
+def _group_min(view: SelectView, key: Callable[[SelectView, int], tuple],
+               group: Callable[[SelectView, int], object] | None = None) -> dict[object, int]:
+    """For each group of candidates (one group when ``group`` is None), the
+    candidate with the least ``key(view, i)``.  Keys are unique (they end with
+    the head's ``arrival_seq``).  Memoised in ``view.keys`` when given."""
+    cands = view.candidates
+    gof = (lambda v, i: None) if group is None else group
+    memo = view.keys
+    if memo is None:
+        best: dict[object, tuple[tuple, int]] = {}
+        for i in cands:
+            g, k = gof(view, i), key(view, i)
+            if g not in best or k < best[g][0]:
+                best[g] = (k, i)
+        return {g: i for g, (k, i) in best.items()}
+    if memo.fresh:
+        memo.fresh = False
+        for i in cands:
+            k = key(view, i)
+            memo.keys[i] = k
+            memo.heaps.setdefault(gof(view, i), []).append((k, i))
+        for h in memo.heaps.values():
+            heapq.heapify(h)
+    elif memo.dirty:
+        for i in memo.dirty:
+            if i in cands:
+                k = key(view, i)
+                memo.keys[i] = k
+                heapq.heappush(memo.heaps.setdefault(gof(view, i), []), (k, i))
+        memo.dirty.clear()
+    out = {}
+    keys = memo.keys
+    for g, heap in memo.heaps.items():
+        while heap:
+            k, i = heap[0]
+            if i in cands and keys.get(i) == k:
+                out[g] = i
+                break
+            heapq.heappop(heap)
+    return out
 
 
 def _argmin(view: SelectView, key: Callable[[SelectView, int], tuple]) -> int | None:
-    """The candidate with the least ``key(view, i)``, memoised in ``view.keys``."""
-    if not view.candidates:
-        return None
-    memo = view.keys
-    if memo is None:
-        return min(view.candidates, key=lambda i: key(view, i))
-    for i in view.candidates:
-        if i not in memo:
-            memo[i] = key(view, i)
-    return min(view.candidates, key=memo.__getitem__)
+    """The candidate with the least ``key(view, i)``."""
+    return _group_min(view, key).get(None)
 
 
 def _head(view: SelectView, i: int) -> Sequence:
@@ -90,8 +148,9 @@ def select_round_robin(view: SelectView) -> int | None:
     """
     if not view.candidates:
         return None
-    n = len(view.tenants)
-    return min(view.candidates, key=lambda i: (i - view.rr_next) % n)
+    r = view.rr_next
+    after = [i for i in view.candidates if i >= r]
+    return min(after) if after else min(view.candidates)
 
 
 def key_vtc(view: SelectView, i: int) -> tuple:
@@ -178,18 +237,24 @@ def select_aging(view: SelectView) -> int | None:
     return _argmin(view, key_aging)
 
 
+def _tier_of(view: SelectView, i: int) -> int:
+    return view.config.tenants[i].tier
+
+
 def select_floors(view: SelectView) -> int | None:
     """Weighted floors between tiers: the tier least served relative to its floor,
     then FCFS inside the tier.
 
     Tier k's counter grows by its weighted service divided by its floor share,
     so the backlogged tier with the least counter is the one furthest below its
-    guaranteed share (VTC applied to tiers).
+    guaranteed share (VTC applied to tiers).  Ties between tiers go to the
+    older queue head.
     """
-    if not view.candidates:
+    heads = _group_min(view, key_fcfs, _tier_of)
+    if not heads:
         return None
-    ct, tc = view.config.tenants, view.tier_counters
-    return min(view.candidates, key=lambda i: (tc[ct[i].tier], _head(view, i).arrival_seq))
+    tc = view.tier_counters
+    return min(heads.values(), key=lambda i: (tc[view.config.tenants[i].tier], _head(view, i).arrival_seq))
 
 
 @attrs.frozen

@@ -29,7 +29,7 @@ from operator import itemgetter
 import attrs
 
 from .config import Config
-from .policies import ORDER, VICTIM, SelectView, VictimView, step_duration_s
+from .policies import ORDER, VICTIM, KeyMemo, SelectView, VictimView, step_duration_s
 from .state import KVPool, Sequence, State, TenantState, advanced, prefix_keys
 from .workload import Request, StepInput
 
@@ -150,7 +150,7 @@ class _Step:
         self.duration_s = 0.0
         self.backlogged: set[int] = set(compress(range(len(st.tenants)), map(_queue_of, st.tenants)))
         self._min_counter: float | None = None
-        self._keys: dict[int, tuple] = {}  # order-policy sort keys memoised for this step
+        self._keys = KeyMemo()  # order-policy sort keys memoised for this step
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
 
     # --- small helpers ---------------------------------------------------------
@@ -166,7 +166,7 @@ class _Step:
         t = self.tenants[i]._replace(**changes)
         self.tenants[i] = t
         self.touched.add(i)
-        self._keys.pop(i, None)
+        self._keys.invalidate(i)
         if "queue" in changes:
             if t.queue:
                 self.backlogged.add(i)
