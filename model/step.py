@@ -421,6 +421,8 @@ class _Step:
     def schedule_waiting(self) -> None:
         """The order policy picks tenants whose first ready request joins the batch."""
         cfg, policy = self.cfg, self.policy
+        if len(self.running) >= cfg.max_num_seqs or self.budget <= 0 or not self.backlogged:
+            return
         avail = set(self.backlogged)  # backlogged and not blocked in this step
         while avail and len(self.running) < cfg.max_num_seqs and self.budget > 0:
             view = self._view(avail)
