@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 
 from tenantry.model.config import ConfigError
@@ -46,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tenantry`` console script; returns the exit code.
 
-    Bad input (a configuration, a workload, a flag value) prints one line
-    ``tenantry: error: ...`` naming the file, line or field and exits with 2.
+    Bad input (a configuration, a workload, a flag value, an unreadable input
+    or unwritable output path) prints one line ``tenantry: error: ...``
+    naming the file, line or field and exits with 2; Ctrl-C exits with 130.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -59,9 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"tenantry: error: {e}", file=sys.stderr)
         return 2
-    except FileNotFoundError as e:
-        print(f"tenantry: error: {e.filename}: no such file", file=sys.stderr)
+    except json.JSONDecodeError as e:
+        print(f"tenantry: error: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})", file=sys.stderr)
         return 2
+    except OSError as e:  # unreadable input or unwritable output: name the path
+        where = e.filename if e.filename is not None else ""
+        print(f"tenantry: error: {where}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tenantry: interrupted; files already written are complete (each is written atomically)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

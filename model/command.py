@@ -27,6 +27,7 @@ from .history import History, write_history
 from .simulate import simulate
 from .traces import azure_two_tenant_workload, read_azure_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
 from .workload import Workload
+from tenantry.args import non_negative_int, positive_float, positive_int
 
 HELP = "Run the reference model on a workload and print a per-policy, per-tenant table."
 
@@ -161,12 +162,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--azure", nargs="+", metavar="FILE[:TENANT]", help="Azure LLM 2023 CSV files, one tenant each")
     src.add_argument("--mooncake", nargs="+", metavar="FILE[:TENANT]", help="Mooncake FAST'25 JSON Lines files, one tenant each")
     src.add_argument("--azure-pair", action="store_true", help="the Azure code and conv traces as two tenants (shared/ or the packaged excerpt)")
-    p.add_argument("--speedup", type=float, default=1.0, help="divide trace arrival times by this factor (default 1)")
-    p.add_argument("--max-rows", type=int, default=None, help="read at most this many rows per trace")
-    p.add_argument("--policy", nargs="+", default=None, help=f"policy setups to compare: {', '.join(SETUPS)}, or all (default: {' '.join(DEFAULT_SETUPS)})")
-    p.add_argument("--horizon", type=float, default=None, help="stop the run at this time (seconds); default 3x the last arrival")
-    p.add_argument("--window", type=float, default=None, help="'finished in time' and throughput window (seconds); default: the last arrival")
-    p.add_argument("--seed", type=int, default=9, help="seed of the synthetic default workload (default 9)")
+    p.add_argument("--speedup", type=positive_float, default=1.0, help="divide trace arrival times by this factor (default 1)")
+    p.add_argument("--max-rows", type=positive_int, default=None, help="read at most this many rows per trace")
+    p.add_argument("--policy", nargs="+", default=None, help=f"policy setups to compare: {', '.join(SETUPS)}, or all (default: the --config file's own policy, else {' '.join(DEFAULT_SETUPS)})")
+    p.add_argument("--horizon", type=positive_float, default=None, help="stop the run at this time (seconds); default 3x the last arrival, at least 600 s after it")
+    p.add_argument("--window", type=positive_float, default=None, help="'finished in time' and throughput window (seconds); default: the last arrival")
+    p.add_argument("--seed", type=non_negative_int, default=9, help="seed of the synthetic default workload (default 9)")
     p.add_argument("--history", type=Path, default=None, help="write each policy's history to PATH (one file per policy: PATH with the policy name inserted)")
 
 
@@ -194,14 +195,28 @@ def load_workload(args: argparse.Namespace, block_size_tokens: int) -> Workload:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.policy and "all" in args.policy and len(args.policy) > 1:
+        raise ConfigError("--policy", " ".join(args.policy), "give 'all' alone, or a list of policy names")
+    if args.history is not None and not args.history.name:
+        raise ConfigError("--history", str(args.history), "give a file path, e.g. out/h.jsonl")
+    if args.history is not None:
+        args.history.parent.mkdir(parents=True, exist_ok=True)  # fail before the run, not after it
     base = load_config_toml(args.config) if args.config else None
     workload = load_workload(args, base.block_size_tokens if base else 16)
+    if not len(workload):
+        raise ConfigError("workload", 0, "no requests to run (empty file, or --max-rows too small?)")
     if base is None:
         base = default_config(workload.tenants)
-    setups = list(DEFAULT_SETUPS) if not args.policy else (list(SETUPS) if args.policy == ["all"] else args.policy)
-    configs = [(name, apply_setup(base, name)) for name in setups]  # validate every name before running any
-    window = args.window or max(workload.duration_s, 1e-9)
-    horizon = args.horizon or 3 * window
+    if args.policy == ["all"]:
+        configs = [(name, apply_setup(base, name)) for name in SETUPS]
+    elif args.policy:
+        configs = [(name, apply_setup(base, name)) for name in args.policy]  # validate every name before running any
+    elif args.config:
+        configs = [(f"{base.order.policy} ({args.config.name})", base)]
+    else:
+        configs = [(name, apply_setup(base, name)) for name in DEFAULT_SETUPS]
+    horizon = args.horizon or max(3 * workload.duration_s, workload.duration_s + 600.0)
+    window = args.window or (workload.duration_s if workload.duration_s > 0 else horizon)
     print(f"workload: {len(workload)} requests from {len(workload.tenants)} tenants over {workload.duration_s:.1f}s; "
           f"horizon {horizon:g}s", file=sys.stderr)
     results = []
@@ -209,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
         hist = simulate(cfg, workload, horizon_s=horizon, record_steps=args.history is not None, header={"policy": name})
         results.append((name, tenant_table(hist, window_s=window, w_in=cfg.order.w_in, w_out=cfg.order.w_out)))
         if args.history is not None:
-            out = args.history.with_name(f"{args.history.stem}.{name}{args.history.suffix or '.jsonl'}")
+            tag = name.split(" ")[0]
+            out = args.history.with_name(f"{args.history.stem}.{tag}{args.history.suffix or '.jsonl'}")
             write_history(hist, out)
             print(f"history: {out}", file=sys.stderr)
     print(format_table(results, window))

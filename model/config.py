@@ -49,6 +49,11 @@ class ConfigError(ValueError):
         prefix = f"{where}: " if where else ""
         super().__init__(f"{prefix}{field}={value!r}: {why}")
 
+    def __reduce__(self):
+        # Picklable with its parts, so an error raised in a worker process
+        # reaches the parent as itself (not as a BrokenProcessPool).
+        return (type(self), (self.field, self.value, self.why, self.where))
+
 
 def _positive(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is None:

@@ -12,6 +12,7 @@ so a killed run leaves the old file or none.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -200,6 +201,7 @@ def atomic_write_text(path: str | os.PathLike, lines: Iterable[str]) -> None:
                 f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file an ordinary mode
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -207,6 +209,12 @@ def atomic_write_text(path: str | os.PathLike, lines: Iterable[str]) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_history(history: History, path: str | os.PathLike) -> None:
@@ -236,10 +244,30 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
             raise ConfigError("outcome", kwargs.get("outcome"), f"must be one of {', '.join(OUTCOMES)}", where)
         if kwargs.get("reason") is not None and kwargs["reason"] not in REJECT_REASONS:
             raise ConfigError("reason", kwargs["reason"], f"must be one of {', '.join(REJECT_REASONS)}", where)
+    for name in _COUNTS.get(cls, ()):
+        v = kwargs.get(name)
+        low = 1 if name in ("prompt_tokens", "output_tokens") else 0
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < low):
+            raise ConfigError(name, v, f"must be an integer >= {low}", where)
+    for name in _TIMES.get(cls, ()):
+        v = kwargs.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+            raise ConfigError(name, v, "must be a finite number of seconds >= 0", where)
     try:
         return cls(**kwargs)
     except TypeError as e:
         raise ConfigError(cls.__name__, kwargs, str(e), where) from None
+
+
+_COUNTS = {
+    RequestRecord: ("request_id", "prompt_tokens", "output_tokens", "admitted_step", "tokens_generated",
+                    "preemptions", "wasted_prefill_tokens", "cached_prompt_tokens"),
+    StepRecord: ("step_index", "free_blocks"),
+}
+_TIMES = {
+    RequestRecord: ("arrival_s", "retry_after_s", "first_scheduled_s", "first_token_s", "finish_s"),
+    StepRecord: ("start_s", "duration_s"),
+}
 
 
 def read_history(path: str | os.PathLike) -> History:
@@ -269,7 +297,12 @@ def read_history(path: str | os.PathLike) -> History:
             if kind == "header":
                 header = {k: v for k, v in obj.items() if k != "kind"}
             elif kind == "step":
-                steps.append(_record(StepRecord, obj, where))
+                rec = _record(StepRecord, obj, where)
+                if steps and rec.start_s < steps[-1].start_s:
+                    raise ConfigError("start_s", rec.start_s, f"goes back in time (the previous step started at {steps[-1].start_s})", where)
+                if steps and rec.step_index <= steps[-1].step_index:
+                    raise ConfigError("step_index", rec.step_index, f"not after the previous step's ({steps[-1].step_index})", where)
+                steps.append(rec)
             elif kind == "request":
                 requests.append(_record(RequestRecord, obj, where))
             else:

@@ -83,3 +83,68 @@ def test_unknown_toml_key_is_named(tmp_path, capsys):
 def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "tenantry.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "simulate" in out.stdout
+
+
+def test_config_error_survives_a_process_boundary():
+    import pickle
+
+    from tenantry.model.config import ConfigError
+
+    e = pickle.loads(pickle.dumps(ConfigError("weight", 0, "must be positive", "r.toml: [[tenants]] #2")))
+    assert str(e) == "r.toml: [[tenants]] #2: weight=0: must be positive" and e.field == "weight"
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--seed", "-1"], "--seed"), (["--horizon", "-5"], "--horizon"), (["--horizon", "nan"], "--horizon"),
+    (["--window", "0"], "--window"), (["--speedup", "0"], "--speedup"), (["--max-rows", "0"], "--max-rows"),
+])
+def test_bad_flag_values_are_usage_errors(capsys, flags, needle):
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", *flags])
+    assert e.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_unwritable_history_path_and_directory_config_are_one_line(tmp_path, capsys):
+    wl = tmp_path / "w.jsonl"
+    wl.write_text('{"request_id":0,"tenant":"a","arrival_s":0,"prompt_tokens":10,"output_tokens":1}\n')
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, out, err = run_cli(["simulate", "--workload", str(wl), "--policy", "fcfs", "--history", str(blocker / "h.jsonl")], capsys)
+    assert code == 2 and str(blocker) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_cli(["simulate", "--config", str(tmp_path)], capsys)
+    assert code == 2 and str(tmp_path) in err and "directory" in err.lower()
+
+
+def test_a_config_files_own_policy_is_used_when_no_policy_is_named(tmp_path, capsys):
+    cfg = tmp_path / "r.toml"
+    cfg.write_text('[order]\npolicy = "floors"\ntier_floors = [0.5, 0.5]\n\n[[tenants]]\nname = "a"\n\n[[tenants]]\nname = "b"\ntier = 1\n')
+    wl = tmp_path / "w.jsonl"
+    wl.write_text("".join(f'{{"request_id":{i},"tenant":"{"ab"[i % 2]}","arrival_s":{i * 0.1},"prompt_tokens":50,"output_tokens":5}}\n' for i in range(10)))
+    code, out, err = run_cli(["simulate", "--config", str(cfg), "--workload", str(wl)], capsys)
+    assert code == 0
+    policies = {l.split()[0] for l in out.splitlines()[2:] if l.strip()}
+    assert policies == {"floors"}
+
+
+def test_read_history_rejects_negative_counts_and_steps_that_go_back(tmp_path):
+    from tenantry.model.config import ConfigError
+    from tenantry.model.history import read_history, write_history
+    from tenantry.model.simulate import simulate
+    from tenantry.model.command import default_config
+    from tenantry.model.workload import Request
+
+    p = tmp_path / "h.jsonl"
+    write_history(simulate(default_config(["a"]), [Request(0, "a", 0.0, 40, 3)]), p)
+    lines = p.read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines[:-1] + [lines[-1].replace('"prompt_tokens":40', '"prompt_tokens":-7')]) + "\n")
+    with pytest.raises(ConfigError, match=r"bad.jsonl:\d+: prompt_tokens=-7"):
+        read_history(bad)
+    import json
+    steps = [i for i, l in enumerate(lines) if '"kind":"step"' in l]
+    obj = json.loads(lines[steps[1]])
+    obj["start_s"] = -1.0
+    lines[steps[1]] = json.dumps(obj)
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match="start_s"):
+        read_history(bad)
