@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import shlex
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -34,6 +36,7 @@ from tqdm import tqdm
 from tenantry.model.config import ConfigError
 
 from .claims import source_label
+from .outdir import staged_folder
 from .configs import SETUPS, get_setup
 from .evaluate import run_scenario
 from .patterns import PATTERNS, get_pattern, make_scenario
@@ -65,8 +68,14 @@ def searches_for(setup: str, pattern: str, searches: Sequence[str]) -> list[str]
 
 def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor, out: Path | None,
              searches: Sequence[str] = DEFAULT_SEARCHES, shrink_evaluations: int = DEFAULT_SHRINK,
-             plots: bool = False, progress: bool = False, victims: str = "excerpt") -> dict[str, Any]:
-    """Search, replay, shrink and write one cell; returns its record (JSON-able)."""
+             plots: bool = False, progress: bool = False, victims: str = "excerpt",
+             replay_root: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Search, replay, shrink and write one cell; returns its record (JSON-able).
+
+    ``replay_root``: the report folder as the user named it (``out`` may be a staging
+    folder); the cell's replay command names ``replay_root/cells/<setup>/<pattern>``
+    so that it works from the folder where ``check`` ran.
+    """
     pat = get_pattern(pattern)
     names = searches_for(setup, pattern, searches)
     share = budget.split(len(names))
@@ -96,7 +105,7 @@ def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: c
         "adversaries": list(scenario.adversaries), "victims": list(scenario.victims), "adversary_requests": sum(
             1 for x in scenario.workload if x.tenant in set(scenario.adversaries)),
         "workload": str(rel / "workload.jsonl"), "workload_name": "workload.jsonl",
-        "replay": f"tenantry check --replay {rel}", "shrunk": None,
+        "replay": f"tenantry check --replay {shlex.quote(str(Path(replay_root or '.') / rel))}", "shrunk": None,
     }
     sh = None
     if finding and shrink_evaluations > 0:
@@ -155,13 +164,16 @@ def _stateful(out: Path | None, setups: Sequence[str], max_examples: int) -> tup
 STATEFUL_SETUPS = ("protected", "hysteresis", "salted_cache")
 
 
-def _extras(out: Path | None, proof_timeout_s: float = 2.0, stateful_examples: int = 8) -> tuple[dict[str, str], bool]:
+def _extras(out: Path | None, proof_timeout_s: float = 2.0,
+            stateful_examples: int = 8) -> tuple[dict[str, str], bool, dict[str, float]]:
     """A short run of the proofs and the stateful suite, when they can be imported.
 
-    Returns ({name: one-line result}, whether the stateful suite found a broken invariant).
+    Returns ({name: one-line result}, whether the stateful suite found a broken invariant,
+    {name: wall seconds}); the seconds go to timing.json only, never into matrix.json or report.md.
     A failing proof is reported, not counted as a broken claim of a setup.
     """
     out_d: dict[str, str] = {}
+    seconds: dict[str, float] = {}
     broke = False
     for label, run in (("proofs", lambda: _proofs(proof_timeout_s)),
                        ("stateful", lambda: _stateful(out, STATEFUL_SETUPS, stateful_examples))):
@@ -174,10 +186,11 @@ def _extras(out: Path | None, proof_timeout_s: float = 2.0, stateful_examples: i
         except Exception as e:  # an extra that crashes is reported, not fatal to the matrix
             out_d[label] = f"error: {type(e).__name__}: {e}"
             continue
-        out_d[label] = f"{text} ({time.monotonic() - t0:.1f} s)"
+        out_d[label] = text
+        seconds[label] = round(time.monotonic() - t0, 1)
         if label == "stateful" and not ok:
             broke = True
-    return out_d, broke
+    return out_d, broke, seconds
 
 
 def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | None = None, seed: int = 0,
@@ -221,55 +234,61 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         raise ConfigError("--plots", plots, "choose findings, all or none")
     budget = budget or Budget.parse(DEFAULT_BUDGET)
     outp = Path(out) if out is not None else None
-    own = executor is None
-    ex = executor or make_executor(workers)
-    n_threads = cell_threads or max(1, workers if workers is not None else (os.cpu_count() or 1))
-    t0 = time.monotonic()
-    cells: dict[tuple[str, str], dict[str, Any]] = {}
-    keys = [(s, p) for s in setups for p in patterns]
-    bar = tqdm(total=len(keys), desc="tenantry check", unit="cell", disable=not progress, dynamic_ncols=True)
-    try:
-        with cf.ThreadPoolExecutor(max_workers=n_threads) as pool:
-            futs = {pool.submit(run_cell, s, p, seed=seed, budget=budget, executor=ex, out=outp, searches=searches,
-                                shrink_evaluations=shrink_evaluations, plots=plots == "all",
-                                progress=False, victims=victims): (s, p) for s, p in keys}
-            for f in cf.as_completed(futs):
-                cells[futs[f]] = f.result()
-                bar.update(1)
-                if log:
-                    s, p = futs[f]
-                    log(f"{s}/{p}: {cells[(s, p)]['score']:.3g}")
-    finally:
-        bar.close()
-        if own:
-            ex.shutdown()
-    plotted: dict[tuple[str, str], list[str]] = {}
-    if outp is not None and plots == "findings":
-        for (s, p), c in sorted(cells.items()):
-            if c["finding"]:
-                sc = make_scenario(p, c["params"], seed, victims=victims)
-                h, b, _, _ = run_scenario(s, sc, depth=None)
-                plotted[(s, p)] = plot_cell(s, sc, h, b, outp / "cells" / s / p)
-    elif plots == "all":
-        plotted = {k: c.get("plots", []) for k, c in cells.items()}
-    extra, stateful_broke = _extras(outp) if extras else ({}, False)
-    wall_s = time.monotonic() - t0
-    evaluations = sum(c["evaluations"] for c in cells.values()) + len(cells)
-    summary = {
-        "seed": seed, "budget": f"{budget.evaluations or '-'} evaluations" + (
-            f", {budget.seconds:g} s" if budget.seconds else ""),
-        "setups": setups, "patterns": patterns, "searches": list(searches), "victims": victims,
-        "invariant_source": source_label(), "extras": extra,
-    }
-    claimed_broken = any(c["broken"] for c in cells.values()) or stateful_broke
+    root = outp
+    stage = ExitStack()
     if outp is not None:
-        ordered = [cells[k] for k in keys]
-        dump_json({"summary": summary, "cells": ordered, "claimed_broken": claimed_broken}, outp / "matrix.json")
-        from tenantry.model.history import atomic_write_text
-        atomic_write_text(outp / "matrix.md", [matrix_text(setups, patterns, cells, markdown=True)])
-        write_report(outp, summary, cells, plotted)
-        dump_json({"wall_s": round(wall_s, 1), "evaluations": evaluations,
-                   "evaluations_per_s": round(evaluations / wall_s, 2) if wall_s > 0 else None,
-                   "workers": workers or os.cpu_count()}, outp / "timing.json")
-    return {"summary": summary, "cells": cells, "claimed_broken": claimed_broken, "wall_s": wall_s,
-            "evaluations": evaluations}
+        outp = stage.enter_context(staged_folder(outp))  # the whole report, published at the end
+    with stage:
+        own = executor is None
+        ex = executor or make_executor(workers)
+        n_threads = cell_threads or max(1, workers if workers is not None else (os.cpu_count() or 1))
+        t0 = time.monotonic()
+        cells: dict[tuple[str, str], dict[str, Any]] = {}
+        keys = [(s, p) for s in setups for p in patterns]
+        bar = tqdm(total=len(keys), desc="tenantry check", unit="cell", disable=not progress, dynamic_ncols=True)
+        try:
+            with cf.ThreadPoolExecutor(max_workers=n_threads) as pool:
+                futs = {pool.submit(run_cell, s, p, seed=seed, budget=budget, executor=ex, out=outp, searches=searches,
+                                    shrink_evaluations=shrink_evaluations, plots=plots == "all",
+                                    progress=False, victims=victims, replay_root=root): (s, p)
+                        for s, p in keys}
+                for f in cf.as_completed(futs):
+                    cells[futs[f]] = f.result()
+                    bar.update(1)
+                    if log:
+                        s, p = futs[f]
+                        log(f"{s}/{p}: {cells[(s, p)]['score']:.3g}")
+        finally:
+            bar.close()
+            if own:
+                ex.shutdown()
+        plotted: dict[tuple[str, str], list[str]] = {}
+        if outp is not None and plots == "findings":
+            for (s, p), c in sorted(cells.items()):
+                if c["finding"]:
+                    sc = make_scenario(p, c["params"], seed, victims=victims)
+                    h, b, _, _ = run_scenario(s, sc, depth=None)
+                    plotted[(s, p)] = plot_cell(s, sc, h, b, outp / "cells" / s / p)
+        elif plots == "all":
+            plotted = {k: c.get("plots", []) for k, c in cells.items()}
+        extra, stateful_broke, extra_s = _extras(outp) if extras else ({}, False, {})
+        wall_s = time.monotonic() - t0
+        evaluations = sum(c["evaluations"] for c in cells.values()) + len(cells)
+        summary = {
+            "seed": seed, "budget": f"{budget.evaluations or '-'} evaluations" + (
+                f", {budget.seconds:g} s" if budget.seconds else ""),
+            "setups": setups, "patterns": patterns, "searches": list(searches), "victims": victims,
+            "invariant_source": source_label(), "extras": extra,
+        }
+        claimed_broken = any(c["broken"] for c in cells.values()) or stateful_broke
+        if outp is not None:
+            ordered = [cells[k] for k in keys]
+            dump_json({"summary": summary, "cells": ordered, "claimed_broken": claimed_broken}, outp / "matrix.json")
+            from tenantry.model.history import atomic_write_text
+            atomic_write_text(outp / "matrix.md", [matrix_text(setups, patterns, cells, markdown=True)])
+            write_report(outp, summary, cells, plotted)
+            dump_json({"wall_s": round(wall_s, 1), "evaluations": evaluations,
+                       "evaluations_per_s": round(evaluations / wall_s, 2) if wall_s > 0 else None,
+                       "workers": workers or os.cpu_count(), "extras_s": extra_s}, outp / "timing.json")
+        return {"summary": summary, "cells": cells, "claimed_broken": claimed_broken, "wall_s": wall_s,
+                "evaluations": evaluations, "extras_s": extra_s}

@@ -117,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     for line in cell_lines(s["setups"], s["patterns"], cells):
         print(line)
     for k, v in sorted((s.get("extras") or {}).items()):
-        print(f"{k}: {v}")
+        secs = (res.get("extras_s") or {}).get(k)
+        print(f"{k}: {v}" + (f" ({secs:.1f} s)" if secs is not None else ""))
     n = res["evaluations"]
     print(f"\n{len(cells)} cells, {n} evaluations in {wall:.1f} s ({n / wall:.2f} evaluations/s); report: {args.out / 'report.md'}")
     if res["claimed_broken"]:

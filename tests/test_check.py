@@ -189,15 +189,48 @@ def _files(root):
 def test_same_seed_gives_the_same_matrix_and_workload_files(tmp_path):
     kw = dict(setups=["fcfs", "vtc_nolift"], patterns=["flood"], seed=3, budget=Budget(3),
               shrink_evaluations=4, plots="none", extras=False, progress=False)
-    a = run_check(out=tmp_path / "a", workers=1, **kw)
-    b = run_check(out=tmp_path / "b", workers=2, cell_threads=1, **kw)
-    fa, fb = _files(tmp_path / "a"), _files(tmp_path / "b")
-    assert fa == fb
+    out = tmp_path / "rep"
+    a = run_check(out=out, workers=1, **kw)
+    fa = _files(out)
+    (out / "cells" / "fcfs" / "flood" / "stale.png").write_bytes(b"old")  # must not survive a re-run
+    (out / "cells" / "gone").mkdir()
+    b = run_check(out=out, workers=2, cell_threads=1, **kw)
+    fb = _files(out)
+    assert fa == fb  # byte-identical matrix.json, matrix.md, report.md, cell.json and workload files
+    assert {"matrix.json", "matrix.md", "report.md"} <= set(fa)
+    assert not (out / "cells" / "fcfs" / "flood" / "stale.png").exists() and not (out / "cells" / "gone").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]  # no staging folder left behind
+    assert (out / "matrix.json").stat().st_mode & 0o777 == 0o666 & ~_umask()
+    assert f"tenantry check --replay {out / 'cells' / 'fcfs' / 'flood'}" in fa["report.md"].decode()
     assert "cells/fcfs/flood/workload.jsonl" in fa and "cells/fcfs/flood/azure/adv.csv" in fa
     assert "cells/fcfs/flood/mooncake/chat.jsonl" in fa and "cells/fcfs/flood/shrunk.jsonl" in fa
     assert a["cells"][("fcfs", "flood")]["score"] == b["cells"][("fcfs", "flood")]["score"]
-    m = json.loads((tmp_path / "a" / "matrix.json").read_text())
+    m = json.loads((out / "matrix.json").read_text())
     assert [c["setup"] for c in m["cells"]] == ["fcfs", "vtc_nolift"]
+
+
+def _umask() -> int:
+    m = os.umask(0o022)
+    os.umask(m)
+    return m
+
+
+def test_an_interrupted_run_leaves_the_old_report_untouched(tmp_path):
+    from tenantry.adversaries.outdir import staged_folder
+
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "report.md").write_text("old")
+    with pytest.raises(KeyboardInterrupt):
+        with staged_folder(out) as tmp:
+            (tmp / "report.md").write_text("new, half written")
+            raise KeyboardInterrupt
+    assert (out / "report.md").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
+    with staged_folder(out) as tmp:
+        (tmp / "matrix.json").write_text("{}")
+    assert sorted(p.name for p in out.iterdir()) == ["matrix.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
 
 
 def test_command_prints_the_matrix_writes_the_report_and_replays(tmp_path, capsys):
