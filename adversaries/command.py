@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     from .report import ABBREV
     cols = ", ".join(f"{a}={p}" for p, a in ABBREV.items() if a != p and p in s["patterns"])
-    print("* finding (objective at or above the pattern's finding level)   ! a claimed invariant broke"
+    print("* hurt (objective at or above the pattern's hurt level)   ! a claimed invariant broke (a finding)"
           + (f"\ncolumns: {cols}" if cols else ""))
     print(f"invariants: {s['invariant_source']} catalog")
     print()

@@ -144,8 +144,8 @@ ABBREV = {"flood": "flood", "few_huge": "fewhuge", "slow_decoders": "slowdec", "
 
 def matrix_text(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[tuple[str, str], Mapping[str, Any]],
                 markdown: bool = False) -> str:
-    """The setup x pattern matrix: each cell's objective, ``*`` for a finding (at or
-    above the pattern's finding level), ``!`` when a claimed invariant broke.  The
+    """The setup x pattern matrix: each cell's objective, ``*`` when the victims were hurt (at or
+    above the pattern's hurt level), ``!`` when a claimed invariant broke.  The
     plain-text form heads its columns with :data:`ABBREV`."""
     def cell(s: str, p: str) -> str:
         c = cells.get((s, p))
@@ -192,7 +192,7 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
         f"history and two-run forms on each cell's worst workload).",
         "",
         "Each cell: the pattern's objective on the worst workload found (larger is worse for the victims); "
-        "`*` at or above the pattern's finding level, `!` a claimed invariant broke.",
+        "`*` hurt: at or above the pattern's hurt level; `!` a claimed invariant broke (a finding).",
         "",
         matrix_text(setups, patterns, cells, markdown=True),
         "",
@@ -202,7 +202,7 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
     from .patterns import PATTERNS
     for p in patterns:
         pat = PATTERNS[p]
-        lines.append(f"- **{p}** ({pat.objective}, finding at >= {pat.finding:g}): {pat.exploits}. "
+        lines.append(f"- **{p}** ({pat.objective}, hurt at >= {pat.finding:g}): {pat.exploits}. "
                      f"Should hurt: {', '.join(pat.hurts)}. Objective: {OBJECTIVES[pat.objective]}.")
     broken = [(k, c) for k, c in sorted(cells.items()) if c["broken"]]
     lines += ["", "## Broken invariants", ""]
@@ -211,7 +211,7 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
     for (s, p), c in broken:
         for inv, msgs in sorted(c["broken"].items()):
             lines.append(f"- `{s}` / `{p}`: **{inv}**: {msgs[0] if msgs else ''}")
-    lines += ["", "## Findings", ""]
+    lines += ["", "## Cells where the victims were hurt", ""]
     for s in setups:
         for p in patterns:
             c = cells.get((s, p))

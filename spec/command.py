@@ -55,8 +55,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _write(out: Path, report: dict[str, Any], md: list[str]) -> None:
-    atomic_write_text(out / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
-    atomic_write_text(out / "report.md", md)
+    """Replace the folder ``out`` by a fresh one holding report.json and report.md; print where it is."""
+    from tenantry.adversaries.outdir import staged_folder
+
+    with staged_folder(out) as tmp:
+        atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
+        atomic_write_text(tmp / "report.md", md)
+    print(f"report: {out}")
 
 
 def run_history(args: argparse.Namespace) -> int:
@@ -127,14 +132,25 @@ def run_target(args: argparse.Namespace) -> int:
 
 
 def _matrix_report(args: argparse.Namespace, out: Path, cells: list) -> int:
-    """Write the matrix in ``tenantry check``'s report layout (one setup row: the target)."""
+    """Write the matrix in ``tenantry check``'s report layout (one setup row: the target).
+
+    The folder ``out`` is replaced whole (staged beside it, renamed in at the end).
+    """
+    from tenantry.adversaries.outdir import staged_folder
+
+    with staged_folder(out) as tmp:
+        return _matrix_report_into(args, out, tmp, cells)
+
+
+def _matrix_report_into(args: argparse.Namespace, out: Path, tmp: Path, cells: list) -> int:
+    """:func:`_matrix_report` writing into the staging folder ``tmp``; paths shown name ``out``."""
     from tenantry.adversaries.report import cell_lines, dump_json, matrix_text, write_report, write_workload_files
 
     label = args.target.replace(":", "_").replace("/", "_")
     rows, table, total = [], {}, 0
     for c in cells:
         folder = out / "cells" / label / c.pattern
-        files = write_workload_files(c.scenario, folder)
+        files = write_workload_files(c.scenario, tmp / "cells" / label / c.pattern)
         replay = (f"tenantry verify --target {shlex.quote(args.target)} --workload "
                   f"{shlex.quote(str(folder / 'workload.jsonl'))} --horizon-s {c.scenario.horizon_s}"
                   + (" --tiered" if args.tiered else ""))
@@ -149,7 +165,7 @@ def _matrix_report(args: argparse.Namespace, out: Path, cells: list) -> int:
             "workload_name": "workload.jsonl", "metrics": c.metrics, "replay": replay, "files": files,
             "adversary_requests": adv, "stats": c.verdict.stats, "params": dict(c.scenario.params),
         }
-        dump_json(table[(label, c.pattern)], folder / "cell.json")
+        dump_json(table[(label, c.pattern)], tmp / "cells" / label / c.pattern / "cell.json")
         rows.append(_cell_json(c, replay))
     pats = [c.pattern for c in cells]
     describe = cells[0].verdict.describe if cells else ""
@@ -157,14 +173,17 @@ def _matrix_report(args: argparse.Namespace, out: Path, cells: list) -> int:
                "searches": ["default"], "invariant_source": "tenantry.spec step-mode harness and invariant",
                "extras": {"target": f"{args.target} ({describe})",
                           "claimed": ", ".join(cells[0].verdict.claimed) if cells else ""}}
-    write_report(out, summary, table, {})
+    write_report(tmp, summary, table, {})
     dump_json({"kind": "verify-target", "target": args.target, "describe": describe, "seed": args.seed,
                "tiered": args.tiered, "claimed": list(cells[0].verdict.claimed) if cells else [], "cells": rows,
-               "findings": total}, out / "report.json")
+               "findings": total}, tmp / "report.json")
     print(matrix_text([label], pats, table))
     for line in cell_lines([label], pats, table):
         print(line)
-    print(f"{args.target}: {len(cells)} patterns, {total} findings; report: {out / 'report.md'}")
+    hurt = sum(1 for c in cells if c.hurt)
+    print("* hurt (objective at or above the pattern's hurt level)   ! an invariant broke (a finding)")
+    print(f"{args.target}: {len(cells)} patterns, {hurt} hurt the victims (*), {total} invariant findings (!); "
+          f"report: {out / 'report.md'}")
     return 1 if total else 0
 
 

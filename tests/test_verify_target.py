@@ -28,6 +28,8 @@ def _run(tmp_path, target, *extra):
 
 
 def test_clean_target_matrix(tmp_path, on_path, capsys):
+    (tmp_path / "out" / "cells" / "old").mkdir(parents=True)  # a previous run's leftovers must not survive
+    (tmp_path / "out" / "stale.png").write_bytes(b"old")
     code, rep, out = _run(tmp_path, "minisched.tenantry_adapter:make_scheduler", "--patterns", "eviction_thrash,sybil")
     assert code == 0 and rep["findings"] == 0
     assert [c["pattern"] for c in rep["cells"]] == ["eviction_thrash", "sybil"]
@@ -37,6 +39,10 @@ def test_clean_target_matrix(tmp_path, on_path, capsys):
     cell = json.loads((out / "cells" / "minisched.tenantry_adapter_make_scheduler" / "sybil" / "cell.json").read_text())
     assert cell["broken"] == {} and cell["replay"].startswith("tenantry verify --target minisched.tenantry_adapter")
     assert "| minisched.tenantry_adapter_make_scheduler |" in (out / "report.md").read_text()
+    assert not (out / "stale.png").exists() and not (out / "cells" / "old").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder left behind
+    text = capsys.readouterr().out
+    assert "2 patterns, 2 hurt the victims (*), 0 invariant findings (!)" in text and f"report: {out / 'report.md'}" in text
 
 
 def test_buggy_target_matrix_and_replay(tmp_path, on_path):
