@@ -23,12 +23,14 @@ from pathlib import Path
 from tenantry.model.config import ConfigError
 from tenantry.model.traces import read_workload_jsonl
 
+from . import flags
+
 HELP = "Run every abusive-tenant pattern and search against every built-in policy setup; print the matrix."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", default=None, help="per cell: N evaluations, Ns seconds, or N,Ns (default 12)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the victims and the searches (default 0)")
+    p.add_argument("--budget", type=flags.budget, default=None, help="per cell: N evaluations, Ns seconds, or N,Ns (default 12)")
+    p.add_argument("--seed", type=flags.nonneg_int, default=0, help="seed of the victims and the searches (default 0)")
     p.add_argument("--policy", nargs="+", default=None, metavar="SETUP", help="setups to run (default: all; see --list)")
     p.add_argument("--pattern", nargs="+", default=None, metavar="PATTERN", help="patterns to run (default: all)")
     p.add_argument("--search", nargs="+", default=None, metavar="SEARCH",
@@ -36,8 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("tenantry-check"), help="report folder (default ./tenantry-check)")
     p.add_argument("--victims", choices=("excerpt", "shared"), default="excerpt",
                    help="victim traffic from the packaged Azure excerpts (default) or the full traces in ../shared/traces")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count; 1 runs inline)")
-    p.add_argument("--shrink", type=int, default=None, metavar="N", help="evaluations per shrink of a finding (default 16; 0: off)")
+    p.add_argument("--workers", type=flags.positive_int, default=None, help="worker processes (default: CPU count; 1 runs inline)")
+    p.add_argument("--shrink", type=flags.nonneg_int, default=None, metavar="N", help="evaluations per shrink of a finding (default 16; 0: off)")
     p.add_argument("--plots", choices=("findings", "all", "none"), default="findings", help="which cells get plots")
     p.add_argument("--no-extras", action="store_true", help="skip the short run of the proofs and the stateful suite")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         return _list()
     if args.replay is not None:
         return replay(args.replay)
-    budget = Budget.parse(args.budget or DEFAULT_BUDGET)
+    budget = args.budget or Budget.parse(DEFAULT_BUDGET)
     setups = None if not args.policy or args.policy == ["all"] else args.policy
     patterns = None if not args.pattern or args.pattern == ["all"] else args.pattern
     t0 = time.monotonic()

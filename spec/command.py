@@ -24,6 +24,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from tenantry.adversaries import flags
 from tenantry.model.config import ConfigError
 from tenantry.model.history import atomic_write_text, read_history
 
@@ -43,13 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "the adversary matrix")
     p.add_argument("--cancellations", metavar="FILE", help="target mode with --workload: JSON list of "
                    "[t_s, request_id] client cancellations")
-    p.add_argument("--horizon-s", type=float, default=None, help="target mode with --workload: stop at this time (s)")
+    p.add_argument("--horizon-s", type=flags.positive_float, default=None, help="target mode with --workload: stop at this time (s)")
     p.add_argument("--patterns", default="", metavar="NAMES", help="target mode: comma-separated patterns "
                    "(default: all)")
-    p.add_argument("--seed", type=int, default=0, help="victims' seed of the matrix scenarios (default 0)")
+    p.add_argument("--seed", type=flags.nonneg_int, default=0, help="victims' seed of the matrix scenarios (default 0)")
     p.add_argument("--tiered", action="store_true", help="give the adversary tier 0 and the victims tier 1 "
                    "(for a priority scheduler whose factory takes tenants=)")
-    p.add_argument("--timeout-s", type=float, default=10.0, help="per-call timeout for the scheduler (s, default 10)")
+    p.add_argument("--timeout-s", type=flags.positive_float, default=10.0, help="per-call timeout for the scheduler (s, default 10)")
     p.add_argument("--no-determinism", action="store_true", help="skip the determinism re-run")
     p.add_argument("--out", default="verify-report", metavar="DIR", help="report folder (default verify-report)")
 
@@ -108,11 +109,13 @@ def run_target(args: argparse.Namespace) -> int:
     from .verify_matrix import bind, run_matrix, scenario_tenants
     from .verify_run import verify_workload
 
+    wl = read_workload_jsonl(args.workload) if args.workload else None  # bad input before importing the target
+    if wl is not None and len(wl) == 0:
+        raise ConfigError("--workload", args.workload, "no requests in this file", args.workload)
     factory = load_factory(args.target)
     out = Path(args.out)
     det = not args.no_determinism
     if args.workload:
-        wl = read_workload_jsonl(args.workload)
         cancels = _read_cancellations(args.cancellations) if args.cancellations else ()
         roles = [(n, "victim") for n in wl.tenants]
         v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered)), wl, cancellations=cancels,
@@ -210,4 +213,17 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``tenantry verify``; returns the exit status."""
     if args.timeout_s is not None and not args.timeout_s > 0:
         raise ConfigError("--timeout-s", args.timeout_s, "must be > 0")
+    if args.history:
+        for flag, value in (("--workload", args.workload), ("--cancellations", args.cancellations),
+                            ("--patterns", args.patterns)):
+            if value:
+                raise ConfigError(flag, value, "only with --target (--history judges the recorded history as is)")
+    else:
+        for flag, value in (("--claims", args.claims), ("--config", args.config)):
+            if value:
+                raise ConfigError(flag, value, "only with --history (a --target's adapter states its own claims "
+                                  "and configuration)")
+        if args.cancellations and not args.workload:
+            raise ConfigError("--cancellations", args.cancellations, "needs --workload (the request ids are "
+                              "that workload's)")
     return run_history(args) if args.history else run_target(args)

@@ -273,7 +273,46 @@ def test_bad_names_are_one_line_errors(capsys):
     assert main(["check", "--policy", "nope", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "nope" in err and "fcfs" in err
-    assert main(["check", "--budget", "lots", "--quiet"]) == 2
+    assert _code(["check", "--budget", "lots", "--quiet"]) == 2
     assert "--budget" in capsys.readouterr().err
+
+
+def _code(argv) -> int:
+    """main's exit status, also when argparse exits with a usage error."""
+    from tenantry.cli import main
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["check", "--seed", "-1"], ["--seed", "-1", ">= 0"]),
+    (["check", "--workers", "0"], ["--workers", "0", ">= 1"]),
+    (["check", "--shrink", "-2"], ["--shrink", "-2", ">= 0"]),
+    (["check", "--budget", "-3"], ["--budget", "-3", "positive"]),
+    (["check", "--budget", "0"], ["--budget", "0", "N >= 1"]),
+    (["verify", "--history", "h.jsonl", "--seed", "-1"], ["--seed", "-1"]),
+    (["verify", "--target", "a:b", "--timeout-s", "nan"], ["--timeout-s", "nan", "positive finite"]),
+    (["verify", "--target", "a:b", "--horizon-s", "-1"], ["--horizon-s", "-1", "positive finite"]),
+    (["verify", "--target", "a:b", "--cancellations", "c.json"], ["--cancellations", "c.json", "needs --workload"]),
+    (["verify", "--history", "h.jsonl", "--patterns", "flood"], ["--patterns", "flood", "only with --target"]),
+    (["verify", "--history", "h.jsonl", "--workload", "w.jsonl"], ["--workload", "w.jsonl", "only with --target"]),
+    (["verify", "--target", "a:b", "--claims", "VTC-GAP"], ["--claims", "VTC-GAP", "only with --history"]),
+    (["verify", "--target", "a:b", "--config", "c.toml"], ["--config", "c.toml", "only with --history"]),
+])
+def test_bad_flag_values_are_one_line_usage_errors(argv, words, capsys):
+    assert _code(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert all(w in err[-1] for w in words), err
+    assert not any("Traceback" in line for line in err)
+
+
+def test_an_empty_target_workload_names_the_file(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert _code(["verify", "--target", "a:b", "--workload", str(empty), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "empty.jsonl" in err and "no requests" in err and err.count("\n") == 0
     assert set(SETUPS) >= {"fcfs", "round_robin", "rate_limit", "vtc", "vtc_nolift", "drr", "priority", "aging",
                            "floors", "no_hysteresis", "shared_cache", "protected"}
