@@ -63,7 +63,8 @@ def replay(folder: Path) -> int:
     """Re-run a cell folder's workload (and the probe's twin) on its setup; print the metrics.
 
     Raises:
-        ConfigError: if the folder has no cell.json or workload.jsonl.
+        ConfigError: if the folder has no cell.json, a truncated or incomplete one, or an empty workload.jsonl.
+        OSError: if workload.jsonl cannot be read.
     """
     from .evaluate import run_scenario
     from .patterns import scenario_from_workload
@@ -71,9 +72,20 @@ def replay(folder: Path) -> int:
     cell_path = folder / "cell.json"
     if not cell_path.exists():
         raise ConfigError("--replay", str(folder), "no cell.json in this folder (give a cells/<setup>/<pattern> folder)")
-    cell = json.loads(cell_path.read_text(encoding="utf-8"))
-    wl = read_workload_jsonl(folder / "workload.jsonl")
-    adv, vic = tuple(cell["adversaries"]), tuple(cell["victims"])
+    try:
+        cell = json.loads(cell_path.read_text(encoding="utf-8"))
+        adv, vic = tuple(cell["adversaries"]), tuple(cell["victims"])
+        cell["setup"], cell["pattern"], cell["objective"], float(cell["score"])
+    except json.JSONDecodeError as e:
+        raise ConfigError("--replay", str(folder), f"not valid JSON ({e.msg} at line {e.lineno}); "
+                          "re-run tenantry check to rewrite the cell", str(cell_path)) from None
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError("--replay", str(folder), f"cell.json lacks a valid {e} entry; re-run tenantry check",
+                          str(cell_path)) from None
+    wl_path = folder / "workload.jsonl"
+    wl = read_workload_jsonl(wl_path)
+    if len(wl) == 0:
+        raise ConfigError("--replay", str(folder), "no requests in this file; re-run tenantry check", str(wl_path))
     sc = scenario_from_workload(wl, adv, victims=vic, pattern=cell["pattern"])
     if (folder / "twin.jsonl").exists():
         twin = scenario_from_workload(read_workload_jsonl(folder / "twin.jsonl"), adv, victims=vic,
@@ -99,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
     if args.replay is not None:
         return replay(args.replay)
     budget = args.budget or Budget.parse(DEFAULT_BUDGET)
+    if args.victims == "shared":
+        from .victims import require_shared
+        require_shared()  # before any worker starts: one line naming the flag
     setups = None if not args.policy or args.policy == ["all"] else args.policy
     patterns = None if not args.pattern or args.pattern == ["all"] else args.pattern
     t0 = time.monotonic()

@@ -92,12 +92,24 @@ def doc_ids(doc: int, blocks: int = DOC_BLOCKS) -> tuple[int, ...]:
     return tuple(DOC_BASE + 1000 * doc + j for j in range(blocks))
 
 
+def require_shared() -> None:
+    """Check that ``--victims shared`` can run: the full Azure traces are in ``../shared/traces``.
+
+    Raises:
+        ConfigError: naming the flag and the missing file.
+    """
+    for name in ("conv", "code"):
+        path = _SHARED / f"azure_llm_2023_{name}.csv"
+        if not path.exists():
+            raise ConfigError("--victims", "shared", f"{path} not found; use --victims excerpt")
+
+
 @functools.lru_cache(maxsize=8)
 def _trace(name: str, source: str) -> tuple[Request, ...]:
     if source == "shared":
         path = _SHARED / f"azure_llm_2023_{name}.csv"
         if not path.exists():
-            raise ConfigError("victims", str(path), "shared trace not found; use source='excerpt'")
+            raise ConfigError("--victims", "shared", f"{path} not found; use --victims excerpt")
     elif source == "excerpt":
         path = excerpt_path(name)
     else:

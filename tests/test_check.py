@@ -249,6 +249,16 @@ def test_command_prints_the_matrix_writes_the_report_and_replays(tmp_path, capsy
     assert main(["check", "--replay", str(out / "cells" / "fcfs" / "flood")]) == 0
     replayed = capsys.readouterr().out
     assert f"(recorded {recorded['score']:.6g}: same)" in replayed
+    cell_dir = out / "cells" / "fcfs" / "flood"
+    (cell_dir / "workload.jsonl").write_text("")
+    assert _code(["check", "--replay", str(cell_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "workload.jsonl" in err and "no requests" in err
+    text = (cell_dir / "cell.json").read_text()
+    (cell_dir / "cell.json").write_text(text[: len(text) // 2])
+    assert _code(["check", "--replay", str(cell_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cell.json" in err and "not valid JSON" in err
 
 
 def test_command_exits_nonzero_when_a_claimed_invariant_breaks(monkeypatch, capsys):
@@ -316,3 +326,13 @@ def test_an_empty_target_workload_names_the_file(tmp_path, capsys):
     assert "empty.jsonl" in err and "no requests" in err and err.count("\n") == 0
     assert set(SETUPS) >= {"fcfs", "round_robin", "rate_limit", "vtc", "vtc_nolift", "drr", "priority", "aging",
                            "floors", "no_hysteresis", "shared_cache", "protected"}
+
+
+def test_victims_shared_without_the_traces_names_the_flag(monkeypatch, tmp_path, capsys):
+    from tenantry.adversaries import victims
+
+    monkeypatch.setattr(victims, "_SHARED", tmp_path / "no-traces")
+    assert _code(["check", "--victims", "shared", "--quiet", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--victims" in err and "not found; use --victims excerpt" in err
+    assert not (tmp_path / "o").exists()
