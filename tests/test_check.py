@@ -2,7 +2,7 @@
 
 Each criterion runs the matrix cell(s) it is about with a fixed seed and a
 small budget (the patterns' documented defaults are among the candidates), so
-the default run stays fast; with ``HYPOTHESIS_PROFILE=deep`` the same
+the default run stays fast; with ``--hypothesis-profile=deep`` (or ``HYPOTHESIS_PROFILE=deep``) the same
 assertions run with up to 60 s of search per cell (``test_criteria_hold_after_60s_searches``).
 """
 
@@ -20,7 +20,18 @@ from tenantry.adversaries.patterns import PATTERNS, make_scenario
 from tenantry.adversaries.search import Budget
 
 SEED = 0
-DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
+
+
+def _deep_profile() -> bool:
+    """True under ``HYPOTHESIS_PROFILE=deep`` or ``pytest --hypothesis-profile=deep`` (the loaded profile)."""
+    from hypothesis import settings
+
+    loaded = getattr(settings, "_current_profile", None)  # private; fall back to the deep profile's size
+    return (os.environ.get("HYPOTHESIS_PROFILE") == "deep" or loaded == "deep"
+            or settings.default.max_examples >= settings.get_profile("deep").max_examples)
+
+
+DEEP = _deep_profile()
 
 
 def cell(setup: str, pattern: str, budget: str = "3", searches=("random", "evolution", "hypothesis"),
@@ -159,7 +170,7 @@ def test_fully_protected_setups_break_no_invariant():
         assert "KV-CONSERVE" not in c["unchecked"] and "NO-LOSS" not in c["unchecked"]
 
 
-@pytest.mark.skipif(not DEEP, reason="60-second searches: run with HYPOTHESIS_PROFILE=deep")
+@pytest.mark.skipif(not DEEP, reason="60-second searches: run with --hypothesis-profile=deep or HYPOTHESIS_PROFILE=deep")
 def test_criteria_hold_after_60s_searches():
     from tenantry.adversaries.evaluate import make_executor
 
