@@ -272,6 +272,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         elif plots == "all":
             plotted = {k: c.get("plots", []) for k, c in cells.items()}
         extra, stateful_broke, extra_s = _extras(outp) if extras else ({}, False, {})
+        if outp is not None and root is not None:  # replay commands name --out, not the staging folder
+            extra = {k: v.replace(str(outp), str(root)) for k, v in extra.items()}
         wall_s = time.monotonic() - t0
         evaluations = sum(c["evaluations"] for c in cells.values()) + len(cells)
         summary = {
