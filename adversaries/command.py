@@ -4,7 +4,7 @@ With no arguments: every pattern and search, with a modest budget, against
 every built-in setup, on the embedded default (the small replica and the
 default victims); then a short run of the proofs and the stateful suite when
 they exist.  Prints the setup x pattern matrix (each cell: the objective, a
-finding mark, an invariant mark), one line per cell with the worst
+hurt mark "*", a broken-invariant mark "!"), one line per cell with the worst
 workload's file, the wall time and evaluations per second, and writes the
 report folder (``--out``).  Exit status 1 when an invariant that a setup
 claims broke, else 0; 2 on bad input.
