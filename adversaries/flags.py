@@ -8,43 +8,9 @@ value (``tenantry check: error: argument --seed: -1: must be >= 0``), exit 2.
 from __future__ import annotations
 
 import argparse
-import math
 
+from tenantry.args import non_negative_int as nonneg_int, positive_float, positive_int  # noqa: F401 (re-exported)
 from tenantry.model.config import ConfigError
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: not an integer") from None
-
-
-def nonneg_int(text: str) -> int:
-    """An integer >= 0 (seeds, shrink evaluations)."""
-    v = _int(text)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text}: must be >= 0")
-    return v
-
-
-def positive_int(text: str) -> int:
-    """An integer >= 1 (worker processes)."""
-    v = _int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be >= 1")
-    return v
-
-
-def positive_float(text: str) -> float:
-    """A finite number > 0 (seconds)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: not a number") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"{text}: must be a positive finite number of seconds")
-    return v
 
 
 def budget(text: str):

@@ -14,7 +14,7 @@ def positive_float(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not math.isfinite(x) or x <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number > 0")
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive finite number")
     return x
 
 
@@ -25,7 +25,7 @@ def non_negative_int(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if x < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give an integer >= 0")
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 0")
     return x
 
 
@@ -33,5 +33,5 @@ def positive_int(text: str) -> int:
     """An integer >= 1 (row limits, worker counts)."""
     x = non_negative_int(text)
     if x < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give an integer >= 1")
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
     return x

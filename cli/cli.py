@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tenantry: error: {where}: {e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("tenantry: interrupted; files already written are complete (each is written atomically)", file=sys.stderr)
+        print("tenantry: interrupted; every file and report folder is replaced whole or left as it was", file=sys.stderr)
         return 130
 
 
