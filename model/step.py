@@ -150,6 +150,8 @@ class _Step:
         self.duration_s = 0.0
         self.backlogged: set[int] = set(compress(range(len(st.tenants)), map(_queue_of, st.tenants)))
         self._min_counter: float | None = None
+        self._cancel_left: dict[int, float] = {}  # tenant -> counter, queue emptied by cancellation this step
+        self._cancel_left_tier: dict[int, float] = {}
         self._keys = KeyMemo()  # order-policy sort keys memoised for this step
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
 
@@ -173,10 +175,6 @@ class _Step:
             elif i in self.backlogged:
                 self.backlogged.discard(i)
                 self._min_counter = None
-                self.last_left = t.counter
-                tier = self.cfg.tenants[i].tier
-                if all(self.cfg.tenants[j].tier != tier for j in self.backlogged):
-                    self.last_left_tier = self.tier_counters[tier]
         if "counter" in changes and i in self.backlogged:
             self._min_counter = None
         return t
@@ -218,8 +216,9 @@ class _Step:
         if lo is None:
             lo = min((self.tenants[j].counter for j in self.backlogged if j != i), default=None)
         alone = lo is None
-        if alone:
-            lo = self.last_left
+        if alone:  # the least of the others emptied by cancellation in this step, else l
+            left = [c for j, c in self._cancel_left.items() if j != i]
+            lo = min(left) if left else self.last_left
         c = self.tenants[i].counter
         if c < lo:
             self._set(i, counter=lo)
@@ -229,7 +228,8 @@ class _Step:
         tier = tiers[i].tier
         others = {tiers[j].tier for j in self.backlogged if j != i}
         if tier not in others:
-            lo_t = min((self.tier_counters[x] for x in others), default=self.last_left_tier)
+            left_t = [c for x, c in self._cancel_left_tier.items() if x != tier]
+            lo_t = min((self.tier_counters[x] for x in others), default=min(left_t) if left_t else self.last_left_tier)
             self.tier_counters[tier] = max(self.tier_counters[tier], lo_t)
 
     def _release(self, s: Sequence) -> int:
@@ -291,9 +291,14 @@ class _Step:
         for i, t in enumerate(self.tenants):
             for j, q in enumerate(t.queue):
                 if q.request_id == rid:
-                    self._set(i, queue=t.queue[:j] + t.queue[j + 1:],
-                              fresh_queued=t.fresh_queued - (1 if q.never_scheduled else 0))
+                    t = self._set(i, queue=t.queue[:j] + t.queue[j + 1:],
+                                  fresh_queued=t.fresh_queued - (1 if q.never_scheduled else 0))
                     self._drop(q, "cancelled")
+                    if not t.queue:  # i left the backlog by cancellation: a lift for the others (4.4)
+                        self._cancel_left[i] = t.counter
+                        tier = self.cfg.tenants[i].tier
+                        if all(self.cfg.tenants[x].tier != tier for x in self.backlogged):
+                            self._cancel_left_tier[tier] = self.tier_counters[tier]
                     return
         # Unknown or already ended: nothing to do (SPEC.md 5.1).
 
@@ -486,7 +491,12 @@ class _Step:
             s = self._charge_prompt(i, s, changes)
         if self.policy.deficit_unit == "block_seconds":
             self.provisional[i] = self.provisional.get(i, 0.0) + total * self.st.last_step_s
-        self._set(i, **changes)
+        t = self._set(i, **changes)
+        if not t.queue:  # i leaves the backlog by being served: its counter is the lift (Algorithm 2's l)
+            self.last_left = t.counter
+            tier = cfg.tenants[i].tier
+            if all(cfg.tenants[j].tier != tier for j in self.backlogged):
+                self.last_left_tier = self.tier_counters[tier]
         self.running[s.request_id] = s
         self.planned[s.request_id] = n
         self.budget -= n
