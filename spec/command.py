@@ -80,7 +80,10 @@ def run_history(args: argparse.Namespace) -> int:
 
     if config is not None:
         Claims(config, invariants=claimed)  # validates the ids
-    found = verify_history(history, config, claimed)
+    try:
+        found = verify_history(history, config, claimed)
+    except ConfigError as e:  # the header's configuration: name the file
+        raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
     lines = [finding_line(f) for f in found]
     for line in lines:
         print(line)
