@@ -211,6 +211,34 @@ def atomic_write_text(path: str | os.PathLike, lines: Iterable[str]) -> None:
         raise
 
 
+def read_text(path: str | os.PathLike) -> str:
+    """The whole file as text (UTF-8, optional BOM), or a ConfigError naming the file."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError("path", str(path), e.strerror or "cannot read file") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ConfigError("bytes", raw[e.start:e.start + 4], "not UTF-8 text", f"{path}:{line}") from None
+
+
+def json_lines(path: str | os.PathLike) -> Iterator[tuple[str, dict]]:
+    """Yield (``file:line``, object) for each non-blank line; bad JSON is a ConfigError."""
+    for n, line in enumerate(read_text(path).split("\n"), 1):
+        where = f"{path}:{n}"
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError("json", line[:60], f"bad JSON: {e.msg} at column {e.colno}", where) from None
+        if not isinstance(obj, dict):
+            raise ConfigError("json", line[:60], "each line must be a JSON object", where)
+        yield where, obj
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -277,34 +305,23 @@ def read_history(path: str | os.PathLike) -> History:
 
     Raises:
         ConfigError: naming the file, line and field on malformed input.
-        FileNotFoundError: if ``path`` does not exist.
     """
     header: dict[str, Any] | None = None
     steps: list[StepRecord] = []
     requests: list[RequestRecord] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            where = f"{path}:{lineno}"
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError("line", line.strip()[:60], f"not JSON ({e.msg})", where) from None
-            if not isinstance(obj, dict):
-                raise ConfigError("line", obj, "each line must be a JSON object", where)
-            kind = obj.get("kind")
-            if kind == "header":
-                header = {k: v for k, v in obj.items() if k != "kind"}
-            elif kind == "step":
-                rec = _record(StepRecord, obj, where)
-                if steps and rec.start_s < steps[-1].start_s:
-                    raise ConfigError("start_s", rec.start_s, f"goes back in time (the previous step started at {steps[-1].start_s})", where)
-                if steps and rec.step_index <= steps[-1].step_index:
-                    raise ConfigError("step_index", rec.step_index, f"not after the previous step's ({steps[-1].step_index})", where)
-                steps.append(rec)
-            elif kind == "request":
-                requests.append(_record(RequestRecord, obj, where))
-            else:
-                raise ConfigError("kind", kind, "must be header, step or request", where)
+    for where, obj in json_lines(path):
+        kind = obj.get("kind")
+        if kind == "header":
+            header = {k: v for k, v in obj.items() if k != "kind"}
+        elif kind == "step":
+            rec = _record(StepRecord, obj, where)
+            if steps and rec.start_s < steps[-1].start_s:
+                raise ConfigError("start_s", rec.start_s, f"goes back in time (the previous step started at {steps[-1].start_s})", where)
+            if steps and rec.step_index <= steps[-1].step_index:
+                raise ConfigError("step_index", rec.step_index, f"not after the previous step's ({steps[-1].step_index})", where)
+            steps.append(rec)
+        elif kind == "request":
+            requests.append(_record(RequestRecord, obj, where))
+        else:
+            raise ConfigError("kind", kind, "must be header, step or request", where)
     return History(header=header or {}, steps=tuple(steps), requests=tuple(sorted(requests, key=lambda r: r.request_id)))

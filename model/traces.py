@@ -27,7 +27,7 @@ import attrs
 import numpy as np
 
 from .config import ConfigError
-from .history import atomic_write_text
+from .history import atomic_write_text, json_lines as _json_lines, read_text as _read_text
 from .workload import Request, Workload, renumber
 
 #: Tokens covered by one Mooncake hash id.
@@ -44,34 +44,6 @@ _SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _read_text(path: str | os.PathLike) -> str:
-    """The whole file as text (UTF-8, optional BOM), or a ConfigError naming the file."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise ConfigError("path", str(path), e.strerror or "cannot read file") from None
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise ConfigError("bytes", raw[e.start:e.start + 4], "not UTF-8 text", f"{path}:{line}") from None
-
-
-def _json_lines(path: str | os.PathLike) -> Iterator[tuple[str, dict]]:
-    """Yield (``file:line``, object) for each non-blank line; bad JSON is a ConfigError."""
-    for n, line in enumerate(_read_text(path).split("\n"), 1):
-        where = f"{path}:{n}"
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigError("json", line[:60], f"bad JSON: {e.msg} at column {e.colno}", where) from None
-        if not isinstance(obj, dict):
-            raise ConfigError("json", line[:60], "each line must be a JSON object", where)
-        yield where, obj
 
 
 def _count(v: Any, field: str, where: str) -> int:
