@@ -10,7 +10,7 @@ Modules (import what you need; nothing heavy is imported here):
 * :mod:`~tenantry.adversaries.evaluate`: one evaluation (``Task``, ``evaluate``) and executors.
 * :mod:`~tenantry.adversaries.search`: random, evolutionary, Hypothesis and Z3 searches (``run_search``).
 * :mod:`~tenantry.adversaries.z3search`: the Z3 search's abstract model.
-* :mod:`~tenantry.adversaries.shrink`: delta debugging of a worst workload (``shrink``).
+* :mod:`~tenantry.testing.shrink`: delta debugging of a worst workload (``shrink``).
 * :mod:`~tenantry.adversaries.report`: workload files, plots, the markdown report.
 * :mod:`~tenantry.adversaries.check`: the matrix (``run_check``, ``run_cell``); ``command``: ``tenantry check``.
 """

@@ -10,7 +10,7 @@ For each cell (setup, pattern) of the matrix, :func:`run_cell`:
 3. replays it with every claimed invariant checked at depth ``full`` (state,
    history and two-run forms) and merges what broke during the search;
 4. when it is a finding (objective at or above the pattern's finding level),
-   shrinks it (:mod:`tenantry.adversaries.shrink`);
+   shrinks it (:mod:`tenantry.testing.shrink`);
 5. writes the cell folder (:mod:`tenantry.adversaries.report`).
 
 :func:`run_check` runs the cells (``cell_threads`` of them at once, all
@@ -42,7 +42,7 @@ from .evaluate import run_scenario
 from .patterns import PATTERNS, get_pattern, make_scenario
 from .report import dump_json, matrix_text, plot_cell, write_report, write_workload_files
 from .search import Budget, SearchResult, run_search
-from .shrink import shrink
+from tenantry.testing.shrink import shrink
 from .z3search import supported as z3_supported
 
 #: Searches every cell runs (z3 is added for ``timed_arrivals`` where supported).
@@ -141,8 +141,8 @@ def _proofs(timeout_s: float) -> tuple[str, bool]:
 
 def _stateful(out: Path | None, setups: Sequence[str], max_examples: int) -> tuple[str, bool]:
     """A short Hypothesis stateful run of the reference model under each setup (all tenants victims)."""
-    from tenantry.spec.adapter_reference import ReferenceAdapter
-    from tenantry.spec.verify_suite import TenantryFailure, stateful_check
+    from tenantry.verify.reference import ReferenceAdapter
+    from tenantry.verify.suite import TenantryFailure, stateful_check
 
     from .configs import build_config
 

@@ -12,7 +12,7 @@ batch.  The pool is large enough that nothing is preempted.
 
 * vLLM 0.33: ``Scheduler.schedule()`` plus ``Scheduler.update_from_output()``
   (the two scheduler calls of ``EngineCore.step``), driven through
-  :class:`tenantry.spec.vllm_adapter.VllmScheduler`'s scheduler; the fabricated
+  :class:`tenantry.verify.vllm.VllmScheduler`'s scheduler; the fabricated
   model output of each step is built outside the timed region.
 * reference model: :func:`tenantry.model.step.step` (pure: a new state every
   step), policy ``fcfs`` and ``vtc``.
@@ -60,7 +60,7 @@ def model_us(n: int, steps: int, policy: str) -> float:
 
 def vllm_us(n: int, steps: int) -> float:
     """Microseconds per decode step of vLLM's schedule() + update_from_output() with n running requests."""
-    from tenantry.spec.vllm_adapter import VllmScheduler, _token, _TAG_SAMPLE, _vllm
+    from tenantry.verify.vllm import VllmScheduler, _token, _TAG_SAMPLE, _vllm
 
     v = _vllm()
     blocks = n * (PROMPT_TOKENS + 4 * steps + 64) // 16 + 64
@@ -94,7 +94,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    from tenantry.spec.vllm_adapter import vllm_available
+    from tenantry.verify.vllm import vllm_available
 
     ok, why = vllm_available()
     print(f"vLLM: {why}")

@@ -7,3 +7,7 @@ Subpackages: :mod:`tenantry.model` (the reference model), :mod:`tenantry.spec`
 """
 
 __version__ = "0.1.0"
+
+from ._moved import install as _install_aliases
+
+_install_aliases()

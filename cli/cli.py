@@ -17,10 +17,10 @@ from tenantry.model.config import ConfigError
 
 #: subcommand -> module that implements it.
 COMMANDS = {
-    "simulate": "tenantry.model.command",
-    "check": "tenantry.adversaries.command",
-    "prove": "tenantry.proofs.command",
-    "verify": "tenantry.spec.command",
+    "simulate": "tenantry.commands.simulate",
+    "check": "tenantry.commands.check",
+    "prove": "tenantry.commands.prove",
+    "verify": "tenantry.commands.verify",
 }
 
 

@@ -13,7 +13,7 @@ Each check applies only where ``INVARIANTS[id].applies(config)`` holds; the
 functions above skip the others.  ``claims`` for a history is the
 :class:`~tenantry.model.config.Config` the scheduler claims to run, or an
 object with a ``config`` attribute (and optionally ``claimed() -> set of
-ids``, as :class:`tenantry.spec.adapter.Claims`), or None to read the
+ids``, as :class:`tenantry.verify.protocol.Claims`), or None to read the
 configuration from the history's header.
 """
 

@@ -13,9 +13,9 @@ import pytest
 from tenantry.model.config import Config, EvictionConfig, OrderConfig, TenantConfig
 from tenantry.model.simulate import simulate
 from tenantry.model.workload import Request, Workload
-from tenantry.spec.adapter import Claims, Plan, PlanError, Scheduled, normalise_plan
-from tenantry.spec.adapter_driver import Harness
-from tenantry.spec.adapter_reference import make_reference
+from tenantry.verify.protocol import Claims, Plan, PlanError, Scheduled, normalise_plan
+from tenantry.verify.harness import Harness
+from tenantry.verify.reference import make_reference
 
 
 def _workload(seed: int, n: int = 120) -> Workload:
@@ -73,7 +73,7 @@ def test_normalise_plan_accepts_tuples_and_names_bad_fields():
     assert p.blocks == {3: 1, 4: (7, 8, 9)}
     with pytest.raises(PlanError, match=r"batch\[0\].num_tokens='16'"):
         normalise_plan(Plan(batch=((3, "16"),)))
-    with pytest.raises(PlanError, match="must return a tenantry.spec.adapter.Plan"):
+    with pytest.raises(PlanError, match="must return a tenantry.verify.protocol.Plan"):
         normalise_plan({"batch": []})
 
 
@@ -87,7 +87,7 @@ class _ClaimsVtcDecidesFcfs:
     """Claims "VTC with w_in=1, w_out=2" (reference=True) but runs FCFS."""
 
     def __init__(self):
-        from tenantry.spec.adapter_reference import ReferenceAdapter
+        from tenantry.verify.reference import ReferenceAdapter
 
         self.inner = ReferenceAdapter(attrs.evolve(BASE, order=OrderConfig(policy="fcfs")))
         self.claims = Claims(attrs.evolve(BASE, order=OrderConfig(policy="vtc", w_in=1.0, w_out=2.0)), reference=True)
@@ -97,7 +97,7 @@ class _ClaimsVtcDecidesFcfs:
 
 
 def test_reference_claim_reports_first_divergent_step():
-    from tenantry.spec.verify_run import verify_workload
+    from tenantry.verify.run import verify_workload
 
     wl = _workload(11)
     v = verify_workload(_ClaimsVtcDecidesFcfs, wl, timeout_s=None, determinism=False, catalog=False)

@@ -8,9 +8,9 @@ import pytest
 
 from tenantry.model.config import Config, TenantConfig
 from tenantry.model.workload import Request, Workload
-from tenantry.spec.adapter import Plan
-from tenantry.spec.adapter_reference import ReferenceAdapter
-from tenantry.spec.verify_run import verify_workload
+from tenantry.verify.protocol import Plan
+from tenantry.verify.reference import ReferenceAdapter
+from tenantry.verify.run import verify_workload
 
 CFG = Config(tenants=(TenantConfig("a"), TenantConfig("b")), num_blocks=64, max_num_seqs=4, token_budget=128)
 WL = Workload(tuple(Request(i, "ab"[i % 2], 0.01 * i, 40 + 10 * i, 3 + i % 3) for i in range(8)))
@@ -139,7 +139,7 @@ def test_nondeterminism_is_found_with_the_step():
 
 
 def test_factory_gets_a_longer_timeout_but_a_hang_is_still_reported(monkeypatch):
-    import tenantry.spec.adapter_driver as drv
+    import tenantry.verify.harness as drv
 
     release = threading.Event()
     slow = lambda: (release.wait(0.5), Hostile("none"))[1]  # builds in 0.5 s: slower than calls may be

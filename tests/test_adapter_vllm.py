@@ -8,9 +8,9 @@ import json
 import pytest
 
 try:
-    from tenantry.spec.vllm_adapter import vllm_available
+    from tenantry.verify.vllm import vllm_available
 except ImportError as e:  # the vLLM driver module itself is absent
-    _OK, _WHY = False, f"tenantry.spec.vllm_adapter does not import ({e})"
+    _OK, _WHY = False, f"tenantry.verify.vllm does not import ({e})"
 else:
     _OK, _WHY = vllm_available()
 pytestmark = pytest.mark.skipif(not _OK, reason=f"vLLM scheduler unavailable: {_WHY}")
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not _OK, reason=f"vLLM scheduler unavailable: {_
 def test_verify_target_on_vllm_runs_end_to_end(tmp_path):
     from tenantry.cli import main
 
-    code = main(["verify", "--target", "tenantry.spec.adapter_vllm:make_fcfs", "--patterns", "flood",
+    code = main(["verify", "--target", "tenantry.verify.vllm:make_fcfs", "--patterns", "flood",
                  "--out", str(tmp_path)])
     rep = json.loads((tmp_path / "report.json").read_text())
     (cell,) = rep["cells"]
@@ -33,7 +33,7 @@ def test_verify_target_on_vllm_runs_end_to_end(tmp_path):
 def test_cache_salt_isolation_seen_from_outside():
     from tenantry.model.workload import Request, Workload
     from tenantry.spec import adapter_vllm as av
-    from tenantry.spec.verify_run import verify_workload
+    from tenantry.verify.run import verify_workload
 
     prefix = tuple(range(1000, 1016))
     wl = Workload(tuple(Request(i, "a", 0.1 * i, 400, 4, prefix) for i in range(3))
@@ -49,7 +49,7 @@ def test_cache_salt_isolation_seen_from_outside():
 
 def test_thrash_on_small_pool_preempts_and_keeps_kv_invariants():
     from tenantry.spec import adapter_vllm as av
-    from tenantry.spec.verify_matrix import run_cell
+    from tenantry.verify.matrix import run_cell
 
     c = run_cell(av.make_fcfs_small, "eviction_thrash", timeout_s=None)
     assert c.verdict.ok, c.verdict.render()

@@ -17,7 +17,7 @@ from tenantry.adversaries.objectives import MIN_PROBES, jain, percentile, probe_
 from tenantry.adversaries.patterns import PATTERNS, make_scenario, scenario_from_workload
 from tenantry.adversaries.report import write_workload_files
 from tenantry.adversaries.search import BATCH, Budget, run_search
-from tenantry.adversaries.shrink import shrink
+from tenantry.testing.shrink import shrink
 from tenantry.adversaries.space import Param, Space, freeze
 from tenantry.adversaries.victims import DEFAULT_VICTIMS, default_victims, victim_requests
 from tenantry.model.config import ConfigError

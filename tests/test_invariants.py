@@ -18,8 +18,8 @@ from tenantry.spec.invariants import (
 )
 from tenantry.spec.invariants_core import ample_kv, largest_charge
 from tenantry.spec.invariants_run import run_checked
-from tenantry.spec.invariants_strategies import workloads
-from tenantry.spec.mutants import MUTANTS, applied
+from tenantry.testing.strategies import workloads
+from tenantry.testing.mutants import MUTANTS, applied
 
 KILLERS = {k: m for m in MUTANTS.values() for k in m.killers}
 

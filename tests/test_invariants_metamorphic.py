@@ -18,8 +18,8 @@ from hypothesis import given, settings
 
 from tenantry.model.config import ORDER_POLICIES, CostConfig, EvictionConfig, OrderConfig
 from tenantry.model.simulate import simulate
-from tenantry.spec.invariants_strategies import workloads
-from tenantry.spec.mutants import _cfg, _tenants
+from tenantry.testing.strategies import workloads
+from tenantry.testing.mutants import _cfg, _tenants
 
 FEW = settings(max_examples=max(5, settings.default.max_examples // 4))
 

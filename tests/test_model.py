@@ -14,7 +14,7 @@ import textwrap
 import attrs
 import pytest
 
-from tenantry.model.command import apply_setup, default_config, tenant_table
+from tenantry.commands.simulate import apply_setup, default_config, tenant_table
 from tenantry.model.config import (
     AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
 )

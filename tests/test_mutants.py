@@ -13,8 +13,8 @@ import pytest
 from tenantry.model import policies
 from tenantry.model import step as step_mod
 from tenantry.spec.invariants import INVARIANTS
-from tenantry.spec.mutants import MUTANTS, applied
-from tenantry.spec.mutants_hunt import hunt, shrink
+from tenantry.testing.mutants import MUTANTS, applied
+from tenantry.testing.hunt import hunt, shrink
 
 CASES = [(m.name, k) for m in MUTANTS.values() for k in m.killers]
 REPORT: dict[tuple[str, str], str] = {}

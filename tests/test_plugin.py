@@ -80,10 +80,10 @@ def test_plugin_is_inert_without_a_target(tmp_path):
     (tmp_path / "test_plain.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
     code, out = _pytest(tmp_path, "test_plain.py")
     assert code == 0 and "1 passed" in out and "tenantry[" not in out
-    probe = subprocess.run([sys.executable, "-c", "import sys, tenantry.spec.pytest_plugin; "
-                            "print(sorted(m for m in sys.modules if m.startswith(('tenantry.spec.', 'hypothesis'))))"],
+    probe = subprocess.run([sys.executable, "-c", "import sys, tenantry.verify.plugin; "
+                            "print(sorted(m for m in sys.modules if m.startswith(('tenantry.spec.', 'tenantry.verify.', 'hypothesis'))))"],
                            capture_output=True, text=True)
-    assert probe.stdout.strip() == "['tenantry.spec.pytest_plugin']"
+    assert probe.stdout.strip() == "['tenantry.verify.plugin']"
 
 
 def test_bad_target_is_a_usage_error(tmp_path):

@@ -124,7 +124,7 @@ def test_command_json(capsys):
 def test_command_fails_when_a_proof_fails(monkeypatch, capsys):
     import z3
 
-    from tenantry.proofs import command
+    from tenantry.commands import prove as command
     bad = Proof("BROKEN", "test", "false claim", "any N", lambda: [("o", z3.BoolVal(True))])
     monkeypatch.setattr(command, "select", lambda ids: (bad,))
     assert main(["prove"]) == 1

@@ -18,7 +18,7 @@ from tenantry.model.workload import Request, StepInput
 from tenantry.spec.invariants import check_history, check_state
 from tenantry.spec.invariants_core import largest_charge
 from tenantry.spec.invariants_run import run_checked
-from tenantry.spec.mutants import MUTANTS, applied
+from tenantry.testing.mutants import MUTANTS, applied
 
 UNIT = CostConfig(mode="unit", unit_step_s=1.0)
 

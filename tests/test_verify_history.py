@@ -11,7 +11,7 @@ from tenantry.model.config import AdmissionConfig, Config, OrderConfig, TenantCo
 from tenantry.model.history import read_history, write_history
 from tenantry.model.simulate import simulate
 from tenantry.model.workload import Request, Workload
-from tenantry.spec.verify_history import check_placement, verify_history
+from tenantry.verify.offline import check_placement, verify_history
 
 CFG = Config(
     tenants=(TenantConfig("a", queue_bound=2, kv_block_cap=24), TenantConfig("b")),

@@ -60,7 +60,7 @@ def test_buggy_target_matrix_and_replay(tmp_path, on_path):
 
 HOSTILE = '''
 from tenantry.model.config import Config, TenantConfig
-from tenantry.spec.adapter import Claims, Plan
+from tenantry.verify.protocol import Claims, Plan
 
 CFG = Config(tenants=(TenantConfig("default"),), num_blocks=64, max_num_seqs=4, token_budget=64)
 

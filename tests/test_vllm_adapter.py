@@ -1,4 +1,4 @@
-"""vLLM's real V1 scheduler, driven through tenantry.spec.vllm_adapter.
+"""vLLM's real V1 scheduler, driven through tenantry.verify.vllm.
 
 The tests that drive vLLM are skipped, with the reason, where vLLM 0.33 is not
 installed (scripts/install_vllm.sh installs it); the import test always runs.
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tenantry.spec.vllm_adapter import VllmScheduler, prompt_token_ids, vllm_available
+from tenantry.verify.vllm import VllmScheduler, prompt_token_ids, vllm_available
 
 VLLM_OK, VLLM_WHY = vllm_available()
 needs_vllm = pytest.mark.skipif(not VLLM_OK, reason=f"vLLM unavailable: {VLLM_WHY}")
@@ -37,7 +37,7 @@ def batch_ids(step: dict) -> list[int]:
 
 def test_module_imports_without_vllm():
     code = (
-        "import sys; import tenantry.spec.vllm_adapter as m; "
+        "import sys; import tenantry.verify.vllm as m; "
         "assert 'vllm' not in sys.modules, 'vllm imported eagerly'; "
         "assert callable(m.vllm_available)"
     )

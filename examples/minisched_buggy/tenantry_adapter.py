@@ -15,7 +15,7 @@ VTC-like, but its tie-breaks are its own.
 from __future__ import annotations
 
 from tenantry.model.config import Config, CostConfig, EvictionConfig, OrderConfig, TenantConfig
-from tenantry.spec.adapter import Claims, Plan, Scheduled, StepResults
+from tenantry.verify.protocol import Claims, Plan, Scheduled, StepResults
 
 from .scheduler import Scheduler, SchedulerOutput
 
@@ -26,7 +26,7 @@ COST = CostConfig(weight_read_s=0.025, kv_read_s_per_token=1e-6, flop_s_per_toke
 
 
 class MiniSchedAdapter:
-    """minisched behind the tenantry adapter protocol (tenantry.spec.adapter)."""
+    """minisched behind the tenantry adapter protocol (tenantry.verify.protocol)."""
 
     def __init__(self, tenants: tuple[TenantConfig, ...] = (), num_blocks: int = NUM_BLOCKS) -> None:
         tenants = tuple(tenants) or (TenantConfig("default"),)

@@ -1,8 +1,8 @@
 """Checks of the adapter harness, over one step's plan (a mixin of
-:class:`~tenantry.spec.adapter_driver.Harness`).
+:class:`~tenantry.verify.harness.Harness`).
 
 Each method reads the harness's records of the requests and appends
-:class:`~tenantry.spec.adapter_findings.Finding` values; those that make the
+:class:`~tenantry.verify.findings.Finding` values; those that make the
 run meaningless stop it.  Ids: KV-CAP, KV-CONSERVE, SALT-ISOLATION,
 QUEUE-BOUND, WORK-CONSERVING (DESIGN.md "Invariants") and REF-DIVERGENCE.
 """
@@ -16,12 +16,12 @@ from typing import Any
 from tenantry.model.step import idle, step as model_step
 from tenantry.model.workload import StepInput
 
-from .adapter import Plan
-from .adapter_findings import Finding
+from .protocol import Plan
+from .findings import Finding
 
 
 class Checks:
-    """Plan checks; expects the attributes of :class:`~tenantry.spec.adapter_driver.Harness`."""
+    """Plan checks; expects the attributes of :class:`~tenantry.verify.harness.Harness`."""
 
     def _check_queue_bound(self) -> None:
         cfg = self.config
@@ -179,7 +179,7 @@ class Checks:
 
     def _compare_reference(self, arrivals: tuple, cancellations: tuple, plan: Plan, entries: list) -> None:
         """REF-DIVERGENCE: step the model on the same inputs and compare the decisions."""
-        from .adapter_reference import model_plan
+        from .reference import model_plan
 
         cfg, k = self.config, self.k
         st = self.ref_state

@@ -27,8 +27,8 @@ import attrs
 from tenantry.model.config import TenantConfig
 from tenantry.model.workload import Request, Workload
 
-from .adapter_findings import Finding
-from .verify_run import verify_workload
+from .findings import Finding
+from .run import verify_workload
 
 #: Tenants of the stateful runs.
 STATEFUL_TENANTS = ("t0", "t1", "t2")
@@ -167,7 +167,7 @@ def pattern_check(factory: Callable[[], Any], pattern: str, *, target: str, out_
     """Run one adversary pattern against the scheduler; raise :class:`TenantryFailure` (shrunk) on a finding."""
     from tenantry.adversaries.patterns import make_scenario
 
-    from .verify_matrix import bind, scenario_tenants
+    from .matrix import bind, scenario_tenants
 
     sc = make_scenario(pattern, None, seed)
     fac = bind(factory, scenario_tenants(sc.roles, tiered))
@@ -210,7 +210,7 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis.stateful import run_state_machine_as_test
 
-    from .verify_matrix import bind
+    from .matrix import bind
 
     names = tuple(tenants)
     fac = bind(factory, tuple(TenantConfig(n) for n in names))
@@ -260,7 +260,7 @@ def _machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_s: floa
     from hypothesis import strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-    from .adapter_driver import Harness
+    from .harness import Harness
 
     probe = Harness.start(factory, names, timeout_s=timeout_s)
     probe.close()

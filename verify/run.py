@@ -13,8 +13,8 @@ import attrs
 from tenantry.model.history import History
 from tenantry.model.workload import Request, Workload
 
-from .adapter_driver import Harness
-from .adapter_findings import Finding, from_catalog
+from .harness import Harness
+from .findings import Finding, from_catalog
 
 
 @attrs.frozen
@@ -57,7 +57,7 @@ class Verdict:
 def catalog_findings(history: History, claims: Any) -> list[Finding]:
     """The invariant catalog's history checks on ``history`` under ``claims``
     (safety always, the rest only when claimed), as harness findings."""
-    from .invariants import check_history
+    from tenantry.spec.invariants import check_history
 
     return [from_catalog(f) for f in check_history(history, claims)]
 
@@ -100,7 +100,7 @@ def verify_workload(factory: Callable[[], Any], workload: Workload | Iterable[Re
 
     Args:
         factory: zero-argument callable returning a
-            :class:`~tenantry.spec.adapter.SchedulerAdapter`; called once per run.
+            :class:`~tenantry.verify.protocol.SchedulerAdapter`; called once per run.
         cancellations: (t_s, request_id): the client cancels at the first step
             starting at or after t_s.
         horizon_s, max_steps: stop there (requests still in flight are unfinished).

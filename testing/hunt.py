@@ -16,9 +16,9 @@ import attrs
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
 
-from .invariants import check_pair, relabel_contents
-from .invariants_run import run_checked
-from .invariants_strategies import workloads
+from tenantry.spec.invariants import check_pair, relabel_contents
+from tenantry.spec.invariants_run import run_checked
+from .strategies import workloads
 from .mutants import Mutant, applied
 
 Workload = tuple[tuple, tuple]

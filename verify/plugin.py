@@ -15,7 +15,7 @@ asked.  Two ways to ask:
       def test_scheduler(tenantry_verify):
           tenantry_verify(make_scheduler)
 
-A factory returns a :class:`~tenantry.spec.adapter.SchedulerAdapter` (it may
+A factory returns a :class:`~tenantry.verify.protocol.SchedulerAdapter` (it may
 take ``tenants=``).  A finding fails the test with the invariant, the step,
 the request, the shrunk workload (written under ``--tenantry-out``) and the
 ``tenantry verify`` command that replays it.
@@ -75,7 +75,7 @@ class TenantryItem(pytest.Item):
         self.check()
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> str:
-        from .verify_suite import TenantryFailure
+        from .suite import TenantryFailure
 
         if isinstance(excinfo.value, TenantryFailure):
             return excinfo.value.report()
@@ -88,8 +88,8 @@ class TenantryItem(pytest.Item):
 def _items(session: Any, target: str, opts: dict[str, Any]) -> list[TenantryItem]:
     from tenantry.adversaries.patterns import PATTERNS, get_pattern
 
-    from .adapter import load_factory
-    from .verify_suite import pattern_check, stateful_check
+    from .protocol import load_factory
+    from .suite import pattern_check, stateful_check
 
     factory = load_factory(target)
     out = opts["out"] / target.replace(":", "_")
@@ -132,7 +132,7 @@ def tenantry_verify(request: Any) -> Callable[..., None]:
 
         from tenantry.model.workload import Workload
 
-        from .verify_suite import TenantryFailure, pattern_check, stateful_check
+        from .suite import TenantryFailure, pattern_check, stateful_check
 
         target = name or f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', 'factory')}"
         out = opts["out"] / request.node.name

@@ -20,14 +20,14 @@ from typing import Any, Iterable
 import attrs
 import numpy as np
 
-from .config import (
+from tenantry.model.config import (
     ORDER_POLICIES, AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
 )
-from .history import History, write_history
-from .simulate import simulate
-from .traces import azure_two_tenant_workload, read_azure_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
-from .workload import Workload
-from tenantry.args import non_negative_int, positive_float, positive_int
+from tenantry.model.history import History, write_history
+from tenantry.model.simulate import simulate
+from tenantry.model.traces import azure_two_tenant_workload, read_azure_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
+from tenantry.model.workload import Workload
+from tenantry.commands.args import non_negative_int, positive_float, positive_int
 
 HELP = "Run the reference model on a workload and print a per-policy, per-tenant table."
 

@@ -2,7 +2,7 @@
 
 A scheduler under test is wrapped in an object with four methods and one
 attribute (:class:`SchedulerAdapter`).  The harness
-(:mod:`tenantry.spec.adapter_driver`) owns time, token production and the
+(:mod:`tenantry.verify.harness`) owns time, token production and the
 workload; the scheduler only decides.  One step, in order:
 
 1. ``add_request(request)`` for each arrival whose ``arrival_s`` is at or
@@ -238,7 +238,7 @@ def normalise_plan(plan: Any) -> Plan:
         PlanError: if ``plan`` is not a :class:`Plan` or a part has the wrong shape.
     """
     if not isinstance(plan, Plan):
-        raise PlanError("plan", type(plan).__name__, "plan_step must return a tenantry.spec.adapter.Plan")
+        raise PlanError("plan", type(plan).__name__, "plan_step must return a tenantry.verify.protocol.Plan")
     batch = tuple(_scheduled(e, i) for i, e in enumerate(plan.batch))
     preempted = tuple(_int(r, f"preempted[{i}]") for i, r in enumerate(plan.preempted))
     rejected = tuple(_rejection(e, i) for i, e in enumerate(plan.rejected))

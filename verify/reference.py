@@ -4,7 +4,7 @@
 harness can drive it like any other scheduler: a self-test of the harness (its
 history must equal :func:`~tenantry.model.simulate.simulate`'s, step for
 step) and a baseline for the reports.  :func:`model_plan` turns one model
-step into the :class:`~tenantry.spec.adapter.Plan` a scheduler would have
+step into the :class:`~tenantry.verify.protocol.Plan` a scheduler would have
 returned; the harness uses it for the lockstep comparison when an adapter
 claims the reference policy.
 
@@ -22,7 +22,7 @@ from tenantry.model.state import State, initial_state
 from tenantry.model.step import StepOutput, idle, step
 from tenantry.model.workload import Request, StepInput
 
-from .adapter import Claims, Plan, Rejection, Scheduled, StepResults
+from .protocol import Claims, Plan, Rejection, Scheduled, StepResults
 
 
 def _ids(s: Any) -> tuple:

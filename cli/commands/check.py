@@ -23,14 +23,14 @@ from pathlib import Path
 from tenantry.model.config import ConfigError
 from tenantry.model.traces import read_workload_jsonl
 
-from . import flags
+from tenantry.commands.args import budget, non_negative_int, positive_int
 
 HELP = "Run every abusive-tenant pattern and search against every built-in policy setup; print the matrix."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", type=flags.budget, default=None, help="per cell: N evaluations, Ns seconds, or N,Ns (default 12)")
-    p.add_argument("--seed", type=flags.nonneg_int, default=0, help="seed of the victims and the searches (default 0)")
+    p.add_argument("--budget", type=budget, default=None, help="per cell: N evaluations, Ns seconds, or N,Ns (default 12)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the victims and the searches (default 0)")
     p.add_argument("--policy", nargs="+", default=None, metavar="SETUP", help="setups to run (default: all; see --list)")
     p.add_argument("--pattern", nargs="+", default=None, metavar="PATTERN", help="patterns to run (default: all)")
     p.add_argument("--search", nargs="+", default=None, metavar="SEARCH",
@@ -38,8 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("tenantry-check"), help="report folder (default ./tenantry-check)")
     p.add_argument("--victims", choices=("excerpt", "shared"), default="excerpt",
                    help="victim traffic from the packaged Azure excerpts (default) or the full traces in ../shared/traces")
-    p.add_argument("--workers", type=flags.positive_int, default=None, help="worker processes (default: CPU count; 1 runs inline)")
-    p.add_argument("--shrink", type=flags.nonneg_int, default=None, metavar="N", help="evaluations per shrink of a finding (default 16; 0: off)")
+    p.add_argument("--workers", type=positive_int, default=None, help="worker processes (default: CPU count; 1 runs inline)")
+    p.add_argument("--shrink", type=non_negative_int, default=None, metavar="N", help="evaluations per shrink of a finding (default 16; 0: off)")
     p.add_argument("--plots", choices=("findings", "all", "none"), default="findings", help="which cells get plots")
     p.add_argument("--no-extras", action="store_true", help="skip the short run of the proofs and the stateful suite")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -48,8 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
-    from .configs import SETUPS
-    from .patterns import PATTERNS
+    from tenantry.adversaries.configs import SETUPS
+    from tenantry.adversaries.patterns import PATTERNS
     print("setups:")
     for s in SETUPS.values():
         print(f"  {s.name:<15} {s.summary}")
@@ -66,8 +66,8 @@ def replay(folder: Path) -> int:
         ConfigError: if the folder has no cell.json, a truncated or incomplete one, or an empty workload.jsonl.
         OSError: if workload.jsonl cannot be read.
     """
-    from .evaluate import run_scenario
-    from .patterns import scenario_from_workload
+    from tenantry.adversaries.evaluate import run_scenario
+    from tenantry.adversaries.patterns import scenario_from_workload
 
     cell_path = folder / "cell.json"
     if not cell_path.exists():
@@ -102,9 +102,9 @@ def replay(folder: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .check import DEFAULT_BUDGET, DEFAULT_SHRINK, run_check
-    from .report import cell_lines, matrix_text
-    from .search import Budget, SEARCHES
+    from tenantry.adversaries.check import DEFAULT_BUDGET, DEFAULT_SHRINK, run_check
+    from tenantry.adversaries.report import cell_lines, matrix_text
+    from tenantry.adversaries.search import Budget, SEARCHES
 
     if args.list:
         return _list()
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         return replay(args.replay)
     budget = args.budget or Budget.parse(DEFAULT_BUDGET)
     if args.victims == "shared":
-        from .victims import require_shared
+        from tenantry.adversaries.victims import require_shared
         require_shared()  # before any worker starts: one line naming the flag
     setups = None if not args.policy or args.policy == ["all"] else args.policy
     patterns = None if not args.pattern or args.pattern == ["all"] else args.pattern
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     s, cells = res["summary"], res["cells"]
     print(matrix_text(s["setups"], s["patterns"], cells))
     print()
-    from .report import ABBREV
+    from tenantry.adversaries.report import ABBREV
     cols = ", ".join(f"{a}={p}" for p, a in ABBREV.items() if a != p and p in s["patterns"])
     print("* hurt (objective at or above the pattern's hurt level)   ! a claimed invariant broke (a finding)"
           + (f"\ncolumns: {cols}" if cols else ""))

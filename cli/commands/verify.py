@@ -24,7 +24,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from tenantry.adversaries import flags
+from tenantry.commands.args import non_negative_int, positive_float
 from tenantry.model.config import ConfigError
 from tenantry.model.history import atomic_write_text, read_history
 
@@ -32,7 +32,7 @@ HELP = "Check a scheduler tenantry did not write: a recorded history, or a modul
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``verify`` flags."""
+    """The ``verify`` args."""
     way = p.add_mutually_exclusive_group(required=True)
     way.add_argument("--history", metavar="FILE", help="judge this recorded history (JSON Lines) offline")
     way.add_argument("--target", metavar="MODULE:FACTORY", help="drive this adapter factory in step mode")
@@ -44,13 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "the adversary matrix")
     p.add_argument("--cancellations", metavar="FILE", help="target mode with --workload: JSON list of "
                    "[t_s, request_id] client cancellations")
-    p.add_argument("--horizon-s", type=flags.positive_float, default=None, help="target mode with --workload: stop at this time (s)")
+    p.add_argument("--horizon-s", type=positive_float, default=None, help="target mode with --workload: stop at this time (s)")
     p.add_argument("--patterns", default="", metavar="NAMES", help="target mode: comma-separated patterns "
                    "(default: all)")
-    p.add_argument("--seed", type=flags.nonneg_int, default=0, help="victims' seed of the matrix scenarios (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="victims' seed of the matrix scenarios (default 0)")
     p.add_argument("--tiered", action="store_true", help="give the adversary tier 0 and the victims tier 1 "
                    "(for a priority scheduler whose factory takes tenants=)")
-    p.add_argument("--timeout-s", type=flags.positive_float, default=10.0, help="per-call timeout for the scheduler (s, default 10)")
+    p.add_argument("--timeout-s", type=positive_float, default=10.0, help="per-call timeout for the scheduler (s, default 10)")
     p.add_argument("--no-determinism", action="store_true", help="skip the determinism re-run")
     p.add_argument("--out", default="verify-report", metavar="DIR", help="report folder (default verify-report)")
 
@@ -67,16 +67,16 @@ def _write(out: Path, report: dict[str, Any], md: list[str]) -> None:
 
 def run_history(args: argparse.Namespace) -> int:
     """History mode (see the module docstring)."""
-    from .verify_history import finding_line, verify_history
+    from tenantry.verify.offline import finding_line, verify_history
 
     history = read_history(args.history)
     config = None
     if args.config:
-        from tenantry.model.command import load_config_toml
+        from tenantry.commands.simulate import load_config_toml
 
         config = load_config_toml(args.config)
     claimed = tuple(c.strip() for c in args.claims.split(",") if c.strip())
-    from .adapter import Claims
+    from tenantry.verify.protocol import Claims
 
     if config is not None:
         Claims(config, invariants=claimed)  # validates the ids
@@ -108,9 +108,9 @@ def run_target(args: argparse.Namespace) -> int:
     """Target mode (see the module docstring)."""
     from tenantry.model.traces import read_workload_jsonl, write_workload_jsonl
 
-    from .adapter import load_factory
-    from .verify_matrix import bind, run_matrix, scenario_tenants
-    from .verify_run import verify_workload
+    from tenantry.verify.protocol import load_factory
+    from tenantry.verify.matrix import bind, run_matrix, scenario_tenants
+    from tenantry.verify.run import verify_workload
 
     wl = read_workload_jsonl(args.workload) if args.workload else None  # bad input before importing the target
     if wl is not None and len(wl) == 0:

@@ -21,7 +21,7 @@ import attrs
 PROTOCOL = {
     "ADAPTER-RAISED": "a call into the scheduler raised an exception",
     "ADAPTER-HANG": "a call into the scheduler did not return within the per-call timeout",
-    "ADAPTER-CLAIMS": "the adapter has no valid `claims` (a tenantry.spec.adapter.Claims)",
+    "ADAPTER-CLAIMS": "the adapter has no valid `claims` (a tenantry.verify.protocol.Claims)",
     "PLAN-MALFORMED": "plan_step returned something that is not a Plan of the right shape",
     "PLAN-NOT-RUNNING": "the plan preempts a request that holds no KV (not running)",
     "PLAN-TOKENS": "a batch entry computes no token, or more tokens than the request has left",

@@ -2,7 +2,7 @@
 
 The :class:`Harness` owns the clock (the cost model of the claimed config),
 the workload and token production; the scheduler only plans.  After every
-plan it checks the protocol (:data:`~tenantry.spec.adapter_findings.PROTOCOL`)
+plan it checks the protocol (:data:`~tenantry.verify.findings.PROTOCOL`)
 and the safety invariants it can see from the outside (KV-CAP, KV-CONSERVE,
 BATCH-LIMITS, QUEUE-BOUND, NO-LOSS), plus the claimed ones (WORK-CONSERVING,
 EVICT-BOUNDED, EVICT-COOLDOWN, SALT-ISOLATION); when the scheduler claims the
@@ -29,10 +29,10 @@ from tenantry.model.simulate import Feed, config_to_dict
 from tenantry.model.state import initial_state
 from tenantry.model.workload import Request
 
-from .adapter import Claims, Plan, PlanError, StepResults, config_with_tenants, normalise_plan, plan_key
-from .adapter_calls import Caller, CallFailure
-from .adapter_checks import Checks
-from .adapter_findings import Finding
+from .protocol import Claims, Plan, PlanError, StepResults, config_with_tenants, normalise_plan, plan_key
+from .calls import Caller, CallFailure
+from .harness_checks import Checks
+from .findings import Finding
 
 #: Seconds the factory may take (at least): building a scheduler may import a
 #: large package (vLLM takes 10-20 s on a loaded 2-core machine).

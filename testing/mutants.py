@@ -8,7 +8,7 @@ a mutant.  Not thread-safe: apply one mutant at a time.
 
 Each :class:`Mutant` also carries the configuration in which its bug can show
 (``config``) and the shape of workload that exposes it (``shape``, read by
-:func:`tenantry.spec.invariants_strategies.workloads`).
+:func:`tenantry.testing.strategies.workloads`).
 """
 
 from __future__ import annotations

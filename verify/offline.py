@@ -17,8 +17,8 @@ from typing import Iterable
 from tenantry.model.config import Config
 from tenantry.model.history import History
 
-from .adapter import Claims
-from .adapter_findings import Finding, from_catalog
+from .protocol import Claims
+from .findings import Finding, from_catalog
 
 #: Slack for comparing recorded times (seconds): the histories store floats in repr form.
 TIME_EPS = 1e-9
@@ -129,7 +129,7 @@ def verify_history(history: History, config: Config | None = None, claimed: Iter
     Raises:
         ConfigError: if no config is given and the header has none that parses.
     """
-    from .invariants import check_history, config_from_dict
+    from tenantry.spec.invariants import check_history, config_from_dict
 
     if config is None:
         config = config_from_dict(history.header.get("config") or {})

@@ -23,7 +23,7 @@ import attrs
 from tenantry.model.config import TenantConfig
 from tenantry.model.history import History
 
-from .verify_run import Verdict, verify_workload
+from .run import Verdict, verify_workload
 
 
 @attrs.frozen

@@ -28,8 +28,8 @@ from tqdm import tqdm
 
 from tenantry.model.workload import Request, Workload, renumber
 
-from .evaluate import Evaluation, Task, evaluate_batch
-from .patterns import Scenario
+from tenantry.adversaries.evaluate import Evaluation, Task, evaluate_batch
+from tenantry.adversaries.patterns import Scenario
 
 MIN_PROMPT, MIN_OUTPUT = 16, 1
 

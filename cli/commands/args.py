@@ -1,4 +1,4 @@
-"""Argument types shared by the subcommands: each rejects a bad value with
+"""Argument types shared by the subcommands (``type=`` functions for argparse): each rejects a bad value with
 argparse's one-line usage error naming the flag and the value (exit 2)."""
 
 from __future__ import annotations
@@ -35,3 +35,20 @@ def positive_int(text: str) -> int:
     if x < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
     return x
+
+
+def budget(text: str):
+    """A positive :class:`~tenantry.adversaries.search.Budget`: ``N``, ``Ns`` or ``N,Ns``."""
+    from tenantry.adversaries.search import Budget
+    from tenantry.model.config import ConfigError
+
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"{text}: must be positive (N evaluations, Ns seconds or N,Ns)")
+    try:
+        b = Budget.parse(text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write N (evaluations, N >= 1), Ns (seconds, N > 0) "
+                                         "or N,Ns") from None
+    if b.evaluations == 0 or b.seconds == 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be positive (at least 1 evaluation, more than 0 s)")
+    return b

@@ -16,8 +16,8 @@ import json
 import sys
 import time
 
-from .core import TIMEOUT_MS, Outcome, run_all
-from .registry import select
+from tenantry.proofs.core import TIMEOUT_MS, Outcome, run_all
+from tenantry.proofs.registry import select
 
 HELP = "Prove the invariants with Z3 for any number of tenants, and refute each twin with its mechanism removed."
 
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     outcomes = run_all(proofs, twins=not args.no_twins, timeout_ms=int(args.timeout_s * 1000))
     tight = None
     if any(p.id == "VTC-GAP" for p in proofs):
-        from .tight import measure
+        from tenantry.proofs.tight import measure
         tight = measure()
     total = time.perf_counter() - t0
     ok = all(o.ok for o in outcomes) and (tight is None or tight.fraction >= 0.5)
