@@ -6,7 +6,6 @@ Modules (import what you need; nothing heavy is imported here):
 * :mod:`~tenantry.adversaries.victims`: honest traffic from the Azure 2023 traces.
 * :mod:`~tenantry.adversaries.patterns`: the abusive patterns (``PATTERNS``, ``make_scenario``).
 * :mod:`~tenantry.adversaries.objectives`: metrics of harm (``OBJECTIVES``, ``all_metrics``).
-* :mod:`~tenantry.adversaries.claims`: which claimed invariants broke (via ``tenantry.spec.invariants``).
 * :mod:`~tenantry.adversaries.evaluate`: one evaluation (``Task``, ``evaluate``) and executors.
 * :mod:`~tenantry.adversaries.search`: random, evolutionary, Hypothesis and Z3 searches (``run_search``).
 * :mod:`~tenantry.adversaries.z3search`: the Z3 search's abstract model.

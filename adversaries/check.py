@@ -35,14 +35,12 @@ from tqdm import tqdm
 
 from tenantry.model.config import ConfigError
 
-from .claims import source_label
 from .outdir import staged_folder
 from .configs import SETUPS, get_setup
-from .evaluate import run_scenario
+from .evaluate import run_scenario, shrink_scenario
 from .patterns import PATTERNS, get_pattern, make_scenario
 from .report import dump_json, matrix_text, plot_cell, write_report, write_workload_files
 from .search import Budget, SearchResult, run_search
-from tenantry.testing.shrink import shrink
 from .z3search import supported as z3_supported
 
 #: Searches every cell runs (z3 is added for ``timed_arrivals`` where supported).
@@ -89,16 +87,19 @@ def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: c
     params = dict(best.best.params) if best else pat.space.defaults()
     scenario = make_scenario(pattern, params, seed, victims=victims)
     hist, base, twin, ev = run_scenario(setup, scenario, depth="full")
-    broken = {k: list(v) for k, v in ev.broken.items()}
-    for r in results:
-        for inv, (idx, msg) in r.broken.items():
-            broken.setdefault(inv, [f"(during {r.search} search, candidate {idx}) {msg}"])
+    findings = [f.to_json() for f in ev.findings]
+    seen = {f.invariant for f in ev.findings}
+    for r in results:  # what broke during the search and did not show on the replayed worst workload
+        for inv, (idx, f) in r.broken.items():
+            if inv not in seen:
+                seen.add(inv)
+                findings.append({**f.to_json(), "search": r.search, "candidate": idx})
     finding = ev.score >= pat.finding
     rel = Path("cells") / setup / pattern
     rec: dict[str, Any] = {
         "setup": setup, "pattern": pattern, "objective": pat.objective, "score": ev.score,
         "finding": finding, "search": best.search if best else None, "params": params,
-        "metrics": dict(ev.metrics), "broken": broken, "unchecked": list(ev.unchecked),
+        "metrics": dict(ev.metrics), "findings": findings, "unchecked": list(ev.unchecked),
         "evaluations": sum(r.evaluations for r in results),
         "searches": {r.search: {"evaluations": r.evaluations, "best": r.best.score if r.best else None,
                                 "note": r.note} for r in results},
@@ -109,7 +110,7 @@ def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: c
     }
     sh = None
     if finding and shrink_evaluations > 0:
-        sh = shrink(setup, scenario, pat.finding, executor=executor, max_evaluations=shrink_evaluations,
+        sh = shrink_scenario(setup, scenario, pat.finding, executor=executor, max_evaluations=shrink_evaluations,
                     progress=progress)
         if sh is not None:
             rec["evaluations"] += sh.evaluations
@@ -280,9 +281,9 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             "seed": seed, "budget": f"{budget.evaluations or '-'} evaluations" + (
                 f", {budget.seconds:g} s" if budget.seconds else ""),
             "setups": setups, "patterns": patterns, "searches": list(searches), "victims": victims,
-            "invariant_source": source_label(), "extras": extra,
+            "extras": extra,
         }
-        claimed_broken = any(c["broken"] for c in cells.values()) or stateful_broke
+        claimed_broken = any(c["findings"] for c in cells.values()) or stateful_broke
         if outp is not None:
             ordered = [cells[k] for k in keys]
             dump_json({"summary": summary, "cells": ordered, "claimed_broken": claimed_broken}, outp / "matrix.json")

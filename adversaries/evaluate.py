@@ -8,7 +8,7 @@ and returns results in task order, so a search that evaluates fixed batches
 and reduces them in order gets the same answer with any number of workers.
 
 Each evaluation simulates the scenario with the adversary, checks the setup's
-claimed invariants on that run (:mod:`tenantry.adversaries.claims`), and
+claimed invariants on that run (:func:`tenantry.spec.invariants_run.run_checked`), and
 compares with the baseline run of the same victims without the adversary
 (cached per process: it depends only on the setup, the victims and the horizon).
 """
@@ -25,8 +25,9 @@ from tenantry.model.config import Config
 from tenantry.model.history import History
 from tenantry.model.simulate import simulate
 from tenantry.model.workload import Workload, renumber
+from tenantry.spec.invariants_core import Finding
+from tenantry.spec.invariants_run import run_checked
 
-from .claims import run_checked
 from .configs import build_config, get_setup
 from .objectives import all_metrics
 from .patterns import PATTERNS, Scenario, get_pattern, make_scenario
@@ -47,7 +48,7 @@ class Task:
             generating one from pattern and params.
         victims: ``excerpt`` (packaged traces) or ``shared`` (../shared/traces).
         depth: how deep to check the setup's claimed invariants (one of
-            :data:`~tenantry.adversaries.claims.DEPTHS`), or None for no checks.
+            :data:`~tenantry.spec.invariants_run.DEPTHS`), or None for no checks.
     """
 
     setup: str
@@ -67,13 +68,13 @@ class Evaluation:
     Attributes:
         score: the objective's value (larger is worse for the victims).
         metrics: every metric (:data:`~tenantry.adversaries.objectives.OBJECTIVES`).
-        broken: {invariant id: finding sentences} for claimed invariants that broke.
+        findings: the claimed invariants that broke, as data (deduplicated).
         unchecked: claimed ids that could not be checked.
     """
 
     score: float
     metrics: Mapping[str, float]
-    broken: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    findings: tuple[Finding, ...] = ()
     unchecked: tuple[str, ...] = ()
 
 
@@ -124,8 +125,9 @@ def run_scenario(setup: str, scenario: Scenario, depth: str | None = "history",
     """
     cfg = build_config(setup, scenario.roles)
     ids = get_setup(setup).all_claims if depth is not None else ()
-    hist, broken, unchecked = run_checked(cfg, scenario.workload, scenario.horizon_s, ids, depth=depth or "history",
-                                          adversaries=scenario.adversaries)
+    run = run_checked(cfg, scenario.workload, ids=ids, depth=depth or "history", horizon_s=scenario.horizon_s,
+                      max_steps=None, observers=scenario.adversaries)
+    hist = run.history
     base = _baseline(setup, cfg, scenario)
     twin = simulate(cfg, scenario.twin.workload, horizon_s=scenario.horizon_s) if scenario.twin is not None else None
     unit = max((cfg.order.w_in * r.prompt_tokens + cfg.order.w_out * r.output_tokens for r in scenario.workload), default=1.0)
@@ -133,7 +135,7 @@ def run_scenario(setup: str, scenario: Scenario, depth: str | None = "history",
                     horizon_s=scenario.horizon_s, unit_cost=unit, twin=twin,
                     cached_before=cached_before(scenario) if twin is not None else None)
     objective = PATTERNS[scenario.pattern].objective if scenario.pattern in PATTERNS else "ttft_p99_inflation"
-    ev = Evaluation(m[objective], m, {k: tuple(v) for k, v in broken.items()}, unchecked)
+    ev = Evaluation(m[objective], m, run.findings, run.unchecked)
     return hist, base, twin, ev
 
 
@@ -170,3 +172,71 @@ def evaluate_batch(executor: cf.Executor, tasks: Sequence[Task]) -> list[Evaluat
     """Evaluate tasks through ``executor``; results in task order."""
     futures = [executor.submit(evaluate, t) for t in tasks]
     return [f.result() for f in futures]
+
+
+@attrs.frozen
+class ShrunkScenario:
+    """A scenario reduced by :func:`shrink_scenario`.
+
+    Attributes:
+        scenario: the reduced scenario (ids renumbered 0..n-1).
+        evaluation: its evaluation (score at or above the threshold).
+        original_requests, requests: adversary requests before and after.
+        evaluations: evaluations spent.
+    """
+
+    scenario: Scenario
+    evaluation: Evaluation
+    original_requests: int
+    requests: int
+    evaluations: int
+
+
+def shrink_scenario(setup: str, scenario: Scenario, threshold: float, *, executor: cf.Executor,
+                    max_evaluations: int = 60, objective: str | None = None,
+                    progress: bool = False) -> ShrunkScenario | None:
+    """Reduce the adversary's part of ``scenario`` while its score stays at or above
+    ``threshold``, with the one shrinker (:func:`tenantry.testing.shrink.shrink`):
+    the victims stay as they are; candidates are evaluated in batches through
+    ``executor``.  The prefix probe's control twin follows the same request slots
+    (each kept probe keeps its decoy prefix, trimmed like the probe's).
+
+    Returns None when the scenario itself does not reach ``threshold``.
+    """
+    from tenantry.testing.shrink import shrink
+
+    adv = set(scenario.adversaries)
+    twin_of: dict[int, tuple[int, ...]] = {}
+    if scenario.twin is not None:
+        mains = [r for r in scenario.workload if r.tenant in adv]
+        twins = [r for r in scenario.twin.workload if r.tenant in adv]
+        twin_of = {m.request_id: t.prefix_ids for m, t in zip(mains, twins)}
+
+    def build(wl: Workload) -> Scenario:
+        twin = None
+        if scenario.twin is not None:
+            decoys = [attrs.evolve(r, prefix_ids=twin_of[r.request_id][:len(r.prefix_ids)]) if r.tenant in adv else r
+                      for r in wl]
+            twin = scenario.twin.with_workload(Workload(renumber(decoys)))
+        return scenario.with_workload(Workload(renumber(wl.requests)), twin)
+
+    best: list[Evaluation] = []
+
+    def test(cands) -> int | None:
+        tasks = [Task(setup, scenario.pattern, (), scenario.seed, objective, build(c)) for c in cands]
+        for i, ev in enumerate(evaluate_batch(executor, tasks)):
+            if ev.score >= threshold:
+                best.append(ev)
+                return i
+        return None
+
+    if test([scenario.workload]) is None:
+        return None
+    block = build_config(setup, scenario.roles).block_size_tokens
+    res = shrink(scenario.workload, test, fixed=lambda r: r.tenant not in adv, block_size_tokens=block,
+                 phases=("requests", "output_tokens", "prompt_tokens"), min_prompt_tokens=block,
+                 max_evaluations=max(0, max_evaluations - 1),
+                 progress=f"shrink     {setup}/{scenario.pattern}" if progress else None)
+    n_adv = lambda wl: sum(1 for r in wl if r.tenant in adv)
+    return ShrunkScenario(build(res.workload), best[-1], n_adv(scenario.workload), n_adv(res.workload),
+                          res.evaluations + 1)

@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from tenantry.spec.invariants_core import Finding
 from tenantry.model.history import History, atomic_write_text
 from tenantry.model.traces import write_azure_csv, write_mooncake_jsonl, write_workload_jsonl
 from tenantry.model.workload import Workload
@@ -151,7 +152,7 @@ def matrix_text(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[t
         c = cells.get((s, p))
         if c is None:
             return "-"
-        mark = ("*" if c["finding"] else "") + ("!" if c["broken"] else "")
+        mark = ("*" if c["finding"] else "") + ("!" if c["findings"] else "")
         return fmt(c["score"]) + mark
 
     head = ["setup \\ pattern"] + [p if markdown else ABBREV.get(p, p) for p in patterns]
@@ -173,7 +174,7 @@ def cell_lines(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[tu
             c = cells.get((s, p))
             if c is None:
                 continue
-            inv = "; ".join(f"{k} BROKEN" for k in sorted(c["broken"])) or "ok"
+            inv = "; ".join(f"{k} BROKEN" for k in sorted({f["invariant"] for f in c["findings"]})) or "ok"
             out.append(f"{s:<14} {p:<16} {c['objective']:<20} {fmt(c['score']):>8}{'*' if c['finding'] else ' '} "
                        f"{c['search'] or '-':<10} {c['workload']}  [{inv}]")
     return out
@@ -188,7 +189,7 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
         "# tenantry check",
         "",
         f"Seed {summary['seed']}, budget {summary['budget']} per cell, searches: {', '.join(summary['searches'])}; "
-        f"invariants checked with the {summary['invariant_source']} catalog (history forms during search; state, "
+        f"invariants checked with the catalog of tenantry.spec (history forms during search; state, "
         f"history and two-run forms on each cell's worst workload).",
         "",
         "Each cell: the pattern's objective on the worst workload found (larger is worse for the victims); "
@@ -204,13 +205,14 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
         pat = PATTERNS[p]
         lines.append(f"- **{p}** ({pat.objective}, hurt at >= {pat.finding:g}): {pat.exploits}. "
                      f"Should hurt: {', '.join(pat.hurts)}. Objective: {OBJECTIVES[pat.objective]}.")
-    broken = [(k, c) for k, c in sorted(cells.items()) if c["broken"]]
+    broken = [(k, c) for k, c in sorted(cells.items()) if c["findings"]]
     lines += ["", "## Broken invariants", ""]
     if not broken:
         lines.append("None: no claimed invariant broke in any cell.")
     for (s, p), c in broken:
-        for inv, msgs in sorted(c["broken"].items()):
-            lines.append(f"- `{s}` / `{p}`: **{inv}**: {msgs[0] if msgs else ''}")
+        for f in c["findings"]:
+            during = f" (during the {f['search']} search, candidate {f['candidate']})" if "search" in f else ""
+            lines.append(f"- `{s}` / `{p}`{during}: {Finding.from_json(f).render()}")
     lines += ["", "## Cells where the victims were hurt", ""]
     for s in setups:
         for p in patterns:

@@ -37,6 +37,7 @@ import attrs
 import numpy as np
 from tqdm import tqdm
 
+from tenantry.spec.invariants_core import Finding
 from tenantry.model.config import ConfigError
 
 from .evaluate import Evaluation, Task, evaluate_batch
@@ -119,7 +120,7 @@ class SearchResult:
         evaluations: evaluations spent.
         scores: every candidate's score, in candidate order.
         broken: {invariant id: (candidate index, first finding)} for claimed
-            invariants that broke in any candidate.
+            invariants that broke in any candidate (the finding as data).
         note: why the search did less than asked, or "".
     """
 
@@ -130,7 +131,7 @@ class SearchResult:
     best: Candidate | None
     evaluations: int
     scores: tuple[float, ...] = ()
-    broken: Mapping[str, tuple[int, str]] = attrs.field(factory=dict)
+    broken: Mapping[str, tuple[int, Finding]] = attrs.field(factory=dict)
     note: str = ""
 
 
@@ -150,7 +151,7 @@ class Runner:
         self.space: Space = get_pattern(pattern).space
         self.candidates: list[Candidate] = []
         self.best: Candidate | None = None
-        self.broken: dict[str, tuple[int, str]] = {}
+        self.broken: dict[str, tuple[int, Finding]] = {}
         self.t0 = time.monotonic()
         self.bar = tqdm(total=budget.evaluations, desc=f"{search:<10} {setup}/{pattern}", disable=not progress,
                         leave=False, dynamic_ncols=True)
@@ -180,8 +181,8 @@ class Runner:
             out.append(c)
             if self.best is None or c.score > self.best.score:
                 self.best = c
-            for inv, msgs in ev.broken.items():
-                self.broken.setdefault(inv, (c.index, msgs[0] if msgs else ""))
+            for f in ev.findings:
+                self.broken.setdefault(f.invariant, (c.index, f))
         self.bar.update(len(out))
         self.bar.set_postfix_str(f"best={self.best.score:.3g}")
         return out

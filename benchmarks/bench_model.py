@@ -58,13 +58,13 @@ def time_decision_us(cfg: Config, st, repeats: int) -> float:
 def time_in_step_decision_us(cfg: Config, st, repeats: int = 5) -> tuple[float, int]:
     """Mean microseconds per admitted request in the waiting phase of one step
     whose batch starts empty, and the number admitted per step."""
-    from tenantry.model.step import _Step
+    from tenantry.model.step import Step
 
     st = attrs.evolve(st, running=(), kv=attrs.evolve(st.kv, used_blocks=0),
                       tenants=tuple(t._replace(running=0, blocks=0) for t in st.tenants))
     total, admitted = 0.0, 0
     for _ in range(repeats):
-        s = _Step(cfg, st)
+        s = Step(cfg, st)
         t0 = time.perf_counter()
         s.schedule_waiting()
         total += time.perf_counter() - t0

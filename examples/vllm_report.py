@@ -137,7 +137,7 @@ def lockstep(patterns: list[str], log) -> list[str]:
             v = verify_workload(bind(claiming(policy, blocks), scenario_tenants(sc.roles, policy == "priority")),
                                 sc.workload, horizon_s=sc.horizon_s, timeout_s=None, determinism=False, catalog=False)
             div = [f for f in v.findings if f.invariant == "REF-DIVERGENCE"]
-            cells.append(f"step {div[0].step_index}: request {div[0].request_id} ({div[0].tenant}) "
+            cells.append(f"step {div[0].step}: request {div[0].request_id} ({div[0].tenant}) "
                          f"{div[0].allowed} in the model, {div[0].observed} in vLLM" if div
                          else f"same for all {v.stats['steps']} steps")
         rows.append(f"| {p} | " + " | ".join(cells) + " |")

@@ -9,15 +9,15 @@ no random state.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple, Protocol
 
 import attrs
 
 from .config import Config, ConfigError
 from .history import History, RequestRecord, StepRecord
 from .state import State, free_blocks, initial_state
-from .step import StepOutput, idle, step
-from .workload import Request, StepInput, Workload
+from .step import Step, StepOutput, idle, step
+from .workload import Request, StepInput, Workload, as_workload
 
 
 _queue_of = itemgetter(0)  # TenantState.queue
@@ -115,17 +115,87 @@ def snapshot(config: Config, state: State, out: StepOutput) -> StepRecord:
     )
 
 
+class Transition(NamedTuple):
+    """One step of a run: ``prev --inputs--> state``, with the step's output."""
+
+    prev: State
+    inputs: StepInput
+    state: State
+    output: StepOutput
+
+
+class Replica(Protocol):
+    """What the driver loop feeds: the reference model (:class:`ModelReplica`) or a
+    scheduler under test behind the harness (:class:`tenantry.verify.harness.Harness`).
+
+    Attributes:
+        t_s: when the next step starts (seconds).
+        stopped: True once no further step can run (a harness that made a
+            finding which makes the rest of the run meaningless).
+    """
+
+    t_s: float
+    stopped: bool
+
+    def has_work(self) -> bool:
+        """True while some request is queued or running."""
+
+    def idle(self, until_s: float) -> None:
+        """The empty replica waits until ``until_s`` (seconds)."""
+
+    def step(self, inputs: StepInput) -> Any:
+        """Run one step with these arrivals and cancellations."""
+
+
+class ModelReplica:
+    """The reference model as a :class:`Replica`: holds the state between steps.
+
+    Args:
+        config: the replica.
+        state: the state to start from (default: :func:`~tenantry.model.state.initial_state`).
+        variant: a :class:`~tenantry.model.step.Step` subclass to run instead of the model (a mutant).
+
+    Attributes:
+        state: the current state; last: the last :class:`Transition` (None before the first step).
+    """
+
+    stopped = False
+
+    def __init__(self, config: Config, state: State | None = None, variant: type[Step] | None = None) -> None:
+        self.config, self.variant = config, variant
+        self.state = initial_state(config) if state is None else state
+        self.last: Transition | None = None
+
+    @property
+    def t_s(self) -> float:
+        return self.state.t_s
+
+    def has_work(self) -> bool:
+        return has_work(self.state)
+
+    def idle(self, until_s: float) -> None:
+        if until_s > self.state.t_s:
+            self.state = idle(self.config, self.state, until_s)
+
+    def step(self, inputs: StepInput) -> Transition:
+        new, out = step(self.config, self.state, inputs, self.variant)
+        self.last = Transition(self.state, inputs, new, out)
+        self.state = new
+        return self.last
+
+
 class Feed:
     """Delivers a workload's arrivals and cancellations to the steps that are due.
 
     The one rule every driver shares (SPEC.md 5.1): a request arrives at the
-    first step starting at or after its ``arrival_s``; a cancellation (t_s,
-    request_id) at the first step starting at or after t_s.
+    first step starting at or after its ``arrival_s``; its cancellation (its
+    ``cancel_s``) at the first step starting at or after that time.
     """
 
-    def __init__(self, requests: Iterable[Request], cancellations: Iterable[tuple[float, int]] = ()) -> None:
-        self.requests = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
-        self.cancels = sorted(cancellations)
+    def __init__(self, workload: Workload | Iterable[Request]) -> None:
+        wl = as_workload(workload)
+        self.requests = wl.requests
+        self.cancels = wl.cancellations
         self.i = self.c = 0
 
     @property
@@ -152,40 +222,56 @@ class Feed:
         return out
 
 
+def drive(replica: Replica, workload: Workload | Iterable[Request], *, horizon_s: float | None = None,
+          max_steps: int | None = None) -> Iterator[StepInput]:
+    """The one driver loop: feed ``workload`` to ``replica`` step by step.
+
+    Arrivals and cancellations go to the first step starting at or after
+    their time (:class:`Feed`); when nothing is queued or running the replica
+    idles until the next arrival.  The run ends when every request has ended
+    and none is left to arrive, at ``horizon_s`` (seconds; no step starts at
+    or after it), after ``max_steps`` steps, or when the replica stops.
+    Yields each step's inputs after the replica ran the step.
+    """
+    feed = Feed(workload)
+    steps = 0
+    while not replica.stopped and (max_steps is None or steps < max_steps):
+        if not replica.has_work():
+            nxt = feed.next_arrival_s
+            if nxt is None or (horizon_s is not None and nxt >= horizon_s):
+                return
+            replica.idle(nxt)
+        if horizon_s is not None and replica.t_s >= horizon_s:
+            return
+        inputs = feed.due(replica.t_s)
+        replica.step(inputs)
+        steps += 1
+        yield inputs
+
+
 def run_steps(
     config: Config,
     workload: Workload | Iterable[Request],
     *,
     horizon_s: float | None = None,
     max_steps: int | None = None,
-    cancellations: Iterable[tuple[float, int]] = (),
-) -> Iterator[tuple[State, StepInput, State, StepOutput]]:
-    """The driver loop of :func:`simulate`, one step at a time.
+    state: State | None = None,
+    variant: type[Step] | None = None,
+) -> Iterator[Transition]:
+    """:func:`drive` over the reference model, yielding every step's :class:`Transition`.
 
-    Yields ``(state before, inputs, state after, output)`` for every step;
-    idles the empty replica to the next arrival in between.  Stops as
-    :func:`simulate` does.
+    Args:
+        state: start from this state instead of the empty replica (proof replays).
+        variant: run this :class:`~tenantry.model.step.Step` subclass (a mutant).
 
     Raises:
         ConfigError: if a request names an unknown tenant (before any step).
     """
-    wl = workload if isinstance(workload, Workload) else Workload(tuple(workload))
+    wl = as_workload(workload)
     check_workload(config, wl)
-    feed = Feed(wl.requests, cancellations)
-    state = initial_state(config)
-    while max_steps is None or state.step_index < max_steps:
-        if not has_work(state):
-            nxt = feed.next_arrival_s
-            if nxt is None or (horizon_s is not None and nxt >= horizon_s):
-                return
-            if nxt > state.t_s:
-                state = idle(config, state, nxt)
-        if horizon_s is not None and state.t_s >= horizon_s:
-            return
-        inputs = feed.due(state.t_s)
-        new, out = step(config, state, inputs)
-        yield state, inputs, new, out
-        state = new
+    rep = ModelReplica(config, state, variant)
+    for _ in drive(rep, wl, horizon_s=horizon_s, max_steps=max_steps):
+        yield rep.last
 
 
 def simulate(
@@ -194,33 +280,42 @@ def simulate(
     *,
     horizon_s: float | None = None,
     max_steps: int | None = None,
-    cancellations: Iterable[tuple[float, int]] = (),
     record_steps: bool = True,
     header: dict[str, Any] | None = None,
+    variant: type[Step] | None = None,
+    cancellations: Iterable[tuple[float, int]] = (),
 ) -> History:
     """Run ``workload`` on the replica ``config`` and return its history.
 
-    Arrivals are delivered to the first step that starts at or after their
-    ``arrival_s``; when nothing is queued or running the replica idles until
-    the next arrival.  The run ends when every request has ended, or at
-    ``horizon_s`` (seconds) / ``max_steps`` steps, whichever comes first;
-    requests still in flight then are recorded as ``unfinished``.
+    The run is :func:`run_steps` (arrivals delivered to the first step that
+    starts at or after their ``arrival_s``, idling when the replica is empty)
+    until every request has ended, or ``horizon_s`` (seconds) / ``max_steps``
+    steps; requests still in flight then are recorded as ``unfinished``.
 
     Args:
-        cancellations: (t_s, request_id) pairs: the client cancels the request
-            at the first step starting at or after t_s.
         record_steps: keep a snapshot per step (costly with many tenants).
         header: extra header fields (e.g. a seed, a workload name).
+        variant: run this :class:`~tenantry.model.step.Step` subclass (a mutant).
+        cancellations: deprecated: (t_s, request_id) pairs, folded into the
+            workload (:meth:`~tenantry.model.workload.Workload.with_cancellations`);
+            give requests a ``cancel_s`` instead.
 
     Raises:
         ConfigError: if a request names an unknown tenant.
     """
-    wl = workload if isinstance(workload, Workload) else Workload(tuple(workload))
+    wl = as_workload(workload)
+    if cancellations:
+        import warnings
+
+        warnings.warn("simulate(cancellations=...) is deprecated: give requests a cancel_s "
+                      "(Workload.with_cancellations)", DeprecationWarning, stacklevel=2)
+        wl = wl.with_cancellations(cancellations)
     rec = Recorder(config, record_steps)
     for r in wl.requests:
         rec.offered(r)
     state = initial_state(config)
-    for _, _, state, out in run_steps(config, wl, horizon_s=horizon_s, max_steps=max_steps, cancellations=cancellations):
-        rec.observe(state, out)
+    for tr in run_steps(config, wl, horizon_s=horizon_s, max_steps=max_steps, variant=variant):
+        rec.observe(tr.state, tr.output)
+        state = tr.state
     hdr = {"config": config_to_dict(config), "requests": len(wl), **(header or {})}
     return rec.history(state, hdr)

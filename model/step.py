@@ -2,7 +2,7 @@
 
 ``step(config, state, inputs) -> (state', output)`` is pure: it reads the old
 state, never mutates it, and returns a new state plus what happened in the
-step.  A step is, in order (each phase one method of ``_Step``):
+step.  A step is, in order (each phase one method of :class:`Step`):
 
 1. cancellations  - the client cancels requests (queued or running);
 2. arrivals       - each arriving request is admitted to its tenant's queue
@@ -18,6 +18,13 @@ step.  A step is, in order (each phase one method of ``_Step``):
                     free their blocks, and the accounting is charged.
 
 ``idle(config, state, until_s)`` is the other action: the empty replica waits.
+
+Variants of the model (the mutants of :mod:`tenantry.testing.mutants`) are
+subclasses of :class:`Step` that override a phase, a helper, or the policy
+tables :attr:`Step.ORDER` / :attr:`Step.VICTIM`; ``step(..., variant=cls)``
+runs one.  Nothing global is patched, so a variant is a value: picklable by
+reference, usable in a process pool, and the model's source never branches
+on it.
 """
 
 from __future__ import annotations
@@ -99,13 +106,16 @@ def idle(config: Config, state: State, until_s: float) -> State:
     return attrs.evolve(state, t_s=until_s)
 
 
-def step(config: Config, state: State, inputs: StepInput = StepInput()) -> tuple[State, StepOutput]:
+def step(config: Config, state: State, inputs: StepInput = StepInput(),
+         variant: type["Step"] | None = None) -> tuple[State, StepOutput]:
     """Run one step.  Pure: ``state`` and ``inputs`` are not modified.
 
     Args:
         config: the replica and its policies.
         state: the state before the step.
         inputs: arrivals (each with arrival_s <= state.t_s) and cancellations.
+        variant: a subclass of :class:`Step` to run instead of the model
+            (a mutant); None runs the model.
 
     Returns:
         (the state after the step, the step's :class:`StepOutput`).
@@ -113,7 +123,7 @@ def step(config: Config, state: State, inputs: StepInput = StepInput()) -> tuple
     Raises:
         ConfigError: if an arrival names a tenant the config does not have.
     """
-    s = _Step(config, state)
+    s = (variant or Step)(config, state)
     for rid in inputs.cancellations:
         s.cancel(rid)
     for r in inputs.arrivals:
@@ -124,14 +134,29 @@ def step(config: Config, state: State, inputs: StepInput = StepInput()) -> tuple
     return s.result()
 
 
-class _Step:
-    """Mutable scratch copy of a state for the length of one step."""
+class Step:
+    """One step in progress: a mutable scratch copy of the state, and the phases.
+
+    Built from the state before the step; the phase methods (:meth:`cancel`,
+    :meth:`arrive`, :meth:`schedule_running`, :meth:`schedule_waiting`,
+    :meth:`execute`) change the copy and :meth:`result` freezes it into the
+    new :class:`State` and the :class:`StepOutput`.  The old state is never
+    written.  A subclass is a variant of the model (see the module docstring).
+
+    Attributes:
+        ORDER, VICTIM: the policy tables this step looks policies up in
+            (:data:`tenantry.model.policies.ORDER` / ``VICTIM``; a variant
+            may replace entries in a copy).
+    """
+
+    ORDER = ORDER
+    VICTIM = VICTIM
 
     def __init__(self, cfg: Config, st: State) -> None:
         self.cfg, self.st = cfg, st
         self.k = st.step_index
         self.t = st.t_s
-        self.policy = ORDER[cfg.order.policy]
+        self.policy = self.ORDER[cfg.order.policy]
         self.tenants: list[TenantState] = list(st.tenants)
         self.running: dict[int, Sequence] = {s.request_id: s for s in st.running}
         self.used = st.kv.used_blocks
@@ -194,6 +219,10 @@ class _Step:
 
     def _cap(self, i: int) -> int | None:
         return self.cfg.tenants[i].kv_block_cap if self.cfg.admission.kv_cap else None
+
+    def _prefix_keys(self, r: Request, salt: str | None) -> tuple[int, ...]:
+        """Prefix-cache keys of r's cacheable blocks under ``salt`` (:func:`~tenantry.model.state.prefix_keys`)."""
+        return prefix_keys(self.cfg, r, salt)
 
     def _reject(self, r: Request, i: int, reason: str, retry_after_s: float | None, t_s: float) -> None:
         self.events.append(Event("rejected", r.request_id, i, t_s, reason=reason, retry_after_s=retry_after_s))
@@ -337,7 +366,7 @@ class _Step:
             if self.used >= wm * cfg.num_blocks:
                 return self._reject(r, i, "kv_watermark", self.st.last_step_s, t_s)
         salt = None if cfg.prefix_cache == "shared" else tc.salt
-        keys = prefix_keys(cfg, r, salt) if cfg.prefix_cache != "off" else ()
+        keys = self._prefix_keys(r, salt) if cfg.prefix_cache != "off" else ()
         seq = Sequence(request=r, tenant=i, arrival_seq=self.next_seq, admitted_step=self.k,
                        prefix_keys=keys, ready_step=self.k, charged_prompt_tokens=charge if bucket else 0)
         self.next_seq += 1
@@ -382,7 +411,7 @@ class _Step:
     def _make_room(self, s: Sequence, need: int) -> bool:
         """Evict victims until s can allocate ``need`` blocks.  False if s stalls or is evicted itself."""
         cfg, cap = self.cfg, self._cap(s.tenant)
-        key = VICTIM[cfg.eviction.victim]
+        key = self.VICTIM[cfg.eviction.victim]
         while True:
             pool_short = need - (cfg.num_blocks - self.used)
             cap_short = 0 if cap is None else self.tenants[s.tenant].blocks + need - cap

@@ -35,7 +35,7 @@ MOONCAKE_BLOCK_TOKENS = 512
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 _REQUIRED = ("request_id", "tenant", "arrival_s", "prompt_tokens", "output_tokens")
-_OPTIONAL = ("prefix_ids", "predicted_output_tokens", "prompt_bytes")
+_OPTIONAL = ("prefix_ids", "predicted_output_tokens", "prompt_bytes", "cancel_s")
 _TS = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d{1,7}))?")
 _EPOCH = dt.datetime(1970, 1, 1)
 _TICKS = 10**7  # 100 ns ticks per second, the Azure timestamps' resolution
@@ -187,7 +187,7 @@ def read_workload_jsonl(path: str | os.PathLike) -> Workload:
 
     Required keys: request_id, tenant, arrival_s (s), prompt_tokens,
     output_tokens; optional: prefix_ids (list of ints), predicted_output_tokens,
-    prompt_bytes (null allowed).  Blank lines are skipped; lines need not be
+    prompt_bytes, cancel_s (s; null allowed).  Blank lines are skipped; lines need not be
     sorted (the :class:`Workload` sorts).
 
     Raises:
@@ -219,7 +219,7 @@ def _workload_line(r: Request) -> str:
     d: dict[str, Any] = {k: getattr(r, k) for k in _REQUIRED}
     if r.prefix_ids:
         d["prefix_ids"] = list(r.prefix_ids)
-    for k in ("predicted_output_tokens", "prompt_bytes"):
+    for k in ("predicted_output_tokens", "prompt_bytes", "cancel_s"):
         if getattr(r, k) is not None:
             d[k] = getattr(r, k)
     return json.dumps(d, sort_keys=True, separators=(",", ":"))

@@ -34,6 +34,10 @@ class Request:
             output length (for ``vtc_predict``); None means unknown.
         prompt_bytes: prompt length in bytes (for the byte-length estimate);
             None means 4 bytes per token.
+        cancel_s: the client cancels the request at this time (seconds): it
+            is delivered to the first step starting at or after it (SPEC.md
+            5.1); None: never cancelled.  Cancellations are part of the
+            workload, so removing a request removes its cancellation.
     """
 
     request_id: int
@@ -44,6 +48,7 @@ class Request:
     prefix_ids: tuple[int, ...] = attrs.field(default=(), converter=tuple)
     predicted_output_tokens: int | None = None
     prompt_bytes: int | None = None
+    cancel_s: float | None = None
 
     def __attrs_post_init__(self) -> None:
         check_request_fields(self)
@@ -78,13 +83,17 @@ def check_request_fields(r: Request, where: str = "") -> None:
         raise ConfigError("predicted_output_tokens", r.predicted_output_tokens, "must be an integer >= 0", where)
     if r.prompt_bytes is not None and (not _is_int(r.prompt_bytes) or r.prompt_bytes < 0):
         raise ConfigError("prompt_bytes", r.prompt_bytes, "must be an integer >= 0", where)
+    if r.cancel_s is not None and (isinstance(r.cancel_s, bool) or not isinstance(r.cancel_s, (int, float))
+                                   or not math.isfinite(r.cancel_s) or r.cancel_s < 0):
+        raise ConfigError("cancel_s", r.cancel_s, "must be a finite number of seconds >= 0, or absent", where)
     if not all(type(x) is int for x in r.prefix_ids):
         raise ConfigError("prefix_ids", r.prefix_ids, "must be integers", where)
 
 
 @attrs.frozen
 class Workload:
-    """Requests sorted by (arrival_s, request_id), with unique ids.
+    """Requests sorted by (arrival_s, request_id), with unique ids (cancellations included:
+    :attr:`Request.cancel_s`).
 
     Raises:
         ConfigError: on a duplicate request id.
@@ -111,6 +120,20 @@ class Workload:
         return tuple(dict.fromkeys(r.tenant for r in self.requests))
 
     @property
+    def cancellations(self) -> tuple[tuple[float, int], ...]:
+        """(cancel_s, request_id) of every cancelled request, in delivery order."""
+        return tuple(sorted((r.cancel_s, r.request_id) for r in self.requests if r.cancel_s is not None))
+
+    def with_cancellations(self, cancellations: Iterable[tuple[float, int]]) -> "Workload":
+        """This workload with the requests named in ``(t_s, request_id)`` pairs cancelled at t_s
+        (the earliest when a request is named twice; unknown ids are ignored)."""
+        when: dict[int, float] = {}
+        for t_s, rid in cancellations:
+            when[rid] = min(t_s, when.get(rid, t_s))
+        return Workload(tuple(attrs.evolve(r, cancel_s=when[r.request_id]) if r.request_id in when else r
+                              for r in self.requests))
+
+    @property
     def duration_s(self) -> float:
         """Last arrival time (seconds); 0 for an empty workload."""
         return self.requests[-1].arrival_s if self.requests else 0.0
@@ -127,6 +150,11 @@ class StepInput:
 
     arrivals: tuple[Request, ...] = attrs.field(default=(), converter=tuple)
     cancellations: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+
+
+def as_workload(workload: "Workload | Iterable[Request]") -> Workload:
+    """``workload`` itself, or the :class:`Workload` of an iterable of requests."""
+    return workload if isinstance(workload, Workload) else Workload(tuple(workload))
 
 
 def renumber(requests: Iterable[Request], start: int = 0) -> tuple[Request, ...]:

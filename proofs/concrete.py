@@ -17,6 +17,7 @@ import attrs
 
 from tenantry.model.config import Config
 from tenantry.model.state import KVPool, Sequence, State, TenantState, initial_state
+from tenantry.model.simulate import Transition, run_steps
 from tenantry.model.step import StepOutput, idle, step
 from tenantry.model.workload import Request, StepInput, Workload
 
@@ -127,40 +128,9 @@ def build_state(config: Config, tenants: Iterable[TenantSpec], *, step_index: in
                  last_left_tier_counter=float(last_left_tier_counter))
 
 
-@attrs.frozen
-class Transition:
-    """One step of a run: ``prev --inputs--> state`` with the step's output."""
-
-    prev: State
-    inputs: StepInput
-    state: State
-    output: StepOutput
-
-
 def run_workload(config: Config, workload: Workload | Iterable[Request], *, max_steps: int = 1000,
                  state: State | None = None) -> Iterator[Transition]:
-    """Drive ``workload`` through the model step by step, like ``simulate``.
-
-    Arrivals go to the first step starting at or after their arrival time; an
-    empty replica idles to the next arrival.  Stops when everything has ended
-    or after ``max_steps`` steps.
-    """
-    wl = workload if isinstance(workload, Workload) else Workload(tuple(workload))
-    reqs = wl.requests
-    st = initial_state(config) if state is None else state
-    i = 0
-    for _ in range(max_steps):
-        busy = bool(st.running) or any(t.queue for t in st.tenants)
-        if not busy:
-            if i == len(reqs):
-                return
-            if reqs[i].arrival_s > st.t_s:
-                st = idle(config, st, reqs[i].arrival_s)
-        j = i
-        while j < len(reqs) and reqs[j].arrival_s <= st.t_s:
-            j += 1
-        inputs = StepInput(arrivals=reqs[i:j])
-        i = j
-        new, out = step(config, st, inputs)
-        yield Transition(st, inputs, new, out)
-        st = new
+    """Drive ``workload`` through the model step by step from ``state`` (default: the
+    empty replica), with the model's one driver loop
+    (:func:`tenantry.model.simulate.run_steps`); at most ``max_steps`` steps."""
+    return run_steps(config, workload, max_steps=max_steps, state=state)

@@ -10,7 +10,7 @@ and a state form, a history form and/or a two-run form.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import attrs
 
@@ -24,16 +24,25 @@ EPS = 1e-6
 
 @attrs.frozen
 class Finding:
-    """One broken invariant, as data.
+    """One broken invariant (or broken protocol rule), as data.
+
+    The one finding record of tenantry: the catalog's checks over model
+    states, step records and histories, the harness that drives a scheduler
+    under test, and every report (``matrix.json`` included) carry it as is.
 
     Attributes:
-        invariant: the invariant id (``KV-CONSERVE``, ``VTC-GAP``, ...).
+        invariant: the invariant id (``KV-CONSERVE``, ``VTC-GAP``, ...) or a
+            protocol id of the harness (:data:`tenantry.verify.protocol.PROTOCOL`).
         step: step index where it shows; None for a whole-run property.
         tenants: tenant names involved (possibly empty).
         requests: request ids involved (possibly empty).
         observed: the observed value (a number where there is one).
         allowed: the bound or the expected value.
         message: one line saying what broke, in the invariant's words.
+        call: the call into a scheduler under test that produced it
+            (``plan_step``, ``add_request``, ...), or None.
+        count: how many findings with the same invariant, tenants and
+            requests this one stands for (:func:`dedup`); its step is the first.
     """
 
     invariant: str
@@ -43,23 +52,87 @@ class Finding:
     observed: Any = None
     allowed: Any = None
     message: str = ""
+    call: str | None = None
+    count: int = 1
 
-    def __str__(self) -> str:
-        where = "whole run" if self.step is None else f"step {self.step}"
-        who = []
+    @property
+    def tenant(self) -> str | None:
+        """The first tenant involved, or None."""
+        return self.tenants[0] if self.tenants else None
+
+    @property
+    def request_id(self) -> int | None:
+        """The first request involved, or None."""
+        return self.requests[0] if self.requests else None
+
+    def render(self) -> str:
+        """One line: ``ID step k tenant t request r [call c]: message (observed x, allowed y)``."""
+        parts = [self.invariant, "whole run" if self.step is None else f"step {self.step}"]
         if self.tenants:
-            who.append("tenants " + ", ".join(self.tenants))
+            parts.append(("tenant " if len(self.tenants) == 1 else "tenants ") + ", ".join(self.tenants))
         if self.requests:
             shown = ", ".join(str(r) for r in self.requests[:6]) + (", ..." if len(self.requests) > 6 else "")
-            who.append("requests " + shown)
-        parts = f" ({'; '.join(who)})" if who else ""
-        return f"{self.invariant} at {where}{parts}: {self.message} (observed {_fmt(self.observed)}, allowed {_fmt(self.allowed)})."
+            parts.append(("request " if len(self.requests) == 1 else "requests ") + shown)
+        if self.call is not None:
+            parts.append(f"call {self.call}")
+        line = " ".join(parts) + ": " + self.message
+        if self.observed is not None or self.allowed is not None:
+            line += f" (observed {_fmt(self.observed)}, allowed {_fmt(self.allowed)})"
+        if self.count > 1:
+            line += f" [{self.count} times from this step on]"
+        return line
+
+    __str__ = render
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON-able form (values that are not JSON become lists or their repr)."""
+        d = attrs.asdict(self, recurse=False)
+        d["tenants"], d["requests"] = list(self.tenants), list(self.requests)
+        for k in ("observed", "allowed"):
+            d[k] = _jsonable(d[k])
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Finding":
+        """The inverse of :meth:`to_json` (observed/allowed stay as JSON gave them)."""
+        names = {a.name for a in attrs.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and v != v:
+        return "nan"
+    if isinstance(v, (int, float, str, bool, type(None))):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return repr(v)
 
 
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     return str(v)
+
+
+def dedup(findings: Iterable[Finding]) -> list[Finding]:
+    """One finding per (invariant, tenants, requests): the first, with ``count`` the number folded in.
+
+    Order is that of first appearance, so a run's report shows each fault once
+    with the step where it first showed (the issue's "one line per invariant
+    and request or tenant with a count and the first step").
+    """
+    first: dict[tuple, Finding] = {}
+    counts: dict[tuple, int] = {}
+    for f in findings:
+        key = (f.invariant, f.tenants, f.requests)
+        if key in first:
+            counts[key] += f.count
+        else:
+            first[key], counts[key] = f, f.count
+    return [attrs.evolve(f, count=counts[k]) if counts[k] != f.count else f for k, f in first.items()]
 
 
 StateCheck = Callable[..., list[Finding]]

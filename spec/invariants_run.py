@@ -1,67 +1,113 @@
-"""Run the reference model with every applicable invariant checked after each step.
+"""Run the reference model with the invariant catalog checked: the one checked run.
 
-:func:`run_checked` is :func:`tenantry.model.simulate.simulate` (the same
-driver loop: arrivals delivered to the first step starting at or after them,
-idling when nothing is queued or running) with :func:`check_state` after every
-step and :func:`check_history` on the resulting history.
+:func:`run_checked` is the model's driver loop
+(:func:`tenantry.model.simulate.run_steps`) with the catalog's state forms after
+every step, its history forms on the recorded history and, at depth ``full``,
+its two-run forms.  Every caller that asks "did an invariant break on this
+workload?" (the stateful tests, the mutant hunt, ``tenantry check``'s
+evaluations, the regression cases) goes through it.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import attrs
 
 from tenantry.model.config import Config
 from tenantry.model.history import History
-from tenantry.model.simulate import Recorder, config_to_dict, run_steps
-from tenantry.model.state import initial_state
-from tenantry.model.workload import Request, Workload
+from tenantry.model.simulate import Recorder, config_to_dict, run_steps, simulate
+from tenantry.model.step import Step
+from tenantry.model.workload import Request, Workload, as_workload
 
-from .invariants import check_history, check_state
-from .invariants_core import Finding
+from .invariants import INVARIANTS, check_history, check_pair, check_state, relabel_contents
+from .invariants_core import Finding, dedup
+
+#: How deep :func:`run_checked` checks: history forms only; state forms after
+#: every step too; and the two-run forms (DETERMINISM, NONINTERFERENCE) too.
+DEPTHS = ("history", "state", "full")
+#: Content-id offset of the NONINTERFERENCE twin (far above any id in use).
+RELABEL_OFFSET = 10**9
 
 
 @attrs.frozen
 class CheckedRun:
-    """A run's history and every finding (state forms first, then history forms)."""
+    """A run's history and its findings.
+
+    Attributes:
+        history: the recorded run.
+        findings: every finding, deduplicated (:func:`~tenantry.spec.invariants_core.dedup`):
+            state forms first, then history forms, then two-run forms.
+        unchecked: requested ids that were not checked: not applicable to the
+            configuration, or with no form at this depth (NONINTERFERENCE
+            without observers).
+    """
 
     history: History
     findings: tuple[Finding, ...]
+    unchecked: tuple[str, ...] = ()
 
     def by_invariant(self) -> dict[str, list[Finding]]:
+        """Findings grouped by invariant id, in order of first appearance."""
         out: dict[str, list[Finding]] = {}
         for f in self.findings:
             out.setdefault(f.invariant, []).append(f)
         return out
 
 
-def run_checked(config: Config, workload: Workload | Iterable[Request], *, cancellations: Iterable[tuple[float, int]] = (),
-                max_steps: int = 2000, ids: Iterable[str] | None = None, history_checks: bool = True,
-                state_checks: bool = True) -> CheckedRun:
-    """Simulate ``workload`` on ``config`` (at most ``max_steps`` steps), checking as it goes.
+def run_checked(config: Config, workload: Workload | Iterable[Request], *, ids: Iterable[str] | None = None,
+                depth: str = "state", horizon_s: float | None = None, max_steps: int | None = 2000,
+                variant: type[Step] | None = None, observers: Sequence[str] = ()) -> CheckedRun:
+    """Simulate ``workload`` on ``config`` and check the invariants ``ids`` (None: all).
 
     Args:
-        cancellations: (t_s, request_id): cancel at the first step starting at or after t_s.
-        ids: restrict the checks to these invariant ids (None: all applicable).
-        history_checks: also run the history forms on the recorded history.
-        state_checks: run the state forms after every step (False: judge the history only).
+        depth: one of :data:`DEPTHS`.
+        horizon_s, max_steps: where the run stops (seconds, steps), as in
+            :func:`~tenantry.model.simulate.simulate`.
+        variant: a :class:`~tenantry.model.step.Step` subclass to run instead
+            of the model (a mutant).
+        observers: tenants whose records NONINTERFERENCE compares (at depth
+            ``full``) when every other tenant's prompt contents are relabelled.
 
     Raises:
+        ValueError: on an unknown depth.
+        KeyError: on an unknown invariant id.
         ConfigError: if a request names a tenant the configuration lacks.
     """
-    ids = None if ids is None else tuple(ids)
-    wl = workload if isinstance(workload, Workload) else Workload(tuple(workload))
+    if depth not in DEPTHS:
+        raise ValueError(f"depth={depth!r}: choose one of {', '.join(DEPTHS)}")
+    wl = as_workload(workload)
+    wanted = tuple(INVARIANTS) if ids is None else tuple(dict.fromkeys(ids))
+    live = [i for i in wanted if INVARIANTS[i].applies(config)]
+    state_ids = [i for i in live if INVARIANTS[i].check_state is not None] if depth != "history" else []
+    hist_ids = [i for i in live if INVARIANTS[i].check_history is not None]
+    pair_ids = [i for i in live if INVARIANTS[i].check_pair is not None and depth == "full"
+                and (i != "NONINTERFERENCE" or observers)]
     rec = Recorder(config, True)
     for r in wl.requests:
         rec.offered(r)
-    state = initial_state(config)
     findings: list[Finding] = []
-    for prev, inputs, state, out in run_steps(config, wl, max_steps=max_steps, cancellations=cancellations):
-        if state_checks:
-            findings += check_state(config, prev, state, out, inputs, ids)
-        rec.observe(state, out)
+    state = None
+    run = lambda w: simulate(config, w, horizon_s=horizon_s, max_steps=max_steps, variant=variant)
+    for tr in run_steps(config, wl, horizon_s=horizon_s, max_steps=max_steps, variant=variant):
+        if state_ids:
+            findings += check_state(config, tr.prev, tr.state, tr.output, tr.inputs, state_ids)
+        rec.observe(tr.state, tr.output)
+        state = tr.state
+    if state is None:
+        from tenantry.model.state import initial_state
+        state = initial_state(config)
     history = rec.history(state, {"config": config_to_dict(config), "requests": len(wl)})
-    if history_checks:
-        findings += check_history(history, config, ids)
-    return CheckedRun(history, tuple(findings))
+    if hist_ids:
+        findings += check_history(history, config, hist_ids)
+    if "DETERMINISM" in pair_ids:  # two runs of the public driver, byte for byte
+        findings += check_pair("DETERMINISM", history, run(wl))
+    if "NONINTERFERENCE" in pair_ids:
+        twin = wl
+        for t in {r.tenant for r in wl} - set(observers):
+            twin = relabel_contents(twin, t, RELABEL_OFFSET)
+        h2 = run(twin)
+        for obs in observers:
+            findings += check_pair("NONINTERFERENCE", history, h2, observer=obs)
+    done = set(state_ids) | set(hist_ids) | set(pair_ids)
+    return CheckedRun(history, tuple(dedup(findings)), tuple(i for i in wanted if i not in done))

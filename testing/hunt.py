@@ -1,49 +1,63 @@
 """Hunt a mutant: search for a workload on which its killing invariant fails,
-then shrink the workload by deleting requests (SPEC.md 7.7).
+then shrink it with the one shrinker (SPEC.md 7.7).
 
 :func:`hunt` uses Hypothesis only to generate (``find`` without its shrink
-phase, derandomised so a run is reproducible), then a greedy one-at-a-time
-deletion of requests (Zeller's ddmin with granularity one) down to a
-workload where every remaining request is needed; that is much cheaper here
-than Hypothesis's byte-level shrinker, since each candidate replays a whole run.
+phase, derandomised so a run is reproducible), then
+:func:`tenantry.testing.shrink.shrink` reduces the workload; that is much
+cheaper here than Hypothesis's byte-level shrinker, since each candidate
+replays a whole run.  A :class:`Kill` says which invariant caught the mutant,
+in which form (state, history or pair), on how small a workload.
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 import attrs
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
 
+from tenantry.model.workload import Workload
 from tenantry.spec.invariants import check_pair, relabel_contents
 from tenantry.spec.invariants_run import run_checked
-from .strategies import workloads
-from .mutants import Mutant, applied
 
-Workload = tuple[tuple, tuple]
+from .mutants import Mutant
+from .shrink import first_failing, shrink
+from .strategies import workloads
+
+#: Forms a killer can catch a mutant in (``state`` runs the state and history forms).
+FORMS = ("state", "history", "pair")
 
 
 @attrs.frozen
 class Kill:
-    """A mutant caught: by which invariant, on how small a workload.
+    """A mutant caught: by which invariant and form, on how small a workload.
 
     Attributes:
-        mutant, killer: names.
-        requests: the shrunk workload's requests; cancellations: its cancellations.
+        mutant, killer: names; form: ``state`` (state forms after every step,
+            then the history form), ``history`` (the history form alone) or
+            ``pair`` (a two-run form).
+        workload: the shrunk workload (cancellations included).
         steps: steps the shrunk workload runs; examples: workloads generated until the first catch.
     """
 
     mutant: str
     killer: str
-    requests: tuple
-    cancellations: tuple
+    form: str
+    workload: Workload
     steps: int
     examples: int
 
     def line(self) -> str:
-        return (f"{self.mutant:26s} killed by {self.killer:18s} shrunk to {len(self.requests):2d} requests, "
+        """One line of the kill report."""
+        n = len(self.workload)
+        return (f"{self.mutant:26s} killed by {self.killer:18s} ({self.form:7s}) shrunk to {n:2d} requests, "
                 f"{self.steps:3d} steps (found after {self.examples} examples)")
+
+
+def form_of(mutant: Mutant, killer: str, history_only: bool = False) -> str:
+    """The form in which ``killer`` judges ``mutant``'s runs."""
+    if killer in ("DETERMINISM", "NONINTERFERENCE"):
+        return "pair"
+    return "history" if history_only else "state"
 
 
 def caught_by(mutant: Mutant, killer: str, wl: Workload, max_steps: int = 300,
@@ -52,32 +66,16 @@ def caught_by(mutant: Mutant, killer: str, wl: Workload, max_steps: int = 300,
 
     ``history_only`` judges the recorded history alone (the path used for
     schedulers tenantry did not write)."""
-    reqs, canc = wl
-    cfg = mutant.config
-    with applied(mutant):
-        if killer in ("DETERMINISM", "NONINTERFERENCE"):
-            a = run_checked(cfg, reqs, cancellations=canc, max_steps=max_steps, ids=()).history
-            other = reqs if killer == "DETERMINISM" else relabel_contents(reqs, "b", 1 << 20)
-            b = run_checked(cfg, other, cancellations=canc, max_steps=max_steps, ids=()).history
-            kw = {} if killer == "DETERMINISM" else {"observer": "a"}
-            return bool(check_pair(killer, a, b, **kw)), len(a.steps)
-        r = run_checked(cfg, reqs, cancellations=canc, max_steps=max_steps, ids=(killer,),
-                        state_checks=not history_only)
-        return any(f.invariant == killer for f in r.findings), len(r.history.steps)
-
-
-def shrink(wl: Workload, pred: Callable[[Workload], bool]) -> Workload:
-    """Delete requests one at a time while ``pred`` still holds (a 1-minimal workload)."""
-    reqs, canc = wl
-    i = 0
-    while i < len(reqs):
-        rid = reqs[i].request_id
-        cand = (reqs[:i] + reqs[i + 1:], tuple(c for c in canc if c[1] != rid))
-        if cand[0] and pred(cand):
-            reqs, canc = cand
-        else:
-            i += 1
-    return reqs, canc
+    cfg, v = mutant.config, mutant.variant
+    if form_of(mutant, killer) == "pair":
+        a = run_checked(cfg, wl, max_steps=max_steps, ids=(), variant=v).history
+        other = wl if killer == "DETERMINISM" else relabel_contents(wl, "b", 1 << 20)
+        b = run_checked(cfg, other, max_steps=max_steps, ids=(), variant=v).history
+        kw = {} if killer == "DETERMINISM" else {"observer": "a"}
+        return bool(check_pair(killer, a, b, **kw)), len(a.steps)
+    r = run_checked(cfg, wl, max_steps=max_steps, ids=(killer,), variant=v,
+                    depth="history" if history_only else "state")
+    return any(f.invariant == killer for f in r.findings), len(r.history.steps)
 
 
 def hunt(mutant: Mutant, killer: str, max_examples: int = 400, history_only: bool = False) -> Kill | None:
@@ -95,5 +93,8 @@ def hunt(mutant: Mutant, killer: str, max_examples: int = 400, history_only: boo
     except NoSuchExample:
         return None
     examples = tried[0]
-    small = shrink(wl, pred)
-    return Kill(mutant.name, killer, small[0], small[1], caught_by(mutant, killer, small)[1], examples)
+    small = shrink(wl, first_failing(lambda w: caught_by(mutant, killer, w, history_only=history_only)[0]),
+                   block_size_tokens=mutant.config.block_size_tokens,
+                   phases=("requests", "cancellations", "output_tokens", "prompt_tokens"), max_evaluations=200).workload
+    return Kill(mutant.name, killer, form_of(mutant, killer, history_only), small,
+                caught_by(mutant, killer, small, history_only=history_only)[1], examples)

@@ -1,10 +1,13 @@
 """Mutants: deliberately broken variants of the reference model, each named
 with the invariants that must catch it (SPEC.md 7.7).
 
-A mutant is applied with :func:`applied` (a context manager) which replaces
-methods of :class:`tenantry.model.step._Step`, or entries of the policy
-registries, and restores them on exit; the model's source never branches on
-a mutant.  Not thread-safe: apply one mutant at a time.
+A mutant is a subclass of :class:`tenantry.model.step.Step` that overrides one
+phase, one helper, or one entry of the policy tables (``ORDER`` / ``VICTIM``),
+passed to the model as an argument (``step(..., variant=cls)``,
+``simulate(..., variant=cls)``, ``run_checked(..., variant=cls)``).  Nothing
+global is patched: a mutant is a value, picklable by name (its class is a
+module-level name), safe in threads and process pools, and the model's
+source never branches on it.
 
 Each :class:`Mutant` also carries the configuration in which its bug can show
 (``config``) and the shape of workload that exposes it (``shape``, read by
@@ -13,18 +16,16 @@ Each :class:`Mutant` also carries the configuration in which its bug can show
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-from typing import Callable, Iterator
 
 import attrs
 
-from tenantry.model import policies, step as step_mod
+from tenantry.model import policies
 from tenantry.model.config import (
     AdmissionConfig, Config, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
 )
-
-_Step = step_mod._Step
+from tenantry.model.state import prefix_keys
+from tenantry.model.step import Step
 
 
 @attrs.frozen
@@ -34,7 +35,7 @@ class Mutant:
     Attributes:
         name: stable name; killers: invariant ids that must each catch it.
         description: what is broken, in one line.
-        patch: ``patch(stack: ExitStack) -> None`` installs the bug (and registers its undo).
+        variant: the :class:`~tenantry.model.step.Step` subclass with the bug.
         config: a configuration in which the bug can show.
         shape: keyword arguments for the workload strategy that exposes it.
         pair: None, ``"determinism"`` (two runs of one workload) or
@@ -44,50 +45,34 @@ class Mutant:
     name: str
     killers: tuple[str, ...]
     description: str
-    patch: Callable[[contextlib.ExitStack], None]
+    variant: type[Step]
     config: Config
     shape: dict = attrs.field(factory=dict)
     pair: str | None = None
 
 
-def _set_attr(stack: contextlib.ExitStack, obj, name: str, value) -> None:
-    old = getattr(obj, name)
-    setattr(obj, name, value)
-    stack.callback(setattr, obj, name, old)
+def _with(table: dict, key: str, value) -> dict:
+    """A copy of a policy table with one entry replaced."""
+    out = dict(table)
+    out[key] = value
+    return out
 
 
-def _set_item(stack: contextlib.ExitStack, d: dict, key, value) -> None:
-    old = d[key]
-    d[key] = value
-    stack.callback(d.__setitem__, key, old)
+# --- the broken variants ------------------------------------------------------------------
 
 
-def _method(name: str, make: Callable[[Callable], Callable]) -> Callable[[contextlib.ExitStack], None]:
-    """A patch replacing ``_Step.<name>`` with ``make(original)``."""
-    return lambda stack: _set_attr(stack, _Step, name, make(getattr(_Step, name)))
+class NoLift(Step):
+    """VTC without the counter lift."""
 
-
-@contextlib.contextmanager
-def applied(mutant: Mutant) -> Iterator[Mutant]:
-    """Install ``mutant`` for the duration of the ``with`` block, then restore the model."""
-    with contextlib.ExitStack() as stack:
-        mutant.patch(stack)
-        yield mutant
-
-
-# --- the broken methods ------------------------------------------------------------------
-
-
-def _no_lift(orig):
     def _on_backlogged(self, i):
         return None
-    return _on_backlogged
 
 
-def _prompt_only_counter(orig):
+class PromptOnlyCounter(Step):
+    """Generated tokens never reach the VTC counter."""
+
     def _charge_step(self, i, block_s, tokens, counted):
-        orig(self, i, block_s, tokens, 0)  # generated tokens never reach the VTC counter
-    return _charge_step
+        super()._charge_step(i, block_s, tokens, 0)
 
 
 def _uncapped_refill(view):
@@ -96,82 +81,118 @@ def _uncapped_refill(view):
     return policies.refill_drr(attrs.evolve(view, config=loose))
 
 
-def _drr_no_reset(orig):
+class UncappedRefill(Step):
+    """DRR's refill ignores the carry bound."""
+
+    ORDER = _with(policies.ORDER, "drr_tokens", policies.OrderPolicy(
+        policies.select_drr, _uncapped_refill, deficit_unit="tokens"))
+
+
+class DrrNoReset(Step):
+    """An idle tenant keeps its DRR deficit."""
+
     def execute(self):
         cfg = self.cfg
         self.cfg = attrs.evolve(cfg, order=attrs.evolve(cfg.order, drr_reset_when_idle=False))
         try:
-            orig(self)
+            super().execute()
         finally:
             self.cfg = cfg
-    return execute
 
 
-def _no_cooldown(orig):
+class FloorsAsStrictPriority(Step):
+    """Strict priority sold as weighted floors."""
+
+    ORDER = _with(policies.ORDER, "floors", policies.OrderPolicy(policies.select_priority))
+
+
+class AgingAsStrictPriority(Step):
+    """Strict priority sold as priority with aging."""
+
+    ORDER = _with(policies.ORDER, "aging", policies.OrderPolicy(policies.select_priority))
+
+
+class NoCooldown(Step):
+    """A preempted sequence is ready again the next step."""
+
     def _evict(self, v):
-        orig(self, v)
+        super()._evict(v)
         t = self.tenants[v.tenant]
         if t.queue and t.queue[0].request_id == v.request_id:
             self._set(v.tenant, queue=(t.queue[0]._replace(ready_step=self.k + 1),) + t.queue[1:])
-    return _evict
 
 
-def _evictions_off_by_one(orig):
+class EvictionsOffByOne(Step):
+    """A sequence may be evicted max_evictions + 1 times."""
+
     def _evict(self, v):
         k_max = self.cfg.eviction.max_evictions
         if k_max is None or v.preemptions != k_max:
-            return orig(self, v)
-        orig(self, v._replace(preemptions=v.preemptions - 1))
+            return super()._evict(v)
+        super()._evict(v._replace(preemptions=v.preemptions - 1))
         t = self.tenants[v.tenant]
         if t.queue and t.queue[0].request_id == v.request_id:
             self._set(v.tenant, queue=(t.queue[0]._replace(preemptions=k_max + 1),) + t.queue[1:])
-    return _evict
 
 
-def _ignore_min_free(orig):
+class MinFreeIgnored(Step):
+    """Victims freeing fewer than min_free_blocks are evicted."""
+
     def _make_room(self, s, need):
         cfg = self.cfg
         self.cfg = attrs.evolve(cfg, eviction=attrs.evolve(cfg.eviction, min_free_blocks=0))
         try:
-            return orig(self, s, need)
+            return super()._make_room(s, need)
         finally:
             self.cfg = cfg
-    return _make_room
 
 
-def _no_cap(orig):
+class VictimOldest(Step):
+    """The 'newest' victim policy evicts the oldest sequence."""
+
+    VICTIM = _with(policies.VICTIM, "newest", lambda view, s: (s.arrival_seq,))
+
+
+class NoTenantCap(Step):
+    """Per-tenant KV caps are not enforced."""
+
     def _cap(self, i):
         return None
-    return _cap
 
 
-def _salt_ignored(stack):
-    orig = step_mod.prefix_keys
-    _set_attr(stack, step_mod, "prefix_keys", lambda config, request, salt: orig(config, request, None))
+class SaltIgnored(Step):
+    """The salted prefix cache keys blocks without the salt."""
+
+    def _prefix_keys(self, r, salt):
+        return prefix_keys(self.cfg, r, None)
 
 
-def _bucket_charges_rejected(orig):
+class BucketChargesRejected(Step):
+    """The token bucket charges requests refused queue_full or kv_watermark."""
+
     def _reject(self, r, i, reason, retry_after_s, t_s):
         tc = self.cfg.tenants[i]
         if self.cfg.admission.token_bucket and tc.token_rate_per_s is not None and reason in ("queue_full",
                                                                                                 "kv_watermark"):
             t = self._refill(i)
             self._set(i, bucket_tokens=t.bucket_tokens - r.prompt_tokens)
-        return orig(self, r, i, reason, retry_after_s, t_s)
-    return _reject
+        return super()._reject(r, i, reason, retry_after_s, t_s)
 
 
-def _cancel_leaks(orig):
+class CancelLeaks(Step):
+    """Cancelling a running request does not free its blocks."""
+
     def cancel(self, rid):
         s = self.running.pop(rid, None)
         if s is not None:
             self._drop(s, "cancelled")  # forgets self._release(s)
             return
-        return orig(self, rid)
-    return cancel
+        return super().cancel(rid)
 
 
-def _cancel_silent(orig):
+class CancelSilent(Step):
+    """Cancelling a queued request leaves no terminal event."""
+
     def cancel(self, rid):
         for i, t in enumerate(self.tenants):
             for j, q in enumerate(t.queue):
@@ -179,16 +200,15 @@ def _cancel_silent(orig):
                     self._set(i, queue=t.queue[:j] + t.queue[j + 1:],
                               fresh_queued=t.fresh_queued - (1 if q.never_scheduled else 0))
                     return  # forgets self._drop(q, "cancelled"): no event, no record
-        return orig(self, rid)
-    return cancel
+        return super().cancel(rid)
 
 
-def _stale_batch_entry(stack):
-    orig_evict, orig_exec = _Step._evict, _Step.execute
+class StaleBatchEntry(Step):
+    """A preempted sequence stays in its step's batch."""
 
     def _evict(self, v):
         kept = self.planned.get(v.request_id)
-        orig_evict(self, v)
+        super()._evict(v)
         if kept is not None:  # the plan keeps the victim's entry and its share of the budget
             self.planned[v.request_id] = kept
             self.budget -= kept
@@ -196,36 +216,31 @@ def _stale_batch_entry(stack):
     def execute(self):
         stale = {rid: n for rid, n in self.planned.items() if rid not in self.running}
         self.planned = {rid: n for rid, n in self.planned.items() if rid in self.running}
-        orig_exec(self)
+        super().execute()
         self.planned.update(stale)
 
-    _set_attr(stack, _Step, "_evict", _evict)
-    _set_attr(stack, _Step, "execute", execute)
 
+class QueueBoundOffByOne(Step):
+    """The queue bound admits one request too many (compares with > instead of >=)."""
 
-def _queue_bound_off_by_one(orig):
     def arrive(self, r):
         i = self.cfg.tenant_index(r.tenant)
         t, bound = self.tenants[i], self.cfg.tenants[i].queue_bound
         if bound is None or t.fresh_queued != bound:
-            return orig(self, r)
-        self.tenants[i] = t._replace(fresh_queued=bound - 1)  # compares with > instead of >=
-        orig(self, r)
+            return super().arrive(r)
+        self.tenants[i] = t._replace(fresh_queued=bound - 1)
+        super().arrive(r)
         self.tenants[i] = self.tenants[i]._replace(fresh_queued=self.tenants[i].fresh_queued + 1)
-    return arrive
 
 
-def _stop_at_first_misfit(orig):
+class StopAtFirstMisfit(Step):
+    """The batch stops filling at the first request that does not fit."""
+
     def _admit_head(self, i):
-        ok = orig(self, i)
+        ok = super()._admit_head(i)
         if not ok:
-            self.budget = 0  # stops filling the batch at the first request that does not fit
+            self.budget = 0
         return ok
-    return _admit_head
-
-
-def _registry_entry(registry: dict, key: str, value):
-    return lambda stack: _set_item(stack, registry, key, value)
 
 
 _tiebreak_calls = itertools.count()
@@ -239,6 +254,12 @@ def _select_vtc_global_tiebreak(view):
         return None
     ties = [i for i in view.candidates if ts[i].counter == lo]
     return ties[next(_tiebreak_calls) % len(ties)]
+
+
+class VtcGlobalTiebreak(Step):
+    """VTC breaks ties with a process-wide counter."""
+
+    ORDER = _with(policies.ORDER, "vtc", policies.OrderPolicy(_select_vtc_global_tiebreak))
 
 
 # --- configurations in which the bugs show --------------------------------------------
@@ -269,55 +290,54 @@ _TIGHT = EvictionConfig(victim="newest", min_free_blocks=0, cooldown_steps=0)
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("vtc_no_lift", ("NO-BANKED-CREDIT",), "VTC without the counter lift: an idle tenant banks credit",
-           _method("_on_backlogged", _no_lift), _cfg("vtc"), dict(idle_gaps=True)),
+           NoLift, _cfg("vtc"), dict(idle_gaps=True)),
     Mutant("vtc_prompt_only", ("VTC-GAP",), "VTC counters charge prompts but not generated tokens",
-           _method("_charge_step", _prompt_only_counter), _cfg("vtc"), dict(long_outputs=True)),
+           PromptOnlyCounter, _cfg("vtc"), dict(long_outputs=True)),
     Mutant("drr_unbounded_carry", ("DRR-DEFICIT",), "DRR refill ignores the carry bound",
-           _registry_entry(policies.ORDER, "drr_tokens", policies.OrderPolicy(
-               policies.select_drr, _uncapped_refill, deficit_unit="tokens")),
+           UncappedRefill,
            _cfg("drr_tokens", order=OrderConfig(policy="drr_tokens", drr_quantum=64.0, drr_carry_bound=64.0))),
     Mutant("drr_no_idle_reset", ("NO-BANKED-CREDIT",), "DRR keeps an idle tenant's deficit",
-           _method("execute", _drr_no_reset), _cfg("drr_tokens"), dict(idle_gaps=True)),
+           DrrNoReset, _cfg("drr_tokens"), dict(idle_gaps=True)),
     Mutant("floors_strict_priority", ("FLOOR",), "strict priority sold as weighted floors",
-           _registry_entry(policies.ORDER, "floors", policies.OrderPolicy(policies.select_priority)),
+           FloorsAsStrictPriority,
            _cfg("floors", order=OrderConfig(policy="floors", tier_floors=(0.5, 0.3, 0.2)), max_num_seqs=1,
                 max_context_tokens=48), dict(bursty=True)),
     Mutant("aging_strict_priority", ("AGING",), "strict priority sold as priority with aging",
-           _registry_entry(policies.ORDER, "aging", policies.OrderPolicy(policies.select_priority)),
+           AgingAsStrictPriority,
            _cfg("aging", order=OrderConfig(policy="aging", aging_rate_per_s=50.0), max_num_seqs=1)),
     Mutant("evict_no_cooldown", ("EVICT-COOLDOWN",), "a preempted sequence is readmitted the next step",
-           _method("_evict", _no_cooldown),
+           NoCooldown,
            _cfg("fcfs", ample=False, eviction=EvictionConfig(victim="newest", cooldown_steps=3)), dict(big=True)),
     Mutant("evict_max_off_by_one", ("EVICT-BOUNDED",), "a sequence may be evicted max_evictions + 1 times",
-           _method("_evict", _evictions_off_by_one),
+           EvictionsOffByOne,
            _cfg("fcfs", ample=False, eviction=EvictionConfig(victim="newest", max_evictions=1)), dict(big=True)),
     Mutant("evict_min_free_ignored", ("EVICT-MIN-FREE",), "victims freeing fewer than min_free_blocks are evicted",
-           _method("_make_room", _ignore_min_free),
+           MinFreeIgnored,
            _cfg("fcfs", ample=False, eviction=EvictionConfig(victim="newest", min_free_blocks=3)), dict(big=True)),
     Mutant("victim_oldest", ("VICTIM",), "the 'newest' victim policy evicts the oldest sequence",
-           _registry_entry(policies.VICTIM, "newest", lambda view, s: (s.arrival_seq,)),
+           VictimOldest,
            _cfg("fcfs", ample=False, eviction=_TIGHT), dict(big=True)),
     Mutant("no_tenant_kv_cap", ("KV-CAP",), "per-tenant KV block caps are not enforced",
-           _method("_cap", _no_cap), _cfg("fcfs", tenants=_tenants(kv_block_cap=6)), dict(big=True)),
+           NoTenantCap, _cfg("fcfs", tenants=_tenants(kv_block_cap=6)), dict(big=True)),
     Mutant("salt_ignored", ("SALT-ISOLATION", "NONINTERFERENCE"), "the salted prefix cache keys blocks without the salt",
-           _salt_ignored, _cfg("fcfs", prefix_cache="salted"), dict(shared_prefixes=True), pair="noninterference"),
+           SaltIgnored, _cfg("fcfs", prefix_cache="salted"), dict(shared_prefixes=True), pair="noninterference"),
     Mutant("bucket_charges_rejected", ("TOKEN-BUCKET",), "the token bucket charges requests refused queue_full",
-           _method("_reject", _bucket_charges_rejected),
+           BucketChargesRejected,
            _cfg("fcfs", tenants=_tenants(queue_bound=1, token_rate_per_s=2000.0, token_burst_tokens=400.0),
                 admission=AdmissionConfig(token_bucket=True)), dict(bursty=True)),
     Mutant("cancel_leaks_blocks", ("KV-CONSERVE",), "cancelling a running request does not free its blocks",
-           _method("cancel", _cancel_leaks), _cfg("fcfs"), dict(cancels=True)),
+           CancelLeaks, _cfg("fcfs"), dict(cancels=True)),
     Mutant("cancel_drops_silently", ("NO-LOSS",), "cancelling a queued request leaves no terminal event",
-           _method("cancel", _cancel_silent), _cfg("fcfs", max_num_seqs=1), dict(cancels=True)),
+           CancelSilent, _cfg("fcfs", max_num_seqs=1), dict(cancels=True)),
     Mutant("preempted_left_in_batch", ("BATCH-LIMITS",), "a preempted sequence stays in the step's batch",
-           _stale_batch_entry, _cfg("priority", ample=False, eviction=_TIGHT), dict(big=True)),
+           StaleBatchEntry, _cfg("priority", ample=False, eviction=_TIGHT), dict(big=True)),
     Mutant("queue_bound_off_by_one", ("QUEUE-BOUND",), "the queue bound admits one request too many",
-           _method("arrive", _queue_bound_off_by_one), _cfg("fcfs", tenants=_tenants(queue_bound=2), max_num_seqs=1),
+           QueueBoundOffByOne, _cfg("fcfs", tenants=_tenants(queue_bound=2), max_num_seqs=1),
            dict(bursty=True)),
     Mutant("stop_at_first_misfit", ("WORK-CONSERVING",), "the batch stops filling at the first request that does "
-           "not fit", _method("_admit_head", _stop_at_first_misfit), _cfg("fcfs", ample=False, eviction=_TIGHT),
+           "not fit", StopAtFirstMisfit, _cfg("fcfs", ample=False, eviction=_TIGHT),
            dict(big=True)),
     Mutant("vtc_global_tiebreak", ("DETERMINISM",), "VTC breaks ties with a process-wide counter",
-           _registry_entry(policies.ORDER, "vtc", policies.OrderPolicy(_select_vtc_global_tiebreak)), _cfg("vtc"),
+           VtcGlobalTiebreak, _cfg("vtc"),
            pair="determinism"),
 )}

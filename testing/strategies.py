@@ -1,9 +1,10 @@
 """Hypothesis strategies for the invariant suite: workloads shaped to stress a
 configuration, from tiny requests to ones larger than the pool.
 
-``workloads(config, **shape)`` draws ``(requests, cancellations)``: requests
-with ids 0..n-1 in arrival order and ``(t_s, request_id)`` cancellations, as
-:func:`tenantry.spec.invariants_run.run_checked` takes them.
+``workloads(config, **shape)`` draws a :class:`~tenantry.model.workload.Workload`:
+requests with ids 0..n-1 in arrival order, some cancelled by their client
+(``cancel_s``) when asked, as :func:`tenantry.spec.invariants_run.run_checked`
+takes it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from tenantry.model.config import Config
-from tenantry.model.workload import Request
+import attrs
+
+from tenantry.model.workload import Request, Workload
 
 
 @st.composite
@@ -50,12 +53,11 @@ def workloads(draw, config: Config, *, max_requests: int = 20, idle_gaps: bool =
         if shared_prefixes:
             prefix = tuple(draw(_bit) for _ in range(prompt // 16))
         reqs.append(Request(rid, names[draw(st.integers(0, len(names) - 1))], t, prompt, output, prefix_ids=prefix))
-    cancellations = []
     if cancels:
         for rid in draw(st.lists(st.integers(0, n - 1), max_size=max(1, n // 3), unique=True)):
             delay = (0.0, step_s, 2 * step_s, 5 * step_s)[draw(_index4)]
-            cancellations.append((round(reqs[rid].arrival_s + delay, 6), rid))
-    return tuple(reqs), tuple(sorted(cancellations))
+            reqs[rid] = attrs.evolve(reqs[rid], cancel_s=round(reqs[rid].arrival_s + delay, 6))
+    return Workload(tuple(reqs))
 
 
 _index4 = st.integers(0, 3)

@@ -108,7 +108,7 @@ def test_reference_claim_reports_first_divergent_step():
     ref = simulate(attrs.evolve(BASE, order=OrderConfig(policy="vtc")), wl)
     fcfs = simulate(attrs.evolve(BASE, order=OrderConfig(policy="fcfs")), wl)
     first = next(i for i, (a, b) in enumerate(zip(ref.steps, fcfs.steps)) if a.batch != b.batch or a.preempted != b.preempted)
-    assert f.step_index == first
+    assert f.step == first
     assert "differs from the reference model (vtc)" in f.message and f.request_id is not None
     # an honest claim never diverges
     honest = verify_workload(make_reference(attrs.evolve(BASE, order=OrderConfig(policy="vtc"))), wl,

@@ -79,7 +79,7 @@ def _verify(factory, **kw):
 def test_hostile_behaviour_is_a_finding(mode, invariant, call, step):
     v = _verify(lambda: Hostile(mode), determinism=False)
     first = v.findings[0]
-    assert (first.invariant, first.call, first.step_index) == (invariant, call, step), first.render()
+    assert (first.invariant, first.call, first.step) == (invariant, call, step), first.render()
     # recorded up to the offending step (take_results comes after the step ran)
     assert len(v.history.steps) == step + (call == "take_results")
 
@@ -106,7 +106,7 @@ def test_hang_is_reported_within_the_timeout():
     finally:
         release.set()
     f = v.findings[0]
-    assert (f.invariant, f.call, f.step_index) == ("ADAPTER-HANG", "plan_step", 2)
+    assert (f.invariant, f.call, f.step) == ("ADAPTER-HANG", "plan_step", 2)
     assert "0.3 s" in f.message
     assert len(v.findings) == 1  # no determinism re-run after a hang
 
@@ -133,7 +133,7 @@ def test_nondeterminism_is_found_with_the_step():
     random.seed(1)  # the hostile scheduler uses the global random state; make this test itself repeatable
     v = _verify(lambda: Hostile("nondeterministic"), catalog=False)
     det = [f for f in v.findings if f.invariant == "DETERMINISM"]
-    assert len(det) == 1 and det[0].call == "plan_step" and det[0].step_index is not None
+    assert len(det) == 1 and det[0].call == "plan_step" and det[0].step is not None
     clean = _verify(lambda: Hostile("none"))
     assert clean.ok, clean.render()
 

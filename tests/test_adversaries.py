@@ -17,7 +17,7 @@ from tenantry.adversaries.objectives import MIN_PROBES, jain, percentile, probe_
 from tenantry.adversaries.patterns import PATTERNS, make_scenario, scenario_from_workload
 from tenantry.adversaries.report import write_workload_files
 from tenantry.adversaries.search import BATCH, Budget, run_search
-from tenantry.testing.shrink import shrink
+from tenantry.adversaries.evaluate import shrink_scenario as shrink
 from tenantry.adversaries.space import Param, Space, freeze
 from tenantry.adversaries.victims import DEFAULT_VICTIMS, default_victims, victim_requests
 from tenantry.model.config import ConfigError
@@ -127,7 +127,7 @@ def test_evaluation_is_deterministic_and_scores_the_patterns_objective():
     a, b = evaluate(t), evaluate(t)
     assert a == b
     assert a.score == a.metrics["ttft_p99_inflation"] > 1.0
-    assert not a.broken
+    assert not a.findings
 
 
 def test_budget_parsing():

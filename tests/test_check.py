@@ -52,7 +52,7 @@ def history_of(c: dict):
 def check_fcfs_flood(c):
     # the light victim (chat: 1 req/s, 160-token prompts) suffers at least 20-fold at p99
     assert c["metrics"]["ttft_p99_inflation[chat]"] >= 20.0
-    assert not c["broken"]
+    assert not c["findings"]
 
 
 def _backlog_stretch(h, adv):
@@ -92,12 +92,12 @@ def check_priority_starves_and_aging_floors_bound(pri, aging, floors):
         a2, b2 = _backlog_stretch(h2, adv)
         early2 = [r for r in h2.requests if r.tenant in sc.victims and r.admitted_step is not None and a2 <= r.arrival_s < a2 + 2]
         assert max(_sched(r, h2) for r in early2) < b2 - 1.0, setup
-        assert not ev.broken, setup
+        assert not ev.findings, setup
         if setup == "aging":  # and nothing sent more than 1 / aging_rate later jumps ahead
             assert _overtaking_s(h2, sc.victims, adv) <= 1.0 / rate + 0.1
     # each one's own worst workload: its claims hold (AGING, FLOOR, QUEUE-BOUND), and aging's overtaking bound
-    assert not aging["broken"] and "AGING" not in aging["unchecked"]
-    assert not floors["broken"] and "FLOOR" not in floors["unchecked"]
+    assert not aging["findings"] and "AGING" not in aging["unchecked"]
+    assert not floors["findings"] and "FLOOR" not in floors["unchecked"]
     sc3, h3, _ = history_of(aging)
     assert _overtaking_s(h3, sc3.victims, set(sc3.adversaries)) <= 1.0 / rate + 0.1
 
@@ -110,7 +110,7 @@ def check_lift(nolift, lift):
     # with it, the service gap is at most half as large (the VTC bound holds: nothing broken),
     # and a victim waits no longer than twice the time the adversary's requests hold a batch slot
     assert nolift["metrics"]["service_gap"] >= 2 * lift["metrics"]["service_gap"]
-    assert not lift["broken"]
+    assert not lift["findings"]
     sc, h, _ = history_of(lift)
     hold_s = max(r.finish_s - r.first_scheduled_s for r in h.requests
                  if r.tenant in sc.adversaries and r.finish_s is not None and r.first_scheduled_s is not None)
@@ -121,13 +121,13 @@ def check_hysteresis(no_h, with_h):
     assert no_h["metrics"]["max_evictions"] >= 10
     assert with_h["metrics"]["max_evictions"] <= HYSTERESIS.max_evictions
     assert with_h["metrics"]["wasted_prefill_tokens"] < no_h["metrics"]["wasted_prefill_tokens"]
-    assert not with_h["broken"]
+    assert not with_h["findings"]
 
 
 def check_probe(shared, salted):
     assert shared["metrics"]["probe_auc"] >= 0.9
     assert abs(salted["metrics"]["probe_auc"] - 0.5) <= 0.05
-    assert not salted["broken"]  # SALT-ISOLATION and NONINTERFERENCE hold
+    assert not salted["findings"]  # SALT-ISOLATION and NONINTERFERENCE hold
 
 
 def check_few_huge(rr, rl):
@@ -166,7 +166,7 @@ def test_fully_protected_setups_break_no_invariant():
     cells = [("protected", p) for p in PATTERNS] + [("protected_drr", p) for p in ("churn", "sybil", "idle_burst")]
     for setup, pattern in cells:
         c = cell(setup, pattern, budget="1", searches=("random",))
-        assert not c["broken"], (setup, pattern, c["broken"])
+        assert not c["findings"], (setup, pattern, c["findings"])
         assert "KV-CONSERVE" not in c["unchecked"] and "NO-LOSS" not in c["unchecked"]
 
 
@@ -186,7 +186,7 @@ def test_criteria_hold_after_60s_searches():
         check_probe(deep("shared_cache", "prefix_probe"), deep("salted_cache", "prefix_probe"))
         check_few_huge(deep("round_robin", "few_huge"), deep("rate_limit", "few_huge"))
         for pattern in PATTERNS:
-            assert not deep("protected", pattern, 20)["broken"], pattern
+            assert not deep("protected", pattern, 20)["findings"], pattern
 
 
 # --- the command ---------------------------------------------------------------------
@@ -277,9 +277,9 @@ def test_command_exits_nonzero_when_a_claimed_invariant_breaks(monkeypatch, caps
 
     def fake_run_check(**kw):
         c = {"setup": "vtc", "pattern": "flood", "objective": "ttft_p99_inflation", "score": 2.0, "finding": False,
-             "broken": {"VTC-GAP": ["VTC-GAP at step 9: ..."]}, "search": "random",
+             "findings": [{"invariant": "VTC-GAP", "step": 9, "message": "..."}], "search": "random",
              "workload": "cells/vtc/flood/workload.jsonl"}
-        summary = {"setups": ["vtc"], "patterns": ["flood"], "invariant_source": "spec", "extras": {}}
+        summary = {"setups": ["vtc"], "patterns": ["flood"], "extras": {}}
         return {"summary": summary, "cells": {("vtc", "flood"): c}, "claimed_broken": True, "wall_s": 1.0,
                 "evaluations": 1}
 

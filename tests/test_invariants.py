@@ -16,10 +16,10 @@ from tenantry.model.workload import Request
 from tenantry.spec.invariants import (
     INVARIANTS, Finding, check_history, check_pair, config_from_dict, relabel_contents, unknown_without_steps,
 )
-from tenantry.spec.invariants_core import ample_kv, largest_charge
+from tenantry.spec.invariants_core import dedup, ample_kv, largest_charge
 from tenantry.spec.invariants_run import run_checked
 from tenantry.testing.strategies import workloads
-from tenantry.testing.mutants import MUTANTS, applied
+from tenantry.testing.mutants import MUTANTS
 
 KILLERS = {k: m for m in MUTANTS.values() for k in m.killers}
 
@@ -41,30 +41,38 @@ def test_invariant_holds_on_the_model(inv_id, data):
     m = KILLERS[inv_id]
     cfg = m.config
     assert INVARIANTS[inv_id].applies(cfg)
-    reqs, canc = data.draw(workloads(cfg, **m.shape), label="workload")
+    wl = data.draw(workloads(cfg, **m.shape), label="workload")
     if inv_id in ("DETERMINISM", "NONINTERFERENCE"):
-        a = run_checked(cfg, reqs, cancellations=canc, max_steps=300, ids=()).history
-        other = reqs if inv_id == "DETERMINISM" else relabel_contents(reqs, "b", 1 << 20)
-        b = run_checked(cfg, other, cancellations=canc, max_steps=300, ids=()).history
+        a = run_checked(cfg, wl, max_steps=300, ids=()).history
+        other = wl if inv_id == "DETERMINISM" else relabel_contents(wl, "b", 1 << 20)
+        b = run_checked(cfg, other, max_steps=300, ids=()).history
         found = check_pair(inv_id, a, b, **({} if inv_id == "DETERMINISM" else {"observer": "a"}))
     else:
-        found = run_checked(cfg, reqs, cancellations=canc, max_steps=300, ids=(inv_id,)).findings
+        found = run_checked(cfg, wl, max_steps=300, ids=(inv_id,)).findings
     assert not found, "\n".join(map(str, found))
 
 
-def test_finding_renders_one_sentence():
+def test_finding_renders_one_line_and_round_trips_as_json():
     f = Finding("KV-CAP", 7, ("a",), (3, 4), 13, 12, "a tenant's sequences hold more blocks than its cap")
-    assert str(f) == ("KV-CAP at step 7 (tenants a; requests 3, 4): a tenant's sequences hold more blocks than its "
-                      "cap (observed 13, allowed 12).")
-    assert str(Finding("DETERMINISM", None, message="x", observed=1.5, allowed=2)) == (
-        "DETERMINISM at whole run: x (observed 1.5, allowed 2).")
+    assert f.render() == str(f) == ("KV-CAP step 7 tenant a requests 3, 4: a tenant's sequences hold more blocks "
+                                    "than its cap (observed 13, allowed 12)")
+    assert str(Finding("DETERMINISM", None, message="x", observed=1.5, allowed=2, call="plan_step")) == (
+        "DETERMINISM whole run call plan_step: x (observed 1.5, allowed 2)")
+    assert Finding.from_json(f.to_json()) == f
+
+
+def test_dedup_folds_repeats_into_the_first_with_a_count():
+    a = [Finding("KV-CONSERVE", k, (), (), 1, 0, "leak") for k in (3, 4, 5)]
+    b = Finding("NO-LOSS", 4, ("t",), (9,), 0, 1, "lost")
+    out = dedup(a + [b, Finding("NO-LOSS", 6, ("t",), (9,), 0, 1, "lost")])
+    assert [(f.invariant, f.step, f.count) for f in out] == [("KV-CONSERVE", 3, 3), ("NO-LOSS", 4, 2)]
+    assert out[0].render().endswith("[3 times from this step on]")
 
 
 def _cap_mutant_history():
     m = MUTANTS["no_tenant_kv_cap"]
     reqs = [Request(0, "a", 0.0, 200, 4), Request(1, "b", 0.0, 20, 2)]
-    with applied(m):
-        return m.config, simulate(m.config, reqs)
+    return m.config, simulate(m.config, reqs, variant=m.variant)
 
 
 def test_history_form_judges_a_history_read_back(tmp_path):
@@ -121,8 +129,7 @@ def test_vtc_gap_bound_without_the_last_left_lift_is_exceeded():
     reqs += [Request(200 + i, "a", 153.0, 30, 2) for i in range(10)]
     run = run_checked(cfg, reqs)
     assert run.findings == ()
-    with applied(MUTANTS["vtc_no_lift"]):
-        gaps = [f.observed for f in run_checked(cfg, reqs, ids=("VTC-GAP",)).findings]
+    gaps = [f.observed for f in run_checked(cfg, reqs, ids=("VTC-GAP",), variant=MUTANTS["vtc_no_lift"].variant).findings]
     assert largest_charge(cfg) == 800.0
     assert max(gaps) == 1568.0
 
@@ -184,7 +191,7 @@ def test_fairness_bounds_hold_when_pushed(policy):
     @settings(max_examples=max(10, settings.default.max_examples // 2))
     @given(workloads(cfg, max_requests=14, long_outputs=True, idle_gaps=True))
     def pushed(wl):
-        run = run_checked(cfg, wl[0], cancellations=wl[1], max_steps=600)
+        run = run_checked(cfg, wl, max_steps=600)
         assert run.findings == (), "\n".join(map(str, run.findings))
         if policy in ("vtc", "drr_tokens"):
             ratio = _worst_gap_ratio(run.history, cfg, policy)
@@ -202,8 +209,7 @@ def test_history_forms_of_the_gap_bounds_bite():
     reqs = [Request(i, "a", float(3 * i), 30, 2) for i in range(50)]
     reqs += [Request(100 + i, "b", 151.0, 30, 2) for i in range(30)]
     reqs += [Request(200 + i, "a", 153.0, 30, 2) for i in range(10)]
-    with applied(MUTANTS["vtc_no_lift"]):
-        h = simulate(cfg, reqs)
+    h = simulate(cfg, reqs, variant=MUTANTS["vtc_no_lift"].variant)
     found = check_history(h, cfg, ids=("VTC-GAP",))
     assert found and found[0].allowed == 256.0 and found[0].tenants == ("a", "b")  # D = min(30+2*64, 2*64) = 128
     assert check_history(simulate(cfg, reqs), cfg) == []
@@ -213,8 +219,7 @@ def test_history_forms_of_the_gap_bounds_bite():
                     cost=CostConfig(mode="unit", unit_step_s=1.0))
     flood = [Request(i, "hi", float(i), 16, 4) for i in range(60)] + [Request(100 + i, "lo", 0.0, 16, 4)
                                                                       for i in range(10)]
-    with applied(MUTANTS["floors_strict_priority"]):
-        starved = simulate(floors, flood)
+    starved = simulate(floors, flood, variant=MUTANTS["floors_strict_priority"].variant)
     found = check_history(starved, floors, ids=("FLOOR",))
     assert found and found[0].allowed == 2 * 2.0 * 20 / 0.5  # D = w_out * M = 2 * (1 slot * 20 tokens)
     assert check_history(simulate(floors, flood), floors) == []

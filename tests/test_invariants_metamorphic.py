@@ -53,7 +53,7 @@ def test_scaling_every_weight_changes_no_decision(policy, factor):
     @FEW
     @given(workloads(cfg, big=True, shared_prefixes=True))
     def same(wl):
-        reqs, _ = wl
+        reqs = wl.requests
         assert decisions(simulate(scaled, reqs, max_steps=400)) == decisions(simulate(cfg, reqs, max_steps=400))
 
     same()
@@ -68,7 +68,7 @@ def test_renaming_tenants_changes_no_decision(policy):
     @FEW
     @given(workloads(cfg, big=True, shared_prefixes=True))
     def same(wl):
-        reqs, _ = wl
+        reqs = wl.requests
         moved = [attrs.evolve(r, tenant=new[r.tenant]) for r in reqs]
         assert decisions(simulate(renamed, moved, max_steps=400)) == decisions(
             simulate(cfg, reqs, max_steps=400), rename=new)
@@ -84,7 +84,7 @@ def test_a_tenant_alone_gets_the_whole_replica(policy):
     @FEW
     @given(workloads(cfg, long_outputs=True, bursty=True))
     def same(wl):
-        reqs = [attrs.evolve(r, tenant="b") for r in wl[0]]
+        reqs = [attrs.evolve(r, tenant="b") for r in wl]
         h_many, h_one = simulate(cfg, reqs, max_steps=400), simulate(alone, reqs, max_steps=400)
         assert decisions(h_many) == decisions(h_one)
         for s in h_many.steps:  # ample pool: work left waiting means every slot or every token was used

@@ -23,7 +23,7 @@ from tenantry.model.simulate import simulate
 from tenantry.model.state import free_blocks, initial_state
 from tenantry.model.step import step
 from tenantry.model.traces import seed001_workload
-from tenantry.model.workload import Request, StepInput, Workload
+from tenantry.model.workload import Request, StepInput, Workload, as_workload
 
 
 def unit_config(**kw) -> Config:
@@ -81,7 +81,7 @@ def test_request_larger_than_pool_is_rejected_at_admission_and_does_not_block():
 
 def test_cancellation_releases_every_block():
     cfg = unit_config()
-    h = simulate(cfg, [R(0, prompt=40, out=50), R(1, "b", prompt=40, out=50)], cancellations=[(3.0, 0), (3.0, 1)])
+    h = simulate(cfg, [R(0, prompt=40, out=50, cancel_s=3.0), R(1, "b", prompt=40, out=50, cancel_s=3.0)])
     assert [r.outcome for r in h.requests] == ["cancelled", "cancelled"]
     assert h.steps[-1].free_blocks == 64 and sum(h.steps[-1].blocks_in_use.values()) == 0
 
@@ -151,11 +151,11 @@ def test_same_inputs_give_byte_identical_history(tmp_path):
     paths = []
     for k in range(2):
         p = tmp_path / f"h{k}.jsonl"
-        write_history(simulate(_feature_run(), wl, cancellations=[(4.0, 7)], header={"seed": 1}), p)
+        write_history(simulate(_feature_run(), as_workload(wl).with_cancellations([(4.0, 7)]), header={"seed": 1}), p)
         paths.append(p)
     assert paths[0].read_bytes() == paths[1].read_bytes()
     back = read_history(paths[0])
-    assert back.requests == simulate(_feature_run(), wl, cancellations=[(4.0, 7)]).requests
+    assert back.requests == simulate(_feature_run(), as_workload(wl).with_cancellations([(4.0, 7)])).requests
 
 
 def test_a_killed_writer_leaves_the_old_file(tmp_path):

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import pytest
 
+import pickle
+
 from tenantry.model import policies
 from tenantry.model import step as step_mod
+from tenantry.model.workload import Request, Workload
 from tenantry.spec.invariants import INVARIANTS
-from tenantry.testing.mutants import MUTANTS, applied
-from tenantry.testing.hunt import hunt, shrink
+from tenantry.testing.mutants import MUTANTS
+from tenantry.testing.hunt import hunt
+from tenantry.testing.shrink import first_failing, shrink
 
 CASES = [(m.name, k) for m in MUTANTS.values() for k in m.killers]
 REPORT: dict[tuple[str, str], str] = {}
@@ -24,7 +28,7 @@ REPORT: dict[tuple[str, str], str] = {}
 def test_mutant_is_killed(mutant, killer):
     kill = hunt(MUTANTS[mutant], killer)
     assert kill is not None, f"mutant {mutant} survived {killer}"
-    assert 1 <= len(kill.requests) <= 20 and kill.steps >= 1
+    assert 1 <= len(kill.workload) <= 20 and kill.steps >= 1
     REPORT[(mutant, killer)] = kill.line()
     print(kill.line())
 
@@ -40,20 +44,20 @@ def test_every_invariant_kills_some_mutant():
     assert {k for _, k in CASES} == set(INVARIANTS)
 
 
-def test_mutants_restore_the_model():
-    before = (dict(vars(step_mod._Step)), dict(policies.ORDER), dict(policies.VICTIM), step_mod.prefix_keys)
+def test_mutants_are_values_not_patches():
+    """A mutant is a Step subclass passed as an argument: nothing global changes, and it pickles by name."""
+    before = (dict(vars(step_mod.Step)), dict(policies.ORDER), dict(policies.VICTIM))
     for m in MUTANTS.values():
-        with applied(m):
-            pass
-    after = (dict(vars(step_mod._Step)), dict(policies.ORDER), dict(policies.VICTIM), step_mod.prefix_keys)
-    assert after == before
+        assert issubclass(m.variant, step_mod.Step) and m.variant is not step_mod.Step
+        assert pickle.loads(pickle.dumps(m)) == m
+    assert (dict(vars(step_mod.Step)), dict(policies.ORDER), dict(policies.VICTIM)) == before
 
 
-def test_shrink_keeps_only_needed_requests():
-    reqs = tuple(range(6))
-    wl = (tuple(type("R", (), {"request_id": i})() for i in reqs), ((0.0, 2),))
-    small = shrink(wl, lambda w: {r.request_id for r in w[0]} >= {1, 4})
-    assert [r.request_id for r in small[0]] == [1, 4] and small[1] == ()
+def test_shrink_keeps_only_needed_requests_and_their_cancellations():
+    wl = Workload(tuple(Request(i, "a", 0.1 * i, 32, 4, cancel_s=0.5 if i == 2 else None) for i in range(6)))
+    small = shrink(wl, first_failing(lambda w: {r.request_id for r in w} >= {1, 4}),
+                   phases=("requests", "cancellations")).workload
+    assert [r.request_id for r in small] == [1, 4] and small.cancellations == ()
 
 
 #: (mutant, killer) pairs whose history form alone (no state checks: the path for a

@@ -1,7 +1,7 @@
 """The Z3 encodings agree with the Python model (SPEC.md 8.1).
 
 Each test draws a concrete state and input, runs the model's own rule (the
-``_Step`` phase or policy function the encoding claims to describe), and
+``Step`` phase or policy function the encoding claims to describe), and
 evaluates the encoding's transition on the same values: the encoding must
 admit what the model did and compute the same post-state.  The ``*_runs``
 tests evaluate each proved invariant, as the Z3 formula, on every state of
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tenantry.model.config import AdmissionConfig, Config, CostConfig, EvictionConfig, OrderConfig, TenantConfig
 from tenantry.model.policies import SelectView, refill_drr, select_aging, select_drr, select_floors, select_priority
 from tenantry.model.state import prefix_keys
-from tenantry.model.step import _Step, step
+from tenantry.model.step import Step, step
 from tenantry.model.workload import Request, StepInput
 from tenantry.proofs import bucket, drr, evict, kv, priority, vtc
 from tenantry.proofs.agree import apply, arr, holds
@@ -85,7 +85,7 @@ def test_vtc_join_is_the_model_lift(data):
     idle = [j for j, t in enumerate(state.tenants) if not t.queue]
     assume(idle)
     i = data.draw(st.sampled_from(idle))
-    s = _Step(cfg, state)
+    s = Step(cfg, state)
     s.arrive(Request(999, f"t{i}", 0.0, 1, 1))
     guard, post, p = vtc.join(Domain("N", n), vtc_pre(cfg, state), "j", lift=lift)
     got = apply(guard, [p["i"] == i, p["r"] == 0], {**{f"c{j}": post["c"][j] for j in range(n)}, "ll": post["ll"],
@@ -106,7 +106,7 @@ def test_vtc_pick_and_prompt_charge_are_the_model_s(data):
     cfg = vtc_config(weights, max_num_seqs=len(state0.running) + 1)
     state = build_state(cfg, specs, last_left_counter=data.draw(QUARTERS))
     assume(any(t.queue for t in state.tenants))
-    s = _Step(cfg, state)
+    s = Step(cfg, state)
     s.schedule_waiting()
     new = [q for rid, q in s.running.items() if rid not in {x.request_id for x in state.running}]
     assert len(new) == 1  # ample pool, one free slot: exactly one pick
@@ -312,7 +312,7 @@ def test_bucket_admission_and_refill_are_the_model_s(level, dt, prompt, rate):
     lvl0 = min(burst, level / 2)
     state = build_state(cfg, [TenantSpec(bucket_tokens=lvl0)], t_s=float(dt))
     state = attrs.evolve(state, tenants=(state.tenants[0]._replace(bucket_t_s=0.0),))
-    s = _Step(cfg, state)
+    s = Step(cfg, state)
     s.arrive(Request(0, "a", float(dt), prompt, 1))
     queued = any(e.kind == "queued" for e in s.events)
     dom = Domain("N", 1)
@@ -348,7 +348,7 @@ def test_eviction_choice_and_counts_are_the_model_s(data):
                  cost=CostConfig(mode="unit"),
                  eviction=EvictionConfig(victim=victim, min_free_blocks=mf, max_evictions=k_max))
     state = build_state(cfg, specs)
-    s = _Step(cfg, state)
+    s = Step(cfg, state)
     s.schedule_running()
     pre = {q.request_id: q for q in state.running}
     requester = state.running[0].request_id

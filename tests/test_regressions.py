@@ -18,7 +18,7 @@ from tenantry.model.workload import Request, StepInput
 from tenantry.spec.invariants import check_history, check_state
 from tenantry.spec.invariants_core import largest_charge
 from tenantry.spec.invariants_run import run_checked
-from tenantry.testing.mutants import MUTANTS, applied
+from tenantry.testing.mutants import MUTANTS
 
 UNIT = CostConfig(mode="unit", unit_step_s=1.0)
 
@@ -77,8 +77,7 @@ def test_priority_preempted_request_is_never_in_its_steps_batch():
     assert dict(steps[55].batch).get(0) == 1
     for s in preempting:
         assert s.preempted == (0,) and 0 not in dict(s.batch)
-    with applied(MUTANTS["preempted_left_in_batch"]):
-        bad = run_checked(cfg, reqs, ids=("BATCH-LIMITS",))
+    bad = run_checked(cfg, reqs, ids=("BATCH-LIMITS",), variant=MUTANTS["preempted_left_in_batch"].variant)
     assert bad.findings and bad.findings[0].step == 56 and bad.findings[0].requests == (0,)
 
 

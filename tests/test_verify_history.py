@@ -10,7 +10,7 @@ from tenantry.cli import main
 from tenantry.model.config import AdmissionConfig, Config, OrderConfig, TenantConfig
 from tenantry.model.history import read_history, write_history
 from tenantry.model.simulate import simulate
-from tenantry.model.workload import Request, Workload
+from tenantry.model.workload import Request, Workload, as_workload
 from tenantry.verify.offline import check_placement, verify_history
 
 CFG = Config(
@@ -26,7 +26,7 @@ WL = Workload(tuple(Request(i, "a", 0.0, 100, 12) for i in range(6))
 
 @pytest.fixture(scope="module")
 def clean():
-    return simulate(CFG, WL, cancellations=[(0.05, 7)])
+    return simulate(CFG, as_workload(WL).with_cancellations([(0.05, 7)]))
 
 
 def _verify(tmp_path, history, name):
@@ -54,7 +54,7 @@ def test_vanished_request_breaks_no_loss(tmp_path, clean):
     code, found = _verify(tmp_path, attrs.evolve(clean, steps=steps, requests=reqs), "lost")
     assert code == 1
     f = found[0]
-    assert (f["invariant"], f["step_index"], f["request_id"], f["tenant"]) == ("NO-LOSS", k + 1, victim.request_id, "b")
+    assert (f["invariant"], f["step"], f["requests"][-1], f["tenants"]) == ("NO-LOSS", k + 1, victim.request_id, ["b"])
 
 
 def test_tenant_over_its_cap_breaks_kv_cap(tmp_path, clean):
@@ -66,8 +66,8 @@ def test_tenant_over_its_cap_breaks_kv_cap(tmp_path, clean):
     assert code == 1
     f = next(f for f in found if f["invariant"] == "KV-CAP")
     a_running = [x for x in s.running if clean.requests[x].tenant == "a"]
-    assert (f["step_index"], f["tenant"], f["observed"], f["allowed"]) == (k, "a", 30, 24)
-    assert f["request_id"] == max(a_running)
+    assert (f["step"], f["tenants"], f["observed"], f["allowed"]) == (k, ["a"], 30, 24)
+    assert max(a_running) in f["requests"]
 
 
 def test_overfull_queue_breaks_queue_bound(tmp_path, clean):
@@ -80,13 +80,13 @@ def test_overfull_queue_breaks_queue_bound(tmp_path, clean):
     code, found = _verify(tmp_path, attrs.evolve(clean, requests=reqs), "queue")
     assert code == 1
     f = next(f for f in found if f["invariant"] == "QUEUE-BOUND")
-    assert (f["step_index"], f["tenant"], f["allowed"]) == (k, "a", 2)
-    assert f["observed"] == 3 and f["request_id"] == refused[-1].request_id
+    assert (f["step"], f["tenants"], f["allowed"]) == (k, ["a"], 2)
+    assert f["observed"] == 3 and f["requests"][-1] == refused[-1].request_id
 
 
 def test_placement_holds_on_model_histories_with_cancels_and_evictions():
     cfg = attrs.evolve(CFG, num_blocks=14, tenants=(TenantConfig("a", queue_bound=2), TenantConfig("b")))
-    h = simulate(cfg, WL, cancellations=[(0.03, 1), (0.05, 7)])
+    h = simulate(cfg, as_workload(WL).with_cancellations([(0.03, 1), (0.05, 7)]))
     assert sum(len(s.preempted) for s in h.steps) > 0
     assert check_placement(h) == [] and verify_history(h) == []
 

@@ -37,7 +37,7 @@ def test_clean_target_matrix(tmp_path, on_path, capsys):
     sybil = rep["cells"][1]
     assert sybil["objective"] == "contended_share" and 0.0 < sybil["score"] < 1.0
     cell = json.loads((out / "cells" / "minisched.tenantry_adapter_make_scheduler" / "sybil" / "cell.json").read_text())
-    assert cell["broken"] == {} and cell["replay"].startswith("tenantry verify --target minisched.tenantry_adapter")
+    assert cell["findings"] == [] and cell["replay"].startswith("tenantry verify --target minisched.tenantry_adapter")
     assert "| minisched.tenantry_adapter_make_scheduler |" in (out / "report.md").read_text()
     assert not (out / "stale.png").exists() and not (out / "cells" / "old").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder left behind
@@ -55,7 +55,7 @@ def test_buggy_target_matrix_and_replay(tmp_path, on_path):
     code2 = main(["verify", "--target", target, "--workload", str(wl), "--horizon-s", "16", "--out", str(tmp_path / "r2")])
     again = json.loads((tmp_path / "r2" / "report.json").read_text())
     assert code2 == 1
-    assert again["findings"][0]["step_index"] == cell["findings"][0]["step_index"]
+    assert again["findings"][0]["step"] == cell["findings"][0]["step"]
 
 
 HOSTILE = '''

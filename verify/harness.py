@@ -2,7 +2,7 @@
 
 The :class:`Harness` owns the clock (the cost model of the claimed config),
 the workload and token production; the scheduler only plans.  After every
-plan it checks the protocol (:data:`~tenantry.verify.findings.PROTOCOL`)
+plan it checks the protocol (:data:`~tenantry.verify.protocol.PROTOCOL`)
 and the safety invariants it can see from the outside (KV-CAP, KV-CONSERVE,
 BATCH-LIMITS, QUEUE-BOUND, NO-LOSS), plus the claimed ones (WORK-CONSERVING,
 EVICT-BOUNDED, EVICT-COOLDOWN, SALT-ISOLATION); when the scheduler claims the
@@ -25,14 +25,16 @@ import attrs
 from tenantry.model.config import Config
 from tenantry.model.history import REJECT_REASONS, History, RequestRecord, StepRecord
 from tenantry.model.policies import step_duration_s
-from tenantry.model.simulate import Feed, config_to_dict
+from tenantry.model.simulate import config_to_dict, drive
 from tenantry.model.state import initial_state
-from tenantry.model.workload import Request
+from tenantry.model.workload import Request, StepInput, Workload
 
 from .protocol import Claims, Plan, PlanError, StepResults, config_with_tenants, normalise_plan, plan_key
 from .calls import Caller, CallFailure
 from .harness_checks import Checks
-from .findings import Finding
+from tenantry.spec.invariants_core import Finding
+
+from .protocol import finding
 
 #: Seconds the factory may take (at least): building a scheduler may import a
 #: large package (vLLM takes 10-20 s on a loaded 2-core machine).
@@ -71,7 +73,7 @@ class _Req:
 def _fail_finding(f: CallFailure, k: int | None) -> Finding:
     inv = "ADAPTER-HANG" if f.kind == "timeout" else "ADAPTER-RAISED"
     where = f" at {f.where}" if f.where else ""
-    return Finding(inv, k, f"{f.call} {'hung' if f.kind == 'timeout' else 'raised'}: {f.detail}{where}",
+    return finding(inv, k, f"{f.call} {'hung' if f.kind == 'timeout' else 'raised'}: {f.detail}{where}",
                    call=f.call, observed=f.detail)
 
 
@@ -138,7 +140,7 @@ class Harness(Checks):
             return h
         if not isinstance(claims, Claims):
             h = cls(None, Claims(_empty_config(tenants)), _empty_config(tenants), caller, reference=False)
-            h._stop(Finding("ADAPTER-CLAIMS", None, f"adapter.claims is a {type(claims).__name__}, not a Claims",
+            h._stop(finding("ADAPTER-CLAIMS", None, f"adapter.claims is a {type(claims).__name__}, not a Claims",
                             call="claims", observed=type(claims).__name__))
             return h
         config = config_with_tenants(claims.config, tenants)
@@ -202,7 +204,7 @@ class Harness(Checks):
 
     def _reject(self, q: _Req, reason: Any, retry: Any, t_s: float, call: str) -> None:
         if reason not in REJECT_REASONS:
-            self._find(Finding("NO-LOSS", self.k, f"request {q.r.request_id} was rejected with reason {reason!r}, "
+            self._find(finding("NO-LOSS", self.k, f"request {q.r.request_id} was rejected with reason {reason!r}, "
                                f"not one of {', '.join(REJECT_REASONS)}", tenant=q.r.tenant,
                                request_id=q.r.request_id, observed=reason, allowed=list(REJECT_REASONS), call=call))
             reason = None
@@ -214,7 +216,11 @@ class Harness(Checks):
 
     # --- one step -----------------------------------------------------------------------
 
-    def step(self, arrivals: Iterable[Request] = (), cancellations: Iterable[int] = ()) -> StepRecord | None:
+    def idle(self, until_s: float) -> None:
+        """The empty replica waits until ``until_s`` (seconds)."""
+        self.t_s = max(self.t_s, until_s)
+
+    def step(self, inputs: StepInput = StepInput()) -> StepRecord | None:
         """Deliver the inputs, get the scheduler's plan, check it, execute it.
 
         Returns the step's snapshot, or None if the run is stopped (a finding
@@ -222,7 +228,7 @@ class Harness(Checks):
         """
         if self.stopped:
             return None
-        arrivals, cancellations = tuple(arrivals), tuple(cancellations)
+        arrivals, cancellations = tuple(inputs.arrivals), tuple(inputs.cancellations)
         k, t = self.k, self.t_s
         self._step_rejections = set()
         arrived, _ = self.deliver(arrivals, cancellations)
@@ -234,7 +240,7 @@ class Harness(Checks):
         try:
             plan = normalise_plan(raw)
         except PlanError as e:
-            self._stop(Finding("PLAN-MALFORMED", k, f"plan_step returned a bad plan: {e}", call="plan_step",
+            self._stop(finding("PLAN-MALFORMED", k, f"plan_step returned a bad plan: {e}", call="plan_step",
                                observed=repr(e.value)[:200]))
             return None
         self.plans.append(("plan", k, plan_key(plan)))
@@ -250,7 +256,7 @@ class Harness(Checks):
         self.idle_steps = 0 if progress else self.idle_steps + 1
         if self.idle_steps > self.config.eviction.cooldown_steps + 1 and self.has_work():
             head = min(self.live.values(), key=lambda q: q.r.request_id)
-            self._stop(Finding("NO-LOSS", k, f"the scheduler made no progress for {self.idle_steps} steps while "
+            self._stop(finding("NO-LOSS", k, f"the scheduler made no progress for {self.idle_steps} steps while "
                                f"{len(self.live)} requests wait; request "
                                f"{head.r.request_id} can never end", tenant=head.r.tenant,
                                request_id=head.r.request_id, observed=self.idle_steps,
@@ -258,7 +264,7 @@ class Harness(Checks):
         return rec
 
     def _proto(self, inv: str, msg: str, q: _Req | None = None, rid: int | None = None, **kw: Any) -> None:
-        self._stop(Finding(inv, self.k, msg, tenant=q.r.tenant if q else None,
+        self._stop(finding(inv, self.k, msg, tenant=q.r.tenant if q else None,
                            request_id=q.r.request_id if q else rid, call="plan_step", **kw))
 
     def _live(self, rid: int, what: str) -> _Req | None:
@@ -308,7 +314,7 @@ class Harness(Checks):
             self.stats["preemptions"] += 1
             kmax = cfg.eviction.max_evictions
             if "EVICT-BOUNDED" in self.claimed and kmax is not None and q.preemptions > kmax:
-                self._find(Finding("EVICT-BOUNDED", k, f"request {rid} was preempted {q.preemptions} times; the "
+                self._find(finding("EVICT-BOUNDED", k, f"request {rid} was preempted {q.preemptions} times; the "
                                    f"scheduler claims at most {kmax} (then reject evicted_too_often)",
                                    tenant=q.r.tenant, request_id=rid, observed=q.preemptions, allowed=kmax,
                                    call="plan_step"))
@@ -336,7 +342,7 @@ class Harness(Checks):
                                        f"{q.target} tokens with the prefix cache on ({cfg.prefix_cache})", q,
                                        observed=c0, allowed=0)
                 if "EVICT-COOLDOWN" in self.claimed and q.ready_step > k:
-                    self._find(Finding("EVICT-COOLDOWN", k, f"request {rid} re-enters the batch at step {k}, before "
+                    self._find(finding("EVICT-COOLDOWN", k, f"request {rid} re-enters the batch at step {k}, before "
                                        f"its cooldown ends (step {q.ready_step})", tenant=q.r.tenant,
                                        request_id=rid, observed=k, allowed=q.ready_step, call="plan_step"))
             else:
@@ -369,7 +375,7 @@ class Harness(Checks):
             return None
         batched = sum(n for _, n, _, _ in entries)
         if batched > cfg.token_budget or len(running) > cfg.max_num_seqs:
-            self._stop(Finding("BATCH-LIMITS", k, f"the step batches {batched} tokens over {len(running)} running "
+            self._stop(finding("BATCH-LIMITS", k, f"the step batches {batched} tokens over {len(running)} running "
                                f"requests; limits: {cfg.token_budget} tokens, {cfg.max_num_seqs} sequences",
                                observed=[batched, len(running)], allowed=[cfg.token_budget, cfg.max_num_seqs],
                                call="plan_step"))
@@ -464,23 +470,12 @@ class Harness(Checks):
 
     # --- a whole workload -----------------------------------------------------------------
 
-    def run(self, requests: Iterable[Request], *, cancellations: Iterable[tuple[float, int]] = (),
-            horizon_s: float | None = None, max_steps: int | None = 100_000) -> None:
-        """Run a workload to its end (or the horizon / step limit), as
-        :func:`~tenantry.model.simulate.simulate` does: arrivals go to the
-        first step starting at or after their ``arrival_s``; an empty replica
-        idles to the next arrival."""
-        feed = Feed(requests, cancellations)
-        while not self.stopped and (max_steps is None or self.k < max_steps):
-            if not self.has_work():
-                nxt = feed.next_arrival_s
-                if nxt is None or (horizon_s is not None and nxt >= horizon_s):
-                    break
-                self.t_s = max(self.t_s, nxt)
-            if horizon_s is not None and self.t_s >= horizon_s:
-                break
-            due = feed.due(self.t_s)
-            self.step(due.arrivals, due.cancellations)
+    def run(self, workload: Workload | Iterable[Request], *, horizon_s: float | None = None,
+            max_steps: int | None = 100_000) -> None:
+        """Run a workload (cancellations included) to its end, the horizon or the
+        step limit, through the one driver loop :func:`~tenantry.model.simulate.drive`."""
+        for _ in drive(self, workload, horizon_s=horizon_s, max_steps=max_steps):
+            pass
 
     def close(self) -> None:
         """Release the worker thread."""

@@ -2,7 +2,7 @@
 :class:`~tenantry.verify.harness.Harness`).
 
 Each method reads the harness's records of the requests and appends
-:class:`~tenantry.verify.findings.Finding` values; those that make the
+:class:`~tenantry.spec.invariants_core.Finding` values; those that make the
 run meaningless stop it.  Ids: KV-CAP, KV-CONSERVE, SALT-ISOLATION,
 QUEUE-BOUND, WORK-CONSERVING (DESIGN.md "Invariants") and REF-DIVERGENCE.
 """
@@ -17,7 +17,9 @@ from tenantry.model.step import idle, step as model_step
 from tenantry.model.workload import StepInput
 
 from .protocol import Plan
-from .findings import Finding
+from tenantry.spec.invariants_core import Finding
+
+from .protocol import finding
 
 
 class Checks:
@@ -36,7 +38,7 @@ class Checks:
             if bound is not None and n > bound:
                 newest = max((q for q in self.live.values() if q.status == "waiting" and q.fresh
                               and q.r.tenant == name), key=lambda q: q.r.request_id)
-                self._stop(Finding("QUEUE-BOUND", self.k, f"tenant {name} has {n} requests queued, over its bound "
+                self._stop(finding("QUEUE-BOUND", self.k, f"tenant {name} has {n} requests queued, over its bound "
                                    f"{bound}; request {newest.r.request_id} should have been refused queue_full",
                                    tenant=name, request_id=newest.r.request_id, observed=n, allowed=bound,
                                    call="add_request"))
@@ -53,7 +55,7 @@ class Checks:
             if rid not in live and (b if isinstance(b, int) else len(b)):
                 q = self.reqs.get(rid)
                 state = q.status if q else "never given"
-                self._stop(Finding("KV-CONSERVE", k, f"request {rid} holds {b if isinstance(b, int) else len(b)} "
+                self._stop(finding("KV-CONSERVE", k, f"request {rid} holds {b if isinstance(b, int) else len(b)} "
                                    f"KV blocks but is not running ({state}): the blocks leak",
                                    tenant=q.r.tenant if q else None, request_id=rid, observed=b, allowed=0,
                                    call="plan_step"))
@@ -67,7 +69,7 @@ class Checks:
             q.ids, q.blocks = ids, (len(ids) if isinstance(b, tuple) else b)
             need = cfg.blocks_for(after.get(rid, q.computed))
             if q.blocks < need:
-                return self._stop(Finding("KV-CONSERVE", k, f"request {rid} has {after.get(rid, q.computed)} tokens "
+                return self._stop(finding("KV-CONSERVE", k, f"request {rid} has {after.get(rid, q.computed)} tokens "
                                           f"of KV in {q.blocks} blocks; it needs {need}", tenant=q.r.tenant,
                                           request_id=rid, observed=q.blocks, allowed=need, call="plan_step"))
             tenant_blocks[q.r.tenant] = tenant_blocks.get(q.r.tenant, 0) + q.blocks
@@ -82,17 +84,17 @@ class Checks:
             plan.used_blocks if plan.used_blocks is not None else sum(q.blocks for q in running))
         self.used_blocks = used
         if used > cfg.num_blocks:
-            return self._stop(Finding("KV-CAP", k, f"{used} KV blocks are in use; the pool has {cfg.num_blocks}",
+            return self._stop(finding("KV-CAP", k, f"{used} KV blocks are in use; the pool has {cfg.num_blocks}",
                                       observed=used, allowed=cfg.num_blocks, call="plan_step"))
         if plan.free_blocks is not None and plan.free_blocks + used != cfg.num_blocks:
-            return self._stop(Finding("KV-CONSERVE", k, f"free blocks ({plan.free_blocks}) plus blocks held ({used}) "
+            return self._stop(finding("KV-CONSERVE", k, f"free blocks ({plan.free_blocks}) plus blocks held ({used}) "
                                       f"is {plan.free_blocks + used}, not the pool's {cfg.num_blocks}",
                                       observed=plan.free_blocks + used, allowed=cfg.num_blocks, call="plan_step"))
         if cfg.admission.kv_cap:
             for name, b in tenant_blocks.items():
                 cap = cfg.tenants[cfg.tenant_index(name)].kv_block_cap
                 if cap is not None and b > cap:
-                    return self._stop(Finding("KV-CAP", k, f"tenant {name} holds {b} KV blocks, over its cap {cap}",
+                    return self._stop(finding("KV-CAP", k, f"tenant {name} holds {b} KV blocks, over its cap {cap}",
                                               tenant=name, observed=b, allowed=cap, call="plan_step"))
         for q, n, c0, entering in entries:
             ids = q.ids
@@ -106,7 +108,7 @@ class Checks:
                         continue
                     self.stats["cross_tenant_hit_blocks"] += 1
                     if "SALT-ISOLATION" in self.claimed and w[1] != q.salt:
-                        return self._stop(Finding("SALT-ISOLATION", k, f"request {q.r.request_id} (tenant "
+                        return self._stop(finding("SALT-ISOLATION", k, f"request {q.r.request_id} (tenant "
                                                   f"{q.r.tenant}) reuses cached block {bid!r} written by tenant "
                                                   f"{w[0]} under another salt", tenant=q.r.tenant,
                                                   request_id=q.r.request_id, observed=w[0], call="plan_step"))
@@ -127,12 +129,12 @@ class Checks:
                     continue
                 rid = q.r.request_id
                 if cfg.prefix_cache == "off":
-                    self._stop(Finding("KV-CONSERVE", k, f"block {bid!r} is held by requests {other.r.request_id} "
+                    self._stop(finding("KV-CONSERVE", k, f"block {bid!r} is held by requests {other.r.request_id} "
                                        f"and {rid} with the prefix cache off", tenant=q.r.tenant, request_id=rid,
                                        observed=other.r.request_id, call="plan_step"))
                     return True
                 if other.salt != q.salt and cfg.prefix_cache == "salted":
-                    self._stop(Finding("SALT-ISOLATION", k, f"block {bid!r} is shared by request "
+                    self._stop(finding("SALT-ISOLATION", k, f"block {bid!r} is shared by request "
                                        f"{other.r.request_id} (tenant {other.r.tenant}) and request {rid} "
                                        f"(tenant {q.r.tenant}) under different salts", tenant=q.r.tenant,
                                        request_id=rid, observed=other.r.tenant, call="plan_step"))
@@ -165,7 +167,7 @@ class Checks:
             need = cfg.blocks_for(q.target if cfg.prefix_cache != "off" else min(q.target, cfg.token_budget))
             cap = cfg.tenants[cfg.tenant_index(name)].kv_block_cap if cfg.admission.kv_cap else None
             if need <= free and (cap is None or held.get(name, 0) + need <= cap):
-                self._find(Finding("WORK-CONSERVING", k, f"request {q.r.request_id} of tenant {name} waits although "
+                self._find(finding("WORK-CONSERVING", k, f"request {q.r.request_id} of tenant {name} waits although "
                                    f"it fits: {seats} free seats, {budget} tokens of budget and {free} free blocks "
                                    f"left, it needs {need} blocks", tenant=name, request_id=q.r.request_id,
                                    observed=need, allowed=free, call="plan_step"))
@@ -197,7 +199,7 @@ class Checks:
             if ours != theirs:
                 self.diverged = True
                 diff = _first_difference(ours, theirs)
-                self._find(Finding("REF-DIVERGENCE", k, f"the {what} differs from the reference model "
+                self._find(finding("REF-DIVERGENCE", k, f"the {what} differs from the reference model "
                                    f"({cfg.order.policy}) first at step {k}: request {diff[0]} is {diff[1]} here, "
                                    f"{diff[2]} in the reference", request_id=diff[0],
                                    tenant=self.reqs[diff[0]].r.tenant if diff[0] in self.reqs else None,

@@ -17,8 +17,9 @@ from typing import Iterable
 from tenantry.model.config import Config
 from tenantry.model.history import History
 
-from .protocol import Claims
-from .findings import Finding, from_catalog
+from tenantry.spec.invariants_core import Finding
+
+from .protocol import Claims, finding
 
 #: Slack for comparing recorded times (seconds): the histories store floats in repr form.
 TIME_EPS = 1e-9
@@ -54,7 +55,7 @@ def check_placement(history: History) -> list[Finding]:
             placed = s.queued.get(tenant, 0) + sum(1 for rid in live if rid in running)
             if placed != len(live):
                 missing = [rid for rid in live if rid not in running]
-                out.append(Finding(
+                out.append(finding(
                     "NO-LOSS", s.step_index, f"after step {s.step_index} tenant {tenant} has {len(live)} admitted "
                     f"requests not ended, but {placed} are running or queued; among requests "
                     f"{', '.join(map(str, missing[:6]))} one is {'lost' if placed < len(live) else 'counted twice'}",
@@ -99,7 +100,7 @@ def locate(f: Finding, history: History) -> Finding:
     """
     import attrs
 
-    step, rid, tenant = f.step_index, f.request_id, f.tenant
+    step, rid, tenant = f.step, f.request_id, f.tenant
     recs = {r.request_id: r for r in history.requests}
     if step is None and rid is not None and rid in recs:
         r = recs[rid]
@@ -116,7 +117,8 @@ def locate(f: Finding, history: History) -> Finding:
         rid = max(cands) if cands else None
     if tenant is None and rid is not None and rid in recs:
         tenant = recs[rid].tenant
-    return attrs.evolve(f, step_index=step, request_id=rid, tenant=tenant)
+    return attrs.evolve(f, step=step, requests=f.requests or (() if rid is None else (rid,)),
+                        tenants=f.tenants or (() if tenant is None else (tenant,)))
 
 
 def verify_history(history: History, config: Config | None = None, claimed: Iterable[str] = ()) -> list[Finding]:
@@ -134,14 +136,7 @@ def verify_history(history: History, config: Config | None = None, claimed: Iter
     if config is None:
         config = config_from_dict(history.header.get("config") or {})
     claims = Claims(config, invariants=tuple(claimed))
-    found = [from_catalog(f) for f in check_history(history, claims)] + check_placement(history)
+    found = [f for f in check_history(history, claims)] + check_placement(history)
     found = [locate(f, history) for f in found]
-    found.sort(key=lambda f: (f.step_index if f.step_index is not None else -1, f.invariant))
+    found.sort(key=lambda f: (f.step if f.step is not None else -1, f.invariant))
     return found
-
-
-def finding_line(f: Finding) -> str:
-    """One line with the numbers: ``INVARIANT step k tenant t request r: message (observed X, allowed Y)``."""
-    nums = "" if f.observed is None and f.allowed is None else f" (observed {f.observed}, allowed {f.allowed})"
-    return f.render() + nums
-

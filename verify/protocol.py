@@ -37,6 +37,7 @@ import attrs
 from tenantry.model.config import Config, ConfigError, TenantConfig
 from tenantry.model.history import REJECT_REASONS
 from tenantry.model.workload import Request
+from tenantry.spec.invariants_core import Finding
 
 #: Claim-level invariant ids an adapter may assert in ``Claims.invariants``
 #: beyond those implied by its config (see :meth:`Claims.claimed`).
@@ -45,6 +46,34 @@ CLAIMABLE = (
     "TOKEN-BUCKET", "EVICT-MIN-FREE", "EVICT-COOLDOWN", "EVICT-BOUNDED", "VICTIM",
     "SALT-ISOLATION", "NONINTERFERENCE", "DETERMINISM",
 )
+
+
+#: Harness-level ids: the scheduler broke the adapter protocol, not an invariant.
+#: Impossible plans that an invariant already names are reported under it: a
+#: request twice in the batch, or preempted and batched in one step, is
+#: BATCH-LIMITS; an unknown or already ended request in a plan is NO-LOSS; more
+#: blocks than the pool is KV-CAP.
+PROTOCOL = {
+    "ADAPTER-RAISED": "a call into the scheduler raised an exception",
+    "ADAPTER-HANG": "a call into the scheduler did not return within the per-call timeout",
+    "ADAPTER-CLAIMS": "the adapter has no valid `claims` (a tenantry.verify.protocol.Claims)",
+    "PLAN-MALFORMED": "plan_step returned something that is not a Plan of the right shape",
+    "PLAN-NOT-RUNNING": "the plan preempts a request that holds no KV (not running)",
+    "PLAN-TOKENS": "a batch entry computes no token, or more tokens than the request has left",
+    "PLAN-COMPUTED": "a batch entry's computed_tokens disagrees with the tokens already computed",
+    "DETERMINISM": "two runs on the same inputs made different decisions",
+    "REF-DIVERGENCE": "the scheduler claims a reference policy but decided differently from the reference model",
+}
+
+
+
+
+def finding(invariant: str, step: int | None, message: str, *, tenant: str | None = None,
+            request_id: int | None = None, observed: Any = None, allowed: Any = None,
+            call: str | None = None) -> Finding:
+    """A :class:`~tenantry.spec.invariants_core.Finding` about one tenant and one request (the harness's usual case)."""
+    return Finding(invariant, step, () if tenant is None else (tenant,), () if request_id is None else (request_id,),
+                   observed, allowed, message, call)
 
 
 @attrs.frozen

@@ -11,10 +11,12 @@ from typing import Any, Callable, Iterable
 import attrs
 
 from tenantry.model.history import History
-from tenantry.model.workload import Request, Workload
+from tenantry.model.workload import Request, Workload, as_workload
 
 from .harness import Harness
-from .findings import Finding, from_catalog
+from tenantry.spec.invariants_core import Finding
+
+from .protocol import finding
 
 
 @attrs.frozen
@@ -59,20 +61,20 @@ def catalog_findings(history: History, claims: Any) -> list[Finding]:
     (safety always, the rest only when claimed), as harness findings."""
     from tenantry.spec.invariants import check_history
 
-    return [from_catalog(f) for f in check_history(history, claims)]
+    return [f for f in check_history(history, claims)]
 
 
 def _merge(own: list[Finding], catalog: list[Finding]) -> list[Finding]:
     """Own findings, then catalog ones not already reported for the same invariant and step."""
-    seen = {(f.invariant, f.step_index) for f in own}
-    stopped_at = min((f.step_index if f.step_index is not None else -1 for f in own), default=None)
+    seen = {(f.invariant, f.step) for f in own}
+    stopped_at = min((f.step if f.step is not None else -1 for f in own), default=None)
     out = list(own)
     for f in catalog:
-        if (f.invariant, f.step_index) in seen:
+        if (f.invariant, f.step) in seen:
             continue
-        if stopped_at is not None and (f.step_index is None or f.step_index >= stopped_at):
+        if stopped_at is not None and (f.step is None or f.step >= stopped_at):
             continue  # the run stopped there: what follows, and whole-run checks of a cut history, are consequences
-        seen.add((f.invariant, f.step_index))
+        seen.add((f.invariant, f.step))
         out.append(f)
     return out
 
@@ -82,18 +84,18 @@ def _first_divergence(a: list, b: list) -> Finding | None:
         if x != y:
             call = "add_request" if x[0] == "add" or y[0] == "add" else "plan_step"
             step = x[1] if x[0] == "plan" else None
-            return Finding("DETERMINISM", step, f"two runs on the same inputs differ at {call}"
+            return finding("DETERMINISM", step, f"two runs on the same inputs differ at {call}"
                            f"{f' (request {x[1]})' if x[0] == 'add' else ''}: first run {str(x[2])[:160]}, "
                            f"second run {str(y[2])[:160]}", observed=str(x[2])[:160], allowed=str(y[2])[:160],
                            request_id=x[1] if x[0] == "add" else None, call=call)
     if len(a) != len(b):
-        return Finding("DETERMINISM", None, f"two runs on the same inputs made {len(a)} and {len(b)} calls",
+        return finding("DETERMINISM", None, f"two runs on the same inputs made {len(a)} and {len(b)} calls",
                        observed=len(a), allowed=len(b))
     return None
 
 
 def verify_workload(factory: Callable[[], Any], workload: Workload | Iterable[Request], *,
-                    cancellations: Iterable[tuple[float, int]] = (), horizon_s: float | None = None,
+                    horizon_s: float | None = None,
                     max_steps: int | None = 100_000, timeout_s: float | None = 10.0, determinism: bool = True,
                     catalog: bool = True, header: dict | None = None) -> Verdict:
     """Run the scheduler built by ``factory()`` on ``workload`` and judge it.
@@ -101,8 +103,6 @@ def verify_workload(factory: Callable[[], Any], workload: Workload | Iterable[Re
     Args:
         factory: zero-argument callable returning a
             :class:`~tenantry.verify.protocol.SchedulerAdapter`; called once per run.
-        cancellations: (t_s, request_id): the client cancels at the first step
-            starting at or after t_s.
         horizon_s, max_steps: stop there (requests still in flight are unfinished).
         timeout_s: per-call timeout (seconds), None to call inline.
         determinism: run a second fresh instance and compare every decision.
@@ -111,14 +111,13 @@ def verify_workload(factory: Callable[[], Any], workload: Workload | Iterable[Re
     Never raises for anything the scheduler does: exceptions, hangs and bad
     plans are findings.
     """
-    wl = workload if isinstance(workload, Workload) else Workload(tuple(workload))
-    cancels = tuple(cancellations)
+    wl = as_workload(workload)
     tenants = wl.tenants
 
     def one() -> Harness:
         h = Harness.start(factory, tenants, timeout_s=timeout_s)
         if not h.stopped:
-            h.run(wl.requests, cancellations=cancels, horizon_s=horizon_s, max_steps=max_steps)
+            h.run(wl, horizon_s=horizon_s, max_steps=max_steps)
         h.close()
         return h
 
@@ -136,6 +135,6 @@ def verify_workload(factory: Callable[[], Any], workload: Workload | Iterable[Re
                 a.render() != b.render() for a, b in zip(h.findings, h2.findings)):
             first = next((b for a, b in zip(h.findings, h2.findings) if a.render() != b.render()),
                          (h2.findings or h.findings)[0])
-            findings.append(Finding("DETERMINISM", first.step_index, "a second run on the same inputs ended "
+            findings.append(finding("DETERMINISM", first.step, "a second run on the same inputs ended "
                                     f"differently: {first.render()}", call=first.call))
     return Verdict(h.claims.describe, tuple(findings), history, dict(h.stats), tuple(sorted(h.claimed)))

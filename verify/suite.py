@@ -4,13 +4,15 @@ check) and by its ``tenantry_verify`` fixture.
 
 * :func:`stateful_check`: a Hypothesis stateful run.  Rules are the
   environment's actions (requests arrive, a client cancels, steps run); after
-  every step the harness's checks must find nothing.  Hypothesis shrinks a
-  failing run to a minimal one, which is turned into a workload file.
+  every step the harness's checks must find nothing.  The failing run's
+  inputs become a workload, shrunk like any other.
 * :func:`pattern_check`: one adversary pattern's scenario in step mode (with
-  the catalog and the determinism re-run).  A finding is shrunk by
-  :func:`shrink_workload`: cut after the failing step, delta debugging over
-  the requests (Zeller and Hildebrandt, IEEE TSE 2002), then halving token
-  counts, keeping the same invariant broken.
+  the catalog and the determinism re-run).
+
+A failure is shrunk by :func:`shrink_finding` (the one shrinker,
+:mod:`tenantry.testing.shrink`: cut after the failing step, delta debugging
+over the requests, dropping cancellations, halving token counts), keeping the
+same invariant broken.
 
 Every failure carries the (shrunk) workload, written as JSON Lines under the
 output folder, and the ``tenantry verify`` command that replays it.
@@ -25,9 +27,12 @@ from typing import Any, Callable, Iterable
 import attrs
 
 from tenantry.model.config import TenantConfig
-from tenantry.model.workload import Request, Workload
+from tenantry.model.workload import Request, StepInput, Workload
+from tenantry.testing.shrink import first_failing, shrink
 
-from .findings import Finding
+from tenantry.spec.invariants_core import Finding
+
+from .protocol import finding
 from .run import verify_workload
 
 #: Tenants of the stateful runs.
@@ -39,15 +44,15 @@ class TenantryFailure(AssertionError):
 
     Attributes:
         findings: the findings (first is the one shrunk for).
-        workload, cancellations: the (shrunk) inputs that show it.
+        workload: the (shrunk) inputs that show it, cancellations included.
         path: the workload file written, or None.
         replay: the command that replays it.
     """
 
     def __init__(self, title: str, findings: list[Finding], workload: Workload,
-                 cancellations: tuple = (), path: Path | None = None, replay: str = "") -> None:
+                 path: Path | None = None, replay: str = "") -> None:
         self.title, self.findings, self.workload = title, list(findings), workload
-        self.cancellations, self.path, self.replay = tuple(cancellations), path, replay
+        self.path, self.replay = path, replay
         super().__init__(self.report())
 
     def report(self) -> str:
@@ -59,14 +64,14 @@ class TenantryFailure(AssertionError):
         reqs = self.workload.requests
         if not reqs and self.path is None:
             return "\n".join(lines)
-        lines.append(f"workload: {len(reqs)} requests" + (f", {len(self.cancellations)} cancellations"
-                                                          if self.cancellations else ""))
+        cancels = self.workload.cancellations
+        lines.append(f"workload: {len(reqs)} requests" + (f", {len(cancels)} cancelled" if cancels else ""))
         for r in reqs[:12]:
             lines.append(f"  request {r.request_id} tenant {r.tenant} arrival_s={r.arrival_s:.6g} "
                          f"prompt_tokens={r.prompt_tokens} output_tokens={r.output_tokens}")
         if len(reqs) > 12:
             lines.append(f"  ... and {len(reqs) - 12} more")
-        for t, rid in self.cancellations:
+        for t, rid in cancels:
             lines.append(f"  cancel request {rid} at t_s={t:.6g}")
         if self.path is not None:
             lines.append(f"written to: {self.path}")
@@ -75,91 +80,26 @@ class TenantryFailure(AssertionError):
         return "\n".join(lines)
 
 
-def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload, cancellations: tuple = (),
+def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload,
                  horizon_s: float | None = None) -> tuple[Path, str]:
-    """Write the workload (and cancellations) under ``out_dir``; return (path, replay command)."""
-    import json
-
-    from tenantry.model.history import atomic_write_text
+    """Write the workload (cancellations included) under ``out_dir``; return (path, replay command)."""
     from tenantry.model.traces import write_workload_jsonl
 
     out = Path(out_dir)
     path = out / f"{name}.jsonl"
     write_workload_jsonl(workload, path)
     cmd = f"tenantry verify --target {shlex.quote(target)} --workload {shlex.quote(str(path))}"
-    if cancellations:
-        cpath = out / f"{name}.cancellations.json"
-        atomic_write_text(cpath, [json.dumps([[t, rid] for t, rid in cancellations])])
-        cmd += f" --cancellations {shlex.quote(str(cpath))}"
     if horizon_s is not None:
         cmd += f" --horizon-s {horizon_s}"
     return path, cmd
 
 
-# --- shrinking ------------------------------------------------------------------------
-
-
-def shrink_workload(fails: Callable[[Workload], bool], workload: Workload, *, max_evaluations: int = 150) -> Workload:
-    """A smaller workload on which ``fails`` still holds.
-
-    1. ddmin over the requests: try each of n chunks alone, then each
-       complement; keep the first that fails; otherwise double n;
-    2. move every arrival to time 0, if it still fails;
-    3. halve each request's output tokens, then its prompt tokens (not below 1),
-       keeping each change that still fails;
-    and again from 1 while anything changed.
-    At most ``max_evaluations`` calls of ``fails``; the result always fails.
-    """
-    budget = [max_evaluations]
-
-    def test(rs: list[Request]) -> bool:
-        if budget[0] <= 0 or not rs:
-            return False
-        budget[0] -= 1
-        return fails(Workload(tuple(rs)))
-
-    cur = list(workload.requests)
-    while budget[0] > 0:
-        before = cur
-        cur = _ddmin(cur, test)
-        if any(r.arrival_s for r in cur) and test(together := [attrs.evolve(r, arrival_s=0.0) for r in cur]):
-            cur = together
-        for field in ("output_tokens", "prompt_tokens"):
-            for i in range(len(cur)):
-                while budget[0] > 0 and getattr(cur[i], field) > 1:
-                    cand = cur[:i] + [attrs.evolve(cur[i], **{field: max(1, getattr(cur[i], field) // 2)})] + cur[i + 1:]
-                    if not test(cand):
-                        break
-                    cur = cand
-        if cur == before:
-            break
-    return Workload(tuple(cur))
-
-
-def _ddmin(cur: list[Request], test: Callable[[list[Request]], bool]) -> list[Request]:
-    """Delta debugging over requests (Zeller and Hildebrandt 2002): chunks, then complements."""
-    n = 2
-    while len(cur) >= 2:
-        size = -(-len(cur) // n)
-        chunks = [cur[i:i + size] for i in range(0, len(cur), size)]
-        nxt = next((c for c in chunks if test(c)), None)
-        if nxt is not None:
-            cur, n = nxt, 2
-            continue
-        if len(chunks) > 2:
-            nxt = next((comp for i in range(len(chunks))
-                        if test(comp := [r for j, c in enumerate(chunks) if j != i for r in c])), None)
-            if nxt is not None:
-                cur, n = nxt, max(n - 1, 2)
-                continue
-        if n >= len(cur):
-            break
-        n = min(len(cur), 2 * n)
-    return cur
-
-
-def _same(invariant: str) -> Callable[[Any], bool]:
-    return lambda v: any(f.invariant == invariant for f in v.findings)
+def shrink_finding(verdict: Callable[[Workload], Any], invariant: str, workload: Workload, *,
+                   cut_after_s: float | None = None, max_evaluations: int = 150) -> Workload:
+    """A smaller workload whose verdict still has a finding of ``invariant``
+    (the one shrinker, :func:`tenantry.testing.shrink.shrink`, with every phase)."""
+    fails = lambda w: any(f.invariant == invariant for f in verdict(w).findings)
+    return shrink(workload, first_failing(fails), cut_after_s=cut_after_s, max_evaluations=max_evaluations).workload
 
 
 def pattern_check(factory: Callable[[], Any], pattern: str, *, target: str, out_dir: Path | str, seed: int = 0,
@@ -176,21 +116,14 @@ def pattern_check(factory: Callable[[], Any], pattern: str, *, target: str, out_
         return
     first = v.findings[0]
     det = first.invariant == "DETERMINISM"
-    fails_v = _same(first.invariant)
-    wl = sc.workload
-    if first.step_index is not None and first.step_index < len(v.history.steps):
-        t_cut = v.history.steps[first.step_index].start_s
-        cut = Workload(tuple(r for r in wl if r.arrival_s <= t_cut))
-        if len(cut) < len(wl) and fails_v(verify_workload(fac, cut, horizon_s=sc.horizon_s, timeout_s=timeout_s,
-                                                          determinism=det)):
-            wl = cut
-    wl = shrink_workload(lambda w: fails_v(verify_workload(fac, w, horizon_s=sc.horizon_s, timeout_s=timeout_s,
-                                                           determinism=det)), wl, max_evaluations=max_evaluations)
-    final = verify_workload(fac, wl, horizon_s=sc.horizon_s, timeout_s=timeout_s, determinism=det)
+    verdict = lambda w: verify_workload(fac, w, horizon_s=sc.horizon_s, timeout_s=timeout_s, determinism=det)
+    cut = v.history.steps[first.step].start_s if first.step is not None and first.step < len(v.history.steps) else None
+    wl = shrink_finding(verdict, first.invariant, sc.workload, cut_after_s=cut, max_evaluations=max_evaluations)
+    final = verdict(wl)
     found = [f for f in final.findings if f.invariant == first.invariant] or list(v.findings)
     path, cmd = write_replay(out_dir, f"{pattern}-{first.invariant}", target, wl, horizon_s=sc.horizon_s)
     raise TenantryFailure(f"{target}: pattern {pattern} breaks {first.invariant} (shrunk from {len(sc.workload)} "
-                          f"to {len(wl)} requests)", found, wl, (), path, cmd)
+                          f"to {len(wl)} requests)", found, wl, path, cmd)
 
 
 # --- the stateful run ---------------------------------------------------------------------
@@ -203,7 +136,7 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
 
     Hypothesis generates the runs; the first failing run's inputs become a
     workload (arrival times are the harness clock when each request arrived)
-    with its cancellations, which :func:`shrink_workload` then reduces.  (Hypothesis's
+    with its cancellations, which :func:`shrink_finding` then reduces.  (Hypothesis's
     own shrinking replays every candidate run to its end, which costs minutes for
     runs of a few hundred steps; delta debugging on the workload is bounded.)
     """
@@ -224,33 +157,21 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
         run_state_machine_as_test(machine, settings=s)
     except _StatefulFinding as e:
         first = e.findings[0]
-        cancels = e.cancellations
-
-        def verdict(w: Workload) -> Any:
-            ids = {r.request_id for r in w}
-            return verify_workload(fac, w, cancellations=tuple(c for c in cancels if c[1] in ids),
-                                   timeout_s=timeout_s, determinism=False, catalog=False)
-
-        fails = lambda w: _same(first.invariant)(verdict(w))
-        wl = e.workload
-        if first.step_index is not None:
-            cut = Workload(tuple(r for r in wl if r.arrival_s <= e.fail_t_s))
-            if len(cut) < len(wl) and fails(cut):
-                wl = cut
-        wl = shrink_workload(fails, wl, max_evaluations=max_evaluations)
-        ids = {r.request_id for r in wl}
-        cancels = tuple(c for c in cancels if c[1] in ids)
+        verdict = lambda w: verify_workload(fac, w, timeout_s=timeout_s, determinism=False, catalog=False)
+        wl = shrink_finding(verdict, first.invariant, e.workload,
+                            cut_after_s=e.fail_t_s if first.step is not None else None,
+                            max_evaluations=max_evaluations)
         v = verdict(wl)
         findings = [f for f in v.findings if f.invariant == first.invariant] or e.findings
-        path, cmd = write_replay(out_dir, f"stateful-{first.invariant}", target, wl, cancels)
+        path, cmd = write_replay(out_dir, f"stateful-{first.invariant}", target, wl)
         raise TenantryFailure(f"{target}: a stateful run breaks {first.invariant} (shrunk from "
-                              f"{len(e.workload)} to {len(wl)} requests)", list(findings), wl, cancels, path,
+                              f"{len(e.workload)} to {len(wl)} requests)", list(findings), wl, path,
                               cmd) from None
 
 
 class _StatefulFinding(AssertionError):
-    def __init__(self, findings: list[Finding], workload: Workload, cancellations: tuple, fail_t_s: float) -> None:
-        self.findings, self.workload, self.cancellations = findings, workload, cancellations
+    def __init__(self, findings: list[Finding], workload: Workload, fail_t_s: float) -> None:
+        self.findings, self.workload = findings, workload
         self.fail_t_s = fail_t_s
         super().__init__("; ".join(f.render() for f in findings[:3]))
 
@@ -280,13 +201,14 @@ def _machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_s: floa
 
         def _check(self) -> None:
             if self.h.findings:
-                raise _StatefulFinding(list(self.h.findings), Workload(tuple(self.requests)), tuple(self.cancels),
-                                       self.h.t_s)
+                when = dict((rid, t) for t, rid in self.cancels)
+                wl = Workload(tuple(attrs.evolve(r, cancel_s=when.get(r.request_id)) for r in self.requests))
+                raise _StatefulFinding(list(self.h.findings), wl, self.h.t_s)
 
         def _step(self) -> None:
             if not (self.h.has_work() or self.pending or self.pending_cancels):
                 return
-            self.h.step(self.pending, self.pending_cancels)
+            self.h.step(StepInput(tuple(self.pending), tuple(self.pending_cancels)))
             self.pending, self.pending_cancels = [], []
             self._check()
 

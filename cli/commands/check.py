@@ -96,9 +96,9 @@ def replay(folder: Path) -> int:
           f"(recorded {cell['score']:.6g}: {'same' if ev.score == cell['score'] else 'DIFFERENT'})")
     for k in sorted(ev.metrics):
         print(f"  {k:<32} {ev.metrics[k]:.6g}")
-    print("invariants: " + ("; ".join(f"{k} BROKEN: {v[0]}" for k, v in sorted(ev.broken.items())) or "none broken")
+    print("invariants: " + ("; ".join(f.render() for f in ev.findings) or "none broken")
           + (f" (unchecked: {', '.join(ev.unchecked)})" if ev.unchecked else ""))
-    return 1 if ev.broken else 0
+    return 1 if ev.findings else 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,7 +129,6 @@ def run(args: argparse.Namespace) -> int:
     cols = ", ".join(f"{a}={p}" for p, a in ABBREV.items() if a != p and p in s["patterns"])
     print("* hurt (objective at or above the pattern's hurt level)   ! a claimed invariant broke (a finding)"
           + (f"\ncolumns: {cols}" if cols else ""))
-    print(f"invariants: {s['invariant_source']} catalog")
     print()
     for line in cell_lines(s["setups"], s["patterns"], cells):
         print(line)

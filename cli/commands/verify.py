@@ -42,8 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "invariant ids the scheduler asserts (safety ones are always checked)")
     p.add_argument("--workload", metavar="FILE", help="target mode: run this workload (JSON Lines) instead of "
                    "the adversary matrix")
-    p.add_argument("--cancellations", metavar="FILE", help="target mode with --workload: JSON list of "
-                   "[t_s, request_id] client cancellations")
+    p.add_argument("--cancellations", metavar="FILE", help="deprecated (workload lines carry cancel_s): target "
+                   "mode with --workload: JSON list of [t_s, request_id] client cancellations")
     p.add_argument("--horizon-s", type=positive_float, default=None, help="target mode with --workload: stop at this time (s)")
     p.add_argument("--patterns", default="", metavar="NAMES", help="target mode: comma-separated patterns "
                    "(default: all)")
@@ -67,7 +67,7 @@ def _write(out: Path, report: dict[str, Any], md: list[str]) -> None:
 
 def run_history(args: argparse.Namespace) -> int:
     """History mode (see the module docstring)."""
-    from tenantry.verify.offline import finding_line, verify_history
+    from tenantry.verify.offline import verify_history
 
     history = read_history(args.history)
     config = None
@@ -84,7 +84,7 @@ def run_history(args: argparse.Namespace) -> int:
         found = verify_history(history, config, claimed)
     except ConfigError as e:  # the header's configuration: name the file
         raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
-    lines = [finding_line(f) for f in found]
+    lines = [f.render() for f in found]
     for line in lines:
         print(line)
     print(f"{args.history}: {len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings")
@@ -119,9 +119,10 @@ def run_target(args: argparse.Namespace) -> int:
     out = Path(args.out)
     det = not args.no_determinism
     if args.workload:
-        cancels = _read_cancellations(args.cancellations) if args.cancellations else ()
+        if args.cancellations:  # deprecated: workloads carry cancel_s
+            wl = wl.with_cancellations(_read_cancellations(args.cancellations))
         roles = [(n, "victim") for n in wl.tenants]
-        v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered)), wl, cancellations=cancels,
+        v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered)), wl,
                             horizon_s=args.horizon_s, timeout_s=args.timeout_s, determinism=det)
         for f in v.findings:
             print(f.render())
@@ -160,14 +161,11 @@ def _matrix_report_into(args: argparse.Namespace, out: Path, tmp: Path, cells: l
         replay = (f"tenantry verify --target {shlex.quote(args.target)} --workload "
                   f"{shlex.quote(str(folder / 'workload.jsonl'))} --horizon-s {c.scenario.horizon_s}"
                   + (" --tiered" if args.tiered else ""))
-        broken: dict[str, list[str]] = {}
-        for f in c.verdict.findings:
-            broken.setdefault(f.invariant, []).append(f.render())
         total += len(c.verdict.findings)
         adv = sum(1 for r in c.scenario.workload if r.tenant in set(c.scenario.adversaries))
         table[(label, c.pattern)] = {
             "setup": label, "pattern": c.pattern, "objective": c.objective, "score": c.score, "finding": c.hurt,
-            "broken": broken, "search": "default", "workload": str(folder / "workload.jsonl"),
+            "findings": [f.to_json() for f in c.verdict.findings], "search": "default", "workload": str(folder / "workload.jsonl"),
             "workload_name": "workload.jsonl", "metrics": c.metrics, "replay": replay, "files": files,
             "adversary_requests": adv, "stats": c.verdict.stats, "params": dict(c.scenario.params),
         }
@@ -176,7 +174,7 @@ def _matrix_report_into(args: argparse.Namespace, out: Path, tmp: Path, cells: l
     pats = [c.pattern for c in cells]
     describe = cells[0].verdict.describe if cells else ""
     summary = {"setups": [label], "patterns": pats, "seed": args.seed, "budget": "1 scenario (step mode)",
-               "searches": ["default"], "invariant_source": "tenantry.spec step-mode harness and invariant",
+               "searches": ["default"],
                "extras": {"target": f"{args.target} ({describe})",
                           "claimed": ", ".join(cells[0].verdict.claimed) if cells else ""}}
     write_report(tmp, summary, table, {})
