@@ -141,21 +141,33 @@ def _proofs(timeout_s: float) -> tuple[str, bool]:
 
 
 def _stateful(out: Path | None, setups: Sequence[str], max_examples: int) -> tuple[str, bool]:
-    """A short Hypothesis stateful run of the reference model under each setup (all tenants victims)."""
-    from tenantry.verify.reference import ReferenceAdapter
-    from tenantry.verify.suite import TenantryFailure, stateful_check
+    """A short Hypothesis stateful run of the reference model under each setup (three victim
+    tenants), every invariant the setup claims judged after every step
+    (:class:`tenantry.testing.stateful.ModelMachine`); a failure's workload is written
+    under ``out/stateful/`` (no example database is written anywhere)."""
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from tenantry.model.traces import write_workload_jsonl
+    from tenantry.testing.stateful import StatefulFinding, model_machine
 
     from .configs import build_config
 
     failed = []
     for setup in setups:
-        def factory(tenants, setup=setup):
-            return ReferenceAdapter(build_config(setup, [(t.name, "victim") for t in tenants]))
+        cfg = build_config(setup, [(t, "victim") for t in ("t0", "t1", "t2")])
+        s = settings(max_examples=max_examples, stateful_step_count=20, deadline=None, derandomize=True,
+                     database=None, suppress_health_check=list(HealthCheck), print_blob=False,
+                     phases=(Phase.generate,))
         try:
-            stateful_check(factory, target=f"reference model ({setup})", out_dir=(out or Path(".")) / "stateful",
-                           max_examples=max_examples, steps_per_example=20)
-        except TenantryFailure as e:
-            failed.append(f"{setup}: {e.title}; replay: {e.replay}")
+            run_state_machine_as_test(model_machine(cfg, name=f"Stateful_{setup}"), settings=s)
+        except StatefulFinding as e:
+            where = ""
+            if out is not None:
+                path = out / "stateful" / f"{setup}-{e.findings[0].invariant}.jsonl"
+                write_workload_jsonl(e.workload, path)
+                where = f"; workload: {path}"
+            failed.append(f"{setup}: {e.findings[0].render()}{where}")
     text = (f"{len(setups) - len(failed)}/{len(setups)} setups passed {max_examples} stateful examples each"
             + ("; " + "; ".join(failed) if failed else ""))
     return text, not failed

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from tenantry.model.config import Config
+from tenantry.model.config import (
+    ORDER_POLICIES, PREFIX_CACHE_MODES, VICTIM_POLICIES, AdmissionConfig, Config, CostConfig, EvictionConfig,
+    OrderConfig, TenantConfig,
+)
 import attrs
 
 from tenantry.model.workload import Request, Workload
@@ -63,3 +66,42 @@ def workloads(draw, config: Config, *, max_requests: int = 20, idle_gaps: bool =
 _index4 = st.integers(0, 3)
 _index6 = st.integers(0, 5)
 _bit = st.integers(0, 1)
+
+
+#: Context limit of :func:`configs` (tokens: 32 blocks of 16).
+MAX_CONTEXT = 512
+
+
+@st.composite
+def configs(draw, policy: str | None = None):
+    """A small replica for every policy family (or ``policy``), with an ample or a tight pool:
+    2-3 tenants of mixed weights and tiers, optional queue bounds, KV caps and token
+    buckets, every victim policy and hysteresis setting, every prefix-cache mode,
+    unit-cost steps of 10 ms."""
+    n = draw(st.integers(2, 3))
+    bucket = draw(st.booleans())
+    tenants = tuple(
+        TenantConfig(
+            name, weight=draw(st.sampled_from((0.5, 1.0, 2.0))), tier=draw(st.integers(0, 1)),
+            queue_bound=draw(st.sampled_from((None, 1, 3))), kv_block_cap=draw(st.sampled_from((None, None, 12))),
+            token_rate_per_s=2000.0 if bucket else None, token_burst_tokens=600.0 if bucket else None,
+        )
+        for name in ("a", "b", "c")[:n]
+    )
+    max_num_seqs = draw(st.integers(1, 4))
+    ample = draw(st.integers(0, 2)) == 0
+    num_blocks = max_num_seqs * 32 if ample else draw(st.integers(8, 40))
+    pol = policy or draw(st.sampled_from(ORDER_POLICIES))
+    order = OrderConfig(policy=pol, drr_quantum=draw(st.sampled_from((32.0, 128.0))), drr_carry_bound=256.0,
+                        aging_rate_per_s=draw(st.sampled_from((1.0, 20.0))), tier_floors=(0.6, 0.4))
+    eviction = EvictionConfig(
+        victim=draw(st.sampled_from(VICTIM_POLICIES)), min_free_blocks=draw(st.sampled_from((0, 0, 2))),
+        cooldown_steps=draw(st.sampled_from((0, 2))), max_evictions=draw(st.sampled_from((None, 1, 3))),
+    )
+    return Config(
+        tenants=tenants, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
+        token_budget=draw(st.sampled_from((16, 48, 64))), max_context_tokens=MAX_CONTEXT, order=order,
+        admission=AdmissionConfig(token_bucket=bucket, kv_cap=draw(st.booleans())),
+        eviction=eviction, cost=CostConfig(mode="unit", unit_step_s=0.01),
+        prefix_cache=draw(st.sampled_from(PREFIX_CACHE_MODES)),
+    )

@@ -24,15 +24,12 @@ import shlex
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import attrs
-
 from tenantry.model.config import TenantConfig
-from tenantry.model.workload import Request, StepInput, Workload
+from tenantry.model.workload import Workload
 from tenantry.testing.shrink import first_failing, shrink
 
 from tenantry.spec.invariants_core import Finding
 
-from .protocol import finding
 from .run import verify_workload
 
 #: Tenants of the stateful runs.
@@ -134,20 +131,24 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
                    derandomize: bool = True, max_evaluations: int = 150) -> None:
     """Hypothesis stateful run of the scheduler; raise :class:`TenantryFailure` with the shrunk workload.
 
-    Hypothesis generates the runs; the first failing run's inputs become a
-    workload (arrival times are the harness clock when each request arrived)
-    with its cancellations, which :func:`shrink_finding` then reduces.  (Hypothesis's
-    own shrinking replays every candidate run to its end, which costs minutes for
-    runs of a few hundred steps; delta debugging on the workload is bounded.)
+    The machine is :class:`tenantry.testing.stateful.ReplicaMachine` over a fresh
+    harness per example, judged by the harness's findings.  The first failing
+    run's inputs become a workload (arrival times are the harness clock when
+    each request arrived, cancellations its ``cancel_s``), which
+    :func:`shrink_finding` then reduces.  (Hypothesis's own shrinking replays
+    every candidate run to its end, which costs minutes for runs of a few
+    hundred steps; the one shrinker on the workload is bounded.)
     """
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis.stateful import run_state_machine_as_test
+
+    from tenantry.testing.stateful import StatefulFinding
 
     from .matrix import bind
 
     names = tuple(tenants)
     fac = bind(factory, tuple(TenantConfig(n) for n in names))
-    machine = _machine(fac, names, timeout_s)
+    machine = harness_machine(fac, names, timeout_s)
     base = settings()
     s = settings(base, max_examples=max_examples or base.max_examples, stateful_step_count=steps_per_example,
                  deadline=None, derandomize=derandomize, database=None if derandomize else base.database,
@@ -155,7 +156,7 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
                  phases=(Phase.explicit, Phase.reuse, Phase.generate))
     try:
         run_state_machine_as_test(machine, settings=s)
-    except _StatefulFinding as e:
+    except StatefulFinding as e:
         first = e.findings[0]
         verdict = lambda w: verify_workload(fac, w, timeout_s=timeout_s, determinism=False, catalog=False)
         wl = shrink_finding(verdict, first.invariant, e.workload,
@@ -169,17 +170,9 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
                               cmd) from None
 
 
-class _StatefulFinding(AssertionError):
-    def __init__(self, findings: list[Finding], workload: Workload, fail_t_s: float) -> None:
-        self.findings, self.workload = findings, workload
-        self.fail_t_s = fail_t_s
-        super().__init__("; ".join(f.render() for f in findings[:3]))
-
-
-def _machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_s: float | None):
-    """A RuleBasedStateMachine class driving a fresh harness per example."""
-    from hypothesis import strategies as st
-    from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+def harness_machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_s: float | None):
+    """A :class:`~tenantry.testing.stateful.ReplicaMachine` class driving a fresh harness per example."""
+    from tenantry.testing.stateful import ReplicaMachine
 
     from .harness import Harness
 
@@ -188,62 +181,26 @@ def _machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_s: floa
     cfg = probe.config
     max_prompt = max(1, min(cfg.max_context_tokens - 64, cfg.num_blocks * cfg.block_size_tokens // 2))
 
-    class SchedulerMachine(RuleBasedStateMachine):
-        """Requests arrive, clients cancel, the replica steps; every step is checked."""
+    class SchedulerMachine(ReplicaMachine):
+        """Requests arrive, clients cancel, the scheduler under test steps; the harness judges every step."""
 
-        def __init__(self) -> None:
-            super().__init__()
+        max_prompt_tokens = max_prompt
+        max_output_tokens = 48
+
+        def build(self, data):
             self.h = Harness.start(factory, names, timeout_s=timeout_s)
-            self.requests: list[Request] = []
-            self.cancels: list[tuple[float, int]] = []
-            self.pending: list[Request] = []
-            self.pending_cancels: list[int] = []
+            self.seen = 0
+            return self.h, names
 
-        def _check(self) -> None:
-            if self.h.findings:
-                when = dict((rid, t) for t, rid in self.cancels)
-                wl = Workload(tuple(attrs.evolve(r, cancel_s=when.get(r.request_id)) for r in self.requests))
-                raise _StatefulFinding(list(self.h.findings), wl, self.h.t_s)
+        def judge_step(self):
+            new = self.h.findings[self.seen:]
+            self.seen = len(self.h.findings)
+            return list(self.h.findings) if new else []
 
-        def _step(self) -> None:
-            if not (self.h.has_work() or self.pending or self.pending_cancels):
-                return
-            self.h.step(StepInput(tuple(self.pending), tuple(self.pending_cancels)))
-            self.pending, self.pending_cancels = [], []
-            self._check()
+        def judge_end(self):
+            return list(self.h.findings)
 
-        @rule(tenant=st.sampled_from(names), prompt=st.integers(1, max_prompt), output=st.integers(1, 48),
-              copies=st.integers(1, 3))
-        def arrive(self, tenant: str, prompt: int, output: int, copies: int) -> None:
-            """Tenant ``tenant`` sends ``copies`` requests now."""
-            for _ in range(copies):
-                r = Request(len(self.requests), tenant, self.h.t_s, prompt, output)
-                self.requests.append(r)
-                self.pending.append(r)
-
-        @precondition(lambda self: bool(self.h.live))
-        @rule(data=st.data())
-        def cancel(self, data: Any) -> None:
-            """A client cancels one of its requests in flight."""
-            rid = data.draw(st.sampled_from(sorted(self.h.live)))
-            if rid not in self.pending_cancels:
-                self.pending_cancels.append(rid)
-                self.cancels.append((self.h.t_s, rid))
-
-        @rule(steps=st.integers(1, 8))
-        def run(self, steps: int) -> None:
-            """The replica runs ``steps`` steps."""
-            for _ in range(steps):
-                self._step()
-
-        def teardown(self) -> None:
-            try:
-                for _ in range(2000):
-                    if not (self.h.has_work() or self.pending) or self.h.stopped:
-                        break
-                    self._step()
-                self._check()
-            finally:
-                self.h.close()
+        def close(self):
+            self.h.close()
 
     return SchedulerMachine
