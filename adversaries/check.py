@@ -36,7 +36,7 @@ from tqdm import tqdm
 from tenantry.model.config import ConfigError
 
 from .outdir import staged_folder
-from .configs import SETUPS, get_setup
+from tenantry.model.setups import SETUPS, get_setup
 from .evaluate import run_scenario, shrink_scenario
 from .patterns import PATTERNS, get_pattern, make_scenario
 from .report import dump_json, matrix_text, plot_cell, write_report, write_workload_files
@@ -151,7 +151,7 @@ def _stateful(out: Path | None, setups: Sequence[str], max_examples: int) -> tup
     from tenantry.model.traces import write_workload_jsonl
     from tenantry.testing.stateful import StatefulFinding, model_machine
 
-    from .configs import build_config
+    from tenantry.model.setups import build_config
 
     failed = []
     for setup in setups:

@@ -28,7 +28,7 @@ from tenantry.model.workload import Workload, renumber
 from tenantry.spec.invariants_core import Finding
 from tenantry.spec.invariants_run import run_checked
 
-from .configs import build_config, get_setup
+from tenantry.model.setups import build_config, get_setup
 from .objectives import all_metrics
 from .patterns import PATTERNS, Scenario, get_pattern, make_scenario
 from .space import freeze

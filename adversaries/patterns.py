@@ -86,7 +86,7 @@ class Pattern:
     Attributes:
         name: key in :data:`PATTERNS`.
         exploits: what it exploits, one sentence.
-        hurts: setups it should hurt (names in :data:`~tenantry.adversaries.configs.SETUPS`).
+        hurts: setups it should hurt (names in :data:`~tenantry.model.setups.SETUPS`).
         objective: the metric it maximises (a key of
             :data:`~tenantry.adversaries.objectives.OBJECTIVES`).
         space: its parameters.
@@ -252,7 +252,7 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
                    P("output_tokens", 64, 400, 300, True, True), P("start_s", 0, 6, 0)]),
             gen_slow_decoders, 10.0),
     Pattern("churn", "per-block fairness and victim choice: many short-lived sequences never hold much at once",
-            ("drr", "protected_drr", "round_robin"), "contended_share",
+            ("drr_block_seconds", "protected_drr", "round_robin"), "contended_share",
             Space([P("rate_per_s", 5, 80, 40, log=True), P("prompt_tokens", 16, 128, 32, True, True),
                    P("output_tokens", 1, 4, 1, True)]),
             gen_churn, 0.6),
@@ -279,7 +279,7 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
                    P("start_s", 0.5, 6, 3)]),
             gen_prefix_probe, 0.8),
     Pattern("sybil", "per-tenant fairness: one actor split over many tenant ids gets many shares",
-            ("vtc", "drr", "round_robin", "rate_limit", "protected", "protected_drr"), "contended_share",
+            ("vtc", "drr_block_seconds", "round_robin", "rate_limit", "protected", "protected_drr"), "contended_share",
             Space([P("n_ids", 2, 8, 6, True), P("rate_per_s", 4, 60, 30, log=True),
                    P("prompt_tokens", 32, 1024, 256, True, True), P("output_tokens", 4, 64, 32, True, True)]),
             gen_sybil, 0.6),

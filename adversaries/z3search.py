@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .configs import COST, REPLICA, get_setup
+from tenantry.model.setups import COST, REPLICA, get_setup
 from .patterns import SLOT_S, SLOTS, TIMED_OUTPUT, TIMED_PROMPT, get_pattern
 from .victims import default_victims
 

@@ -25,6 +25,7 @@ MOVED: dict[str, str] = {
     "tenantry.adversaries.command": "tenantry.commands.check",
     "tenantry.adversaries.flags": "tenantry.commands.args",
     "tenantry.adversaries.shrink": "tenantry.testing.shrink",
+    "tenantry.adversaries.configs": "tenantry.model.setups",
     "tenantry.proofs.command": "tenantry.commands.prove",
     "tenantry.spec.command": "tenantry.commands.verify",
     "tenantry.spec.adapter": "tenantry.verify.protocol",

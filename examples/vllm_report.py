@@ -31,7 +31,7 @@ import argparse
 import time
 from pathlib import Path
 
-from tenantry.adversaries.configs import build_config
+from tenantry.model.setups import build_config
 from tenantry.adversaries.patterns import PATTERNS, make_scenario
 from tenantry.model.workload import Request, Workload
 from tenantry.spec import adapter_vllm as av

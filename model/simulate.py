@@ -15,17 +15,13 @@ import attrs
 
 from .config import Config, ConfigError
 from .history import History, RequestRecord, StepRecord
+from .setups import config_to_dict
 from .state import State, free_blocks, initial_state
 from .step import Step, StepOutput, idle, step
 from .workload import Request, StepInput, Workload, as_workload
 
 
 _queue_of = itemgetter(0)  # TenantState.queue
-
-
-def config_to_dict(config: Config) -> dict[str, Any]:
-    """The configuration as plain JSON-able data (for history headers)."""
-    return attrs.asdict(config, filter=lambda a, v: not a.name.startswith("_"))
 
 
 def check_workload(config: Config, workload: Workload) -> None:

@@ -27,6 +27,7 @@ from tenantry.model.config import (
     AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
 )
 from tenantry.model.history import History, history_lines
+from tenantry.model.setups import config_from_dict
 from tenantry.model.state import State
 from tenantry.model.step import StepOutput
 from tenantry.model.workload import Request, StepInput, Workload
@@ -218,26 +219,6 @@ def check_pair(invariant_id: str, a: History, b: History, **kw: Any) -> list[Fin
     if inv.check_pair is None:
         raise ValueError(f"{invariant_id} has no two-run form; use check_state or check_history")
     return inv.check_pair(a, b, **kw)
-
-
-def config_from_dict(d: dict[str, Any], where: str = "history header") -> Config:
-    """Rebuild a :class:`Config` from ``simulate.config_to_dict`` output.
-
-    Raises:
-        ConfigError: naming the field when the dict is not a configuration.
-    """
-    try:
-        parts = dict(d)
-        parts["tenants"] = tuple(TenantConfig(**t) for t in parts["tenants"])
-        for name, cls in (("order", OrderConfig), ("admission", AdmissionConfig), ("eviction", EvictionConfig),
-                          ("cost", CostConfig)):
-            if name in parts:
-                parts[name] = cls(**parts[name])
-        return Config(**parts)
-    except ConfigError as e:
-        raise ConfigError(e.field, e.value, e.why, where) from None
-    except (KeyError, TypeError) as e:
-        raise ConfigError("config", str(e), "not a tenantry configuration", where) from None
 
 
 def relabel_contents(workload: Workload | Iterable[Request], tenant: str, offset: int) -> Workload:

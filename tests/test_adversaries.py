@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from tenantry.adversaries.configs import SETUPS, build_config
+from tenantry.model.setups import SETUPS, build_config
 from tenantry.adversaries.evaluate import InlineExecutor, Task, evaluate, make_executor, run_scenario
 from tenantry.adversaries.objectives import MIN_PROBES, jain, percentile, probe_auc, roc_auc, service_gap
 from tenantry.adversaries.patterns import PATTERNS, make_scenario, scenario_from_workload

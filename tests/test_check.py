@@ -14,7 +14,7 @@ import os
 import pytest
 
 from tenantry.adversaries.check import run_cell, run_check
-from tenantry.adversaries.configs import HYSTERESIS, SETUPS, get_setup
+from tenantry.model.setups import HYSTERESIS, SETUPS, get_setup
 from tenantry.adversaries.evaluate import InlineExecutor, run_scenario
 from tenantry.adversaries.patterns import PATTERNS, make_scenario
 from tenantry.adversaries.search import Budget
@@ -335,7 +335,7 @@ def test_an_empty_target_workload_names_the_file(tmp_path, capsys):
     assert _code(["verify", "--target", "a:b", "--workload", str(empty), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "empty.jsonl" in err and "no requests" in err and err.count("\n") == 0
-    assert set(SETUPS) >= {"fcfs", "round_robin", "rate_limit", "vtc", "vtc_nolift", "drr", "priority", "aging",
+    assert set(SETUPS) >= {"fcfs", "round_robin", "rate_limit", "vtc", "vtc_nolift", "drr_block_seconds", "priority", "aging",
                            "floors", "no_hysteresis", "shared_cache", "protected"}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tenantry.cli import main
-from tenantry.commands.simulate import load_config_toml
+from tenantry.model.setups import load_config_toml
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "replica.toml"
 
@@ -130,7 +130,7 @@ def test_read_history_rejects_negative_counts_and_steps_that_go_back(tmp_path):
     from tenantry.model.config import ConfigError
     from tenantry.model.history import read_history, write_history
     from tenantry.model.simulate import simulate
-    from tenantry.commands.simulate import default_config
+    from tenantry.model.setups import default_config
     from tenantry.model.workload import Request
 
     p = tmp_path / "h.jsonl"

@@ -14,7 +14,8 @@ import textwrap
 import attrs
 import pytest
 
-from tenantry.commands.simulate import apply_setup, default_config, tenant_table
+from tenantry.commands.simulate import tenant_table
+from tenantry.model.setups import apply_setup, default_config, seed001_config
 from tenantry.model.config import (
     AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
 )
@@ -185,7 +186,7 @@ def test_a_killed_writer_leaves_the_old_file(tmp_path):
 @pytest.fixture(scope="module")
 def seed001():
     wl = seed001_workload(seed=9)
-    base = default_config(wl.tenants)
+    base = seed001_config(wl.tenants)
     out = {}
     for name in ("fcfs", "rate_limit", "vtc"):
         cfg = apply_setup(base, name)

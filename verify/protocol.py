@@ -36,6 +36,7 @@ import attrs
 
 from tenantry.model.config import Config, ConfigError, TenantConfig
 from tenantry.model.history import REJECT_REASONS
+from tenantry.model.setups import config_with_tenants
 from tenantry.model.workload import Request
 from tenantry.spec.invariants_core import Finding
 
@@ -298,13 +299,6 @@ def plan_key(plan: Plan) -> tuple:
     blocks = None if plan.blocks is None else tuple(sorted((k, v) for k, v in plan.blocks.items()))
     return (plan.batch, plan.preempted, plan.rejected, blocks, plan.used_blocks, plan.free_blocks,
             tuple(sorted(plan.counters.items())), tuple(sorted(plan.deficits.items())))
-
-
-def config_with_tenants(config: Config, names: Any) -> Config:
-    """``config`` with a default :class:`TenantConfig` appended for every name it lacks."""
-    known = {t.name for t in config.tenants}
-    extra = tuple(TenantConfig(n) for n in dict.fromkeys(names) if n not in known)
-    return attrs.evolve(config, tenants=config.tenants + extra) if extra else config
 
 
 def load_factory(spec: str) -> Any:

@@ -458,7 +458,7 @@ AMPLE_BLOCKS, SMALL_BLOCKS = 4096, 512
 
 
 def _replica() -> tuple[dict[str, Any], Any]:
-    from tenantry.adversaries.configs import COST, REPLICA
+    from tenantry.model.setups import COST, REPLICA
 
     return dict(REPLICA), COST
 

@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
-    from tenantry.adversaries.configs import SETUPS
+    from tenantry.model.setups import SETUPS
     from tenantry.adversaries.patterns import PATTERNS
     print("setups:")
     for s in SETUPS.values():

@@ -13,16 +13,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any, Iterable
 
 import attrs
 import numpy as np
 
-from tenantry.model.config import (
-    ORDER_POLICIES, AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
-)
+from tenantry.model.config import ConfigError
+from tenantry.model.setups import SETUPS, apply_setup, default_config, load_config_toml, seed001_config
 from tenantry.model.history import History, write_history
 from tenantry.model.simulate import simulate
 from tenantry.model.traces import azure_two_tenant_workload, read_azure_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
@@ -31,88 +29,7 @@ from tenantry.commands.args import non_negative_int, positive_float, positive_in
 
 HELP = "Run the reference model on a workload and print a per-policy, per-tenant table."
 
-#: Named policy setups for ``--policy``: order policy plus admission switches.
-#: ``rate_limit`` is FCFS behind a per-tenant request-rate limit of 2 req/s (burst 4).
-SETUPS = {name: {"order": name} for name in ORDER_POLICIES}
-SETUPS["rate_limit"] = {"order": "fcfs", "rate_limit": (2.0, 4.0)}
 DEFAULT_SETUPS = ("fcfs", "rate_limit", "vtc")
-
-_SECTIONS = {"order": OrderConfig, "admission": AdmissionConfig, "eviction": EvictionConfig, "cost": CostConfig}
-_REPLICA_KEYS = {"block_size_tokens", "num_blocks", "max_num_seqs", "token_budget", "max_context_tokens", "prefix_cache"}
-
-
-def _build(cls: type, table: dict[str, Any], where: str) -> Any:
-    names = {a.name for a in attrs.fields(cls) if a.init}
-    for key in table:
-        if key not in names:
-            raise ConfigError(key, table[key], f"unknown key; expected one of {', '.join(sorted(names))}", where)
-    try:
-        return cls(**table)
-    except ConfigError as e:
-        raise ConfigError(e.field, e.value, e.why, where) from None
-    except TypeError as e:
-        raise ConfigError(cls.__name__, table, str(e), where) from None
-
-
-def load_config_toml(path: str | Path) -> Config:
-    """Read a replica configuration from a TOML file.
-
-    Layout: a ``[replica]`` table (block_size_tokens, num_blocks, max_num_seqs,
-    token_budget, max_context_tokens, prefix_cache), optional ``[order]``,
-    ``[admission]``, ``[eviction]``, ``[cost]`` tables whose keys are the fields
-    of the matching config classes, and one ``[[tenants]]`` table per tenant
-    (the fields of :class:`TenantConfig`).  See ``examples/replica.toml``.
-
-    Raises:
-        ConfigError: naming the file, the table and the key on any bad value.
-        FileNotFoundError: if the file does not exist.
-    """
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("toml", str(path), f"not valid TOML ({e})", str(path)) from None
-    known = set(_SECTIONS) | {"replica", "tenants"}
-    for key in doc:
-        if key not in known:
-            raise ConfigError(key, doc[key], f"unknown table; expected {', '.join(sorted(known))}", str(path))
-    tenants_doc = doc.get("tenants")
-    if not isinstance(tenants_doc, list) or not tenants_doc:
-        raise ConfigError("tenants", tenants_doc, "give at least one [[tenants]] table", str(path))
-    tenants = [_build(TenantConfig, t, f"{path}: [[tenants]] #{i + 1}") for i, t in enumerate(tenants_doc)]
-    kwargs: dict[str, Any] = {k: _build(cls, doc.get(k, {}), f"{path}: [{k}]") for k, cls in _SECTIONS.items()}
-    replica = doc.get("replica", {})
-    for key in replica:
-        if key not in _REPLICA_KEYS:
-            raise ConfigError(key, replica[key], f"unknown key; expected one of {', '.join(sorted(_REPLICA_KEYS))}", f"{path}: [replica]")
-    try:
-        return Config(tenants=tenants, **replica, **kwargs)
-    except ConfigError as e:
-        raise ConfigError(e.field, e.value, e.why, f"{path}: [replica]") from None
-
-
-def apply_setup(config: Config, setup: str) -> Config:
-    """``config`` with the named policy setup of :data:`SETUPS` applied.
-
-    Raises:
-        ConfigError: if ``setup`` is not a known name.
-    """
-    if setup not in SETUPS:
-        raise ConfigError("--policy", setup, f"unknown policy; choose from {', '.join(SETUPS)} or all")
-    spec = SETUPS[setup]
-    cfg = attrs.evolve(config, order=attrs.evolve(config.order, policy=spec["order"]))
-    if "rate_limit" in spec:
-        rate, burst = spec["rate_limit"]
-        tenants = [attrs.evolve(t, request_rate_per_s=t.request_rate_per_s or rate, request_burst=t.request_burst or burst)
-                   for t in cfg.tenants]
-        cfg = attrs.evolve(cfg, tenants=tenants, admission=attrs.evolve(cfg.admission, request_rate_limit=True))
-    return cfg
-
-
-def default_config(tenant_names: Iterable[str]) -> Config:
-    """The default replica: a 70B model on 8 H100s (SPEC.md 4.7), equal tenants."""
-    return Config(tenants=[TenantConfig(n) for n in tenant_names])
 
 
 def tenant_table(history: History, *, window_s: float, w_in: float, w_out: float) -> list[dict[str, Any]]:
@@ -206,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     if not len(workload):
         raise ConfigError("workload", 0, "no requests to run (empty file, or --max-rows too small?)")
     if base is None:
-        base = default_config(workload.tenants)
+        seed001 = not (args.workload or args.azure or args.mooncake or args.azure_pair)
+        base = seed001_config(workload.tenants) if seed001 else default_config(workload.tenants)
     if args.policy == ["all"]:
         configs = [(name, apply_setup(base, name)) for name in SETUPS]
     elif args.policy:

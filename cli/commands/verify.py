@@ -72,7 +72,7 @@ def run_history(args: argparse.Namespace) -> int:
     history = read_history(args.history)
     config = None
     if args.config:
-        from tenantry.commands.simulate import load_config_toml
+        from tenantry.model.setups import load_config_toml
 
         config = load_config_toml(args.config)
     claimed = tuple(c.strip() for c in args.claims.split(",") if c.strip())

@@ -1,12 +1,12 @@
-"""Built-in policy configurations: one small named table shared by ``tenantry
-check``, the tests and the third-party verifier.
+"""The one vocabulary of setups, and the one place configurations are read and written.
 
-Every entry is a *setup*: an order policy, admission switches, per-tenant
-limits, hysteresis and a prefix-cache mode, applied to the same small replica
-(:data:`REPLICA`), chosen so that one workload of a few hundred requests
-simulates in a fraction of a second.  :func:`build_config` turns a setup and
-the tenants of a scenario (each with its role, ``adversary`` or ``victim``)
-into a :class:`~tenantry.model.config.Config`.
+A *setup* is a named policy configuration: an order policy with its
+parameters, admission switches, per-tenant limits, hysteresis and a
+prefix-cache mode.  The same names mean the same thing in ``tenantry
+simulate --policy``, ``tenantry check --policy`` and the tests: a setup
+applied to a replica (:func:`apply_setup`) sets the fields it names and
+leaves the others as they are; :func:`build_config` applies it to the small
+replica of the adversary search (:data:`REPLICA`), whose tenants have roles.
 
 Tiers: in the tiered setups (``priority``, ``aging``, ``floors``) the
 adversary's tenants are tier 0 (a paying or internal tenant) and the victims
@@ -17,21 +17,26 @@ per-tenant queue, so that they differ only in the order policy: with an
 unbounded queue the higher tier's own backlog ages as fast as the lower
 tier's, and aging degenerates into FCFS with an offset.
 
-``claims`` lists the invariant ids (DESIGN.md, "Invariants") a setup is
-designed to guarantee; ``tenantry check`` exits non-zero when one of them
-breaks.  Safety invariants that every setup must keep (KV-CONSERVE, KV-CAP,
-NO-LOSS, BATCH-LIMITS, DETERMINISM) are in :data:`COMMON_CLAIMS`.
+``claims`` lists the invariant ids (SPEC.md section 7) a setup is designed to
+guarantee; ``tenantry check`` exits non-zero when one of them breaks.  Safety
+invariants that every setup must keep (KV-CONSERVE, KV-CAP, NO-LOSS,
+BATCH-LIMITS, DETERMINISM) are in :data:`COMMON_CLAIMS`.
+
+Configuration files: :func:`load_config_toml` (a replica in TOML),
+:func:`config_to_dict` / :func:`config_from_dict` (a history header's
+``config``), :func:`config_with_tenants` (a claimed config completed with a
+workload's tenants), :func:`default_config` (the default 70B replica).
 """
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import attrs
 
-from tenantry.model.config import (
-    AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
-)
+from .config import AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig
 
 #: Roles a tenant can have in a scenario.
 ROLES = ("adversary", "victim")
@@ -140,7 +145,7 @@ def _setups() -> dict[str, Setup]:
               order=OrderConfig(policy="vtc_predict", lift=True),
               admission=AdmissionConfig(token_bucket=True, prompt_estimate="bytes", queue_bound=False, kv_cap=False),
               tenant_limits=TOKEN_BUCKET),
-        Setup("drr", "DRR over block-seconds, bounded carry, reset when idle (the essay's proposal)",
+        Setup("drr_block_seconds", "DRR over block-seconds, bounded carry, reset when idle (the essay's proposal)",
               order=OrderConfig(policy="drr_block_seconds", drr_quantum=2.0, drr_carry_bound=4.0), admission=adm_off,
               claims=("DRR-DEFICIT",)),
         Setup("drr_tokens", "DRR over weighted service tokens, bounded carry, reset when idle",
@@ -194,7 +199,7 @@ def get_setup(name: str) -> Setup:
     try:
         return SETUPS[name]
     except KeyError:
-        raise ConfigError("policy", name, f"unknown policy configuration; choose from {', '.join(SETUPS)}") from None
+        raise ConfigError("--policy", name, f"unknown setup; choose from {', '.join(SETUPS)}") from None
 
 
 def build_config(name: str, roles: Iterable[tuple[str, str]]) -> Config:
@@ -223,3 +228,120 @@ def build_config(name: str, roles: Iterable[tuple[str, str]]) -> Config:
         tenants=tenants, order=s.order, admission=s.admission, eviction=s.eviction, cost=COST,
         prefix_cache=s.prefix_cache, num_blocks=s.num_blocks, **REPLICA,
     )
+
+def apply_setup(config: Config, name: str) -> Config:
+    """``config`` with setup ``name`` applied: its order policy and parameters,
+    admission switches, eviction and prefix-cache mode replace the config's;
+    its per-tenant limits are given to every tenant that has none of its own.
+    Tiers, weights, the pool and the batch limits stay the config's.
+
+    Raises:
+        ConfigError: on an unknown setup name.
+    """
+    s = get_setup(name)
+    limits = dict(s.tenant_limits)
+    tenants = tuple(attrs.evolve(t, **{k: v for k, v in limits.items() if getattr(t, k) is None}) for t in config.tenants)
+    return attrs.evolve(config, tenants=tenants, order=s.order, admission=s.admission, eviction=s.eviction,
+                        prefix_cache=s.prefix_cache)
+
+
+def default_config(tenant_names: Iterable[str]) -> Config:
+    """The default replica: a 70B model on 8 H100s (SPEC.md 4.7), equal tenants."""
+    return Config(tenants=[TenantConfig(n) for n in tenant_names])
+
+
+#: The request-rate limit of the seed-001 lesson's experiment: 2 requests/s, burst 4, per tenant.
+SEED001_RATE_LIMIT = {"request_rate_per_s": 2.0, "request_burst": 4.0}
+
+
+def seed001_config(tenant_names: Iterable[str] = ("bulk", "app", "chat")) -> Config:
+    """The replica of the seed-001 experiment: :func:`default_config` with the lesson's
+    request-rate limit on every tenant (in force only under a setup that enforces it,
+    such as ``rate_limit``)."""
+    return Config(tenants=[TenantConfig(n, **SEED001_RATE_LIMIT) for n in tenant_names])
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """The configuration as plain JSON-able data (for history headers)."""
+    return attrs.asdict(config, filter=lambda a, v: not a.name.startswith("_"))
+
+
+def config_from_dict(d: dict[str, Any], where: str = "history header") -> Config:
+    """Rebuild a :class:`Config` from :func:`config_to_dict` output.
+
+    Raises:
+        ConfigError: naming the field when the dict is not a configuration.
+    """
+    try:
+        parts = dict(d)
+        parts["tenants"] = tuple(TenantConfig(**t) for t in parts["tenants"])
+        for key, cls in _SECTIONS.items():
+            if key in parts:
+                parts[key] = cls(**parts[key])
+        return Config(**parts)
+    except ConfigError as e:
+        raise ConfigError(e.field, e.value, e.why, where) from None
+    except (KeyError, TypeError) as e:
+        raise ConfigError("config", str(e), "not a tenantry configuration", where) from None
+
+
+def config_with_tenants(config: Config, names: Any) -> Config:
+    """``config`` with a default :class:`TenantConfig` appended for every name it lacks."""
+    known = {t.name for t in config.tenants}
+    extra = tuple(TenantConfig(n) for n in dict.fromkeys(names) if n not in known)
+    return attrs.evolve(config, tenants=config.tenants + extra) if extra else config
+
+
+_SECTIONS = {"order": OrderConfig, "admission": AdmissionConfig, "eviction": EvictionConfig, "cost": CostConfig}
+_REPLICA_KEYS = {"block_size_tokens", "num_blocks", "max_num_seqs", "token_budget", "max_context_tokens", "prefix_cache"}
+
+
+def _build(cls: type, table: dict[str, Any], where: str) -> Any:
+    names = {a.name for a in attrs.fields(cls) if a.init}
+    for key in table:
+        if key not in names:
+            raise ConfigError(key, table[key], f"unknown key; expected one of {', '.join(sorted(names))}", where)
+    try:
+        return cls(**table)
+    except ConfigError as e:
+        raise ConfigError(e.field, e.value, e.why, where) from None
+    except TypeError as e:
+        raise ConfigError(cls.__name__, table, str(e), where) from None
+
+
+def load_config_toml(path: str | Path) -> Config:
+    """Read a replica configuration from a TOML file.
+
+    Layout: a ``[replica]`` table (block_size_tokens, num_blocks, max_num_seqs,
+    token_budget, max_context_tokens, prefix_cache), optional ``[order]``,
+    ``[admission]``, ``[eviction]``, ``[cost]`` tables whose keys are the fields
+    of the matching config classes, and one ``[[tenants]]`` table per tenant
+    (the fields of :class:`TenantConfig`).  See ``examples/replica.toml``.
+
+    Raises:
+        ConfigError: naming the file, the table and the key on any bad value.
+        FileNotFoundError: if the file does not exist.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("toml", str(path), f"not valid TOML ({e})", str(path)) from None
+    known = set(_SECTIONS) | {"replica", "tenants"}
+    for key in doc:
+        if key not in known:
+            raise ConfigError(key, doc[key], f"unknown table; expected {', '.join(sorted(known))}", str(path))
+    tenants_doc = doc.get("tenants")
+    if not isinstance(tenants_doc, list) or not tenants_doc:
+        raise ConfigError("tenants", tenants_doc, "give at least one [[tenants]] table", str(path))
+    tenants = [_build(TenantConfig, t, f"{path}: [[tenants]] #{i + 1}") for i, t in enumerate(tenants_doc)]
+    kwargs: dict[str, Any] = {k: _build(cls, doc.get(k, {}), f"{path}: [{k}]") for k, cls in _SECTIONS.items()}
+    replica = doc.get("replica", {})
+    for key in replica:
+        if key not in _REPLICA_KEYS:
+            raise ConfigError(key, replica[key], f"unknown key; expected one of {', '.join(sorted(_REPLICA_KEYS))}", f"{path}: [replica]")
+    try:
+        return Config(tenants=tenants, **replica, **kwargs)
+    except ConfigError as e:
+        raise ConfigError(e.field, e.value, e.why, f"{path}: [replica]") from None
