@@ -1,9 +1,10 @@
 """The ``tenantry`` command line.
 
-Each subcommand lives beside the code it drives, in a module that defines
-``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int`` (the
-exit code).  This file only dispatches, so adding a command never touches the
-others.
+Each subcommand is a module of :mod:`tenantry.commands` that defines ``HELP``
+(one line), ``add_arguments(parser)`` and ``run(args) -> int`` (the exit code):
+argument parsing and printing only; what it runs lives in the package below it
+(SPEC.md 10).  This file only dispatches, so adding a command never touches
+the others.
 """
 
 from __future__ import annotations
@@ -32,12 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, modname in COMMANDS.items():
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name == modname:
-                continue
-            raise
+        mod = importlib.import_module(modname)  # every command is part of tenantry: a missing one is a broken install
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)

@@ -278,6 +278,15 @@ class CostConfig:
     flop_s_per_token: float = attrs.field(default=2 * 70.6e9 / 8 / 600e12, validator=_non_negative)
     overhead_s: float = attrs.field(default=0.0008, validator=_non_negative)
 
+    @property
+    def empty_step_s(self) -> float:
+        """Duration of a step with nothing in the batch (seconds): ``unit_step_s``
+        in unit mode, else ``overhead_s`` (``weight_read_s`` when there is no
+        overhead).  Also the previous-step duration of the initial state."""
+        if self.mode == "unit":
+            return self.unit_step_s
+        return self.overhead_s if self.overhead_s > 0 else self.weight_read_s
+
 
 @attrs.frozen
 class Config:

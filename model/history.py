@@ -39,6 +39,10 @@ REJECT_REASONS = (
     "kv_watermark",      # pool above the tier's watermark
     "evicted_too_often", # preempted max_evictions times and chosen again
 )
+#: The reasons given at admission (a refusal before the request was ever queued).
+ADMISSION_REASONS = REJECT_REASONS[:6]
+#: Events that end a request (SPEC.md 5.2).
+TERMINAL = ("finished", "cancelled", "rejected")
 
 
 @attrs.frozen
@@ -110,8 +114,9 @@ class StepRecord:
         preempted: request ids evicted during the step (never in ``batch``).
         running: request ids holding KV blocks after the step.
         queued: per tenant (by name), the number of requests waiting after the step.
-        blocks_in_use: per tenant, KV blocks held after the step (a shared prefix
-            block counts once, for the tenant of the sequence that cached it).
+        blocks_in_use: per tenant, KV blocks its running sequences reference after
+            the step, summed over the sequences (a prefix block shared by k of
+            them counts k times: what a per-tenant KV cap is charged).
         free_blocks: KV blocks free after the step (cached-but-unreferenced
             prefix blocks count as free).
         counters: per tenant, the VTC counter after the step (weighted tokens / weight).

@@ -345,12 +345,12 @@ def step_duration_s(config: Config, batched_tokens: int, kv_tokens: int) -> floa
     ``unit`` mode returns ``unit_step_s``.  ``roofline`` mode returns
     max(weight_read_s + kv_tokens * kv_read_s_per_token, batched_tokens *
     flop_s_per_token) + overhead_s (Williams, Waterman and Patterson, "Roofline",
-    CACM 2009, applied per step); an empty step costs overhead_s only.
+    CACM 2009, applied per step); an empty step costs :attr:`CostConfig.empty_step_s`.
     """
     c = config.cost
     if c.mode == "unit":
         return c.unit_step_s
     if batched_tokens == 0:
-        return c.overhead_s if c.overhead_s > 0 else c.weight_read_s
+        return c.empty_step_s
     memory = c.weight_read_s + kv_tokens * c.kv_read_s_per_token
     return max(memory, batched_tokens * c.flop_s_per_token) + c.overhead_s

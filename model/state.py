@@ -163,8 +163,8 @@ class State:
     Attributes:
         step_index: index of the next step (0 before the first).
         t_s: time the next step starts (seconds).
-        last_step_s: duration of the previous step (seconds; the cost model's
-            idle duration before the first).
+        last_step_s: duration of the previous step (seconds; before the first,
+            the empty step's, :attr:`~tenantry.model.config.CostConfig.empty_step_s`).
         tenants: per-tenant records, indexed like ``Config.tenants``.
         running: running sequences in the order they entered the batch.
         kv: the KV pool.
@@ -210,9 +210,8 @@ def initial_state(config: Config) -> State:
         )
         for t in config.tenants
     )
-    idle_s = config.cost.unit_step_s if config.cost.mode == "unit" else config.cost.weight_read_s + config.cost.overhead_s
     ntiers = max(t.tier for t in config.tenants) + 1
-    return State(step_index=0, t_s=0.0, last_step_s=idle_s, tenants=tenants, tier_counters=(0.0,) * ntiers)
+    return State(step_index=0, t_s=0.0, last_step_s=config.cost.empty_step_s, tenants=tenants, tier_counters=(0.0,) * ntiers)
 
 
 def salt_seed(salt: str | None) -> int:

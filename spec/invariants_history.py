@@ -15,11 +15,10 @@ from functools import cached_property
 import attrs
 
 from tenantry.model.config import Config
-from tenantry.model.history import History, RequestRecord
+from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord
 
 from .invariants_core import EPS, Finding, ample_kv, caps_enforced, largest_charge, tier_share
 
-ADMISSION_REASONS = ("too_long", "too_large", "rate_limit", "token_bucket", "queue_full", "kv_watermark")
 
 
 @attrs.frozen

@@ -16,14 +16,13 @@ from functools import cached_property
 import attrs
 
 from tenantry.model.config import Config
+from tenantry.model.history import ADMISSION_REASONS, TERMINAL
 from tenantry.model.state import Sequence, State
 from tenantry.model.step import StepOutput
 from tenantry.model.workload import StepInput
 
 from .invariants_core import EPS, Finding, largest_charge, tier_share
 
-TERMINAL = ("finished", "cancelled", "rejected")
-ADMISSION_REASONS = ("too_long", "too_large", "rate_limit", "token_bucket", "queue_full", "kv_watermark")
 
 
 @attrs.frozen

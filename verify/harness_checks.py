@@ -4,7 +4,7 @@
 Each method reads the harness's records of the requests and appends
 :class:`~tenantry.spec.invariants_core.Finding` values; those that make the
 run meaningless stop it.  Ids: KV-CAP, KV-CONSERVE, SALT-ISOLATION,
-QUEUE-BOUND, WORK-CONSERVING (DESIGN.md "Invariants") and REF-DIVERGENCE.
+QUEUE-BOUND, WORK-CONSERVING (SPEC.md section 7) and REF-DIVERGENCE.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ The adapter declares what the scheduler claims in ``claims`` (:class:`Claims`):
 its limits and tenants as a :class:`~tenantry.model.config.Config`, and which
 claim-level invariants it asserts.  Safety invariants are always checked; the
 others only when claimed.  Protocol (Porcupine's model record: a few functions,
-one place) and vocabulary: DESIGN.md "Checking a scheduler someone else wrote".
+one place) and vocabulary: SPEC.md section 9, "Checking a scheduler someone else wrote".
 
 A plan entry may be written as a plain tuple, ``(request_id, num_tokens)`` or
 ``(request_id, num_tokens, computed_tokens)``; :func:`normalise_plan` turns

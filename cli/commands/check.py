@@ -23,7 +23,7 @@ from pathlib import Path
 from tenantry.model.config import ConfigError
 from tenantry.model.traces import read_workload_jsonl
 
-from tenantry.commands.args import budget, non_negative_int, positive_int
+from .args import budget, non_negative_int, positive_int
 
 HELP = "Run every abusive-tenant pattern and search against every built-in policy setup; print the matrix."
 

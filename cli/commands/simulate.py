@@ -25,7 +25,7 @@ from tenantry.model.history import History, write_history
 from tenantry.model.simulate import simulate
 from tenantry.model.traces import azure_two_tenant_workload, read_azure_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
 from tenantry.model.workload import Workload
-from tenantry.commands.args import non_negative_int, positive_float, positive_int
+from .args import non_negative_int, positive_float, positive_int
 
 HELP = "Run the reference model on a workload and print a per-policy, per-tenant table."
 

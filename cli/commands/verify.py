@@ -1,6 +1,6 @@
 """``tenantry verify``: check a scheduler tenantry did not write.
 
-Two ways in (DESIGN.md, "Checking a scheduler someone else wrote"):
+Two ways in (SPEC.md section 9, "Checking a scheduler someone else wrote"):
 
 * ``--history FILE``: a recorded history (JSON Lines, spec/history_schema.json)
   is judged offline; each finding is printed with its step, tenant, request
@@ -24,7 +24,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from tenantry.commands.args import non_negative_int, positive_float
+from .args import non_negative_int, positive_float
 from tenantry.model.config import ConfigError
 from tenantry.model.history import atomic_write_text, read_history
 
