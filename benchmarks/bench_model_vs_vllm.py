@@ -3,7 +3,7 @@ in one run, on the same workload, at 16, 128 and 512 running requests.
 
 Run on demand (not a test; needs vLLM for its half, see scripts/install_vllm.sh):
 
-    python benchmarks/bench_model_vs_vllm.py [--running 16 128 512] [--steps 200] [--repeats 3]
+    python benchmarks/bench_model_vs_vllm.py [--running 16 128 512] [--steps 200] [--repeats 3] [--baseline REV]
 
 Workload: N requests of 4 tenants, 128-token prompts and outputs longer than
 the run, all admitted at once; both schedulers run until every request is
@@ -19,7 +19,10 @@ batch.  The pool is large enough that nothing is preempted.
 
 Prints microseconds per step and per running request, and the model's cost as
 a fraction of vLLM's.  Timings are wall-clock (``time.perf_counter``), the best
-of ``--repeats`` runs.
+of ``--repeats`` runs.  ``--baseline REV`` also times the model's step as it
+was at git revision REV (its ``model/`` folder, extracted to a temporary
+package), in the same run and on the same workload, and prints the current
+step's cost as a fraction of that one's.
 """
 
 from __future__ import annotations
@@ -27,10 +30,17 @@ from __future__ import annotations
 import argparse
 import time
 
-from tenantry.model.config import Config, OrderConfig, TenantConfig
-from tenantry.model.state import initial_state
-from tenantry.model.step import step
-from tenantry.model.workload import Request, StepInput
+import importlib
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import tenantry.model.config as config_mod
+import tenantry.model.state as state_mod
+import tenantry.model.step as step_mod
+import tenantry.model.workload as workload_mod
 
 PROMPT_TOKENS = 128
 TENANTS = 4
@@ -41,12 +51,32 @@ def token_budget(n: int) -> int:
     return max(2048, n)
 
 
-def model_us(n: int, steps: int, policy: str) -> float:
-    """Microseconds per decode step of the reference model with n running requests."""
-    cfg = Config(tenants=tuple(TenantConfig(f"t{i}") for i in range(TENANTS)), num_blocks=200_000,
-                 max_num_seqs=n, token_budget=token_budget(n), order=OrderConfig(policy=policy))
-    reqs = [Request(i, f"t{i % TENANTS}", 0.0, PROMPT_TOKENS, 100_000) for i in range(n)]
-    st, _ = step(cfg, initial_state(cfg), StepInput(arrivals=reqs))
+CURRENT = types.SimpleNamespace(config=config_mod, state=state_mod, step=step_mod, workload=workload_mod)
+
+
+def baseline_model(rev: str) -> types.SimpleNamespace:
+    """The model package as it was at git revision ``rev`` (its ``model/`` folder, extracted
+    with ``git archive`` into a temporary folder and imported as ``tenantry_baseline_model``)."""
+    root = Path(__file__).resolve().parent.parent
+    tmp = Path(tempfile.mkdtemp(prefix="tenantry-baseline-"))
+    pkg = tmp / "tenantry_baseline_model"
+    pkg.mkdir()
+    tar = subprocess.run(["git", "-C", str(root), "archive", rev, "model"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(pkg), "--strip-components=1"], input=tar, check=True)
+    (pkg / "__init__.py").touch()
+    sys.path.insert(0, str(tmp))
+    mods = {m: importlib.import_module(f"tenantry_baseline_model.{m}") for m in ("config", "state", "step", "workload")}
+    return types.SimpleNamespace(**mods)
+
+
+def model_us(n: int, steps: int, policy: str, m: types.SimpleNamespace = CURRENT) -> float:
+    """Microseconds per decode step of the reference model (modules ``m``) with n running requests."""
+    c = m.config
+    cfg = c.Config(tenants=tuple(c.TenantConfig(f"t{i}") for i in range(TENANTS)), num_blocks=200_000,
+                   max_num_seqs=n, token_budget=token_budget(n), order=c.OrderConfig(policy=policy))
+    reqs = [m.workload.Request(i, f"t{i % TENANTS}", 0.0, PROMPT_TOKENS, 100_000) for i in range(n)]
+    step = m.step.step
+    st, _ = step(cfg, m.state.initial_state(cfg), m.workload.StepInput(arrivals=reqs))
     while any(t.queue for t in st.tenants) or any(s.output_done == 0 for s in st.running):
         st, _ = step(cfg, st)
     assert len(st.running) == n
@@ -93,19 +123,30 @@ def main() -> None:
     ap.add_argument("--running", type=int, nargs="+", default=[16, 128, 512])
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--baseline", metavar="REV", default=None,
+                    help="also time the model's step at this git revision, in the same run")
     args = ap.parse_args()
     from tenantry.verify.vllm import vllm_available
 
     ok, why = vllm_available()
     print(f"vLLM: {why}")
-    print(f"{'running':>8} {'vLLM us/step':>13} {'us/req':>7} {'model fcfs us/step':>19} {'us/req':>7} "
-          f"{'ratio':>6} {'model vtc us/step':>18} {'us/req':>7} {'ratio':>6}")
+    base = baseline_model(args.baseline) if args.baseline else None
+    head = (f"{'running':>8} {'vLLM us/step':>13} {'us/req':>7} {'model fcfs us/step':>19} {'us/req':>7} "
+            f"{'ratio':>6} {'model vtc us/step':>18} {'us/req':>7} {'ratio':>6}")
+    if base is not None:
+        head += f" {'fcfs at ' + args.baseline[:10]:>19} {'now/then':>8} {'vtc at ' + args.baseline[:10]:>18} {'now/then':>8}"
+    print(head)
     for n in args.running:
         v = min(vllm_us(n, args.steps) for _ in range(args.repeats)) if ok else float("nan")
         f = min(model_us(n, args.steps, "fcfs") for _ in range(args.repeats))
         c = min(model_us(n, args.steps, "vtc") for _ in range(args.repeats))
-        print(f"{n:>8} {v:>13.0f} {v / n:>7.2f} {f:>19.0f} {f / n:>7.2f} {f / v:>6.2f} {c:>18.0f} {c / n:>7.2f} "
-              f"{c / v:>6.2f}", flush=True)
+        line = (f"{n:>8} {v:>13.0f} {v / n:>7.2f} {f:>19.0f} {f / n:>7.2f} {f / v:>6.2f} {c:>18.0f} {c / n:>7.2f} "
+                f"{c / v:>6.2f}")
+        if base is not None:
+            bf = min(model_us(n, args.steps, "fcfs", base) for _ in range(args.repeats))
+            bc = min(model_us(n, args.steps, "vtc", base) for _ in range(args.repeats))
+            line += f" {bf:>19.0f} {f / bf:>8.2f} {bc:>18.0f} {c / bc:>8.2f}"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":
