@@ -32,7 +32,7 @@ def test_verify_target_on_vllm_runs_end_to_end(tmp_path):
 
 def test_cache_salt_isolation_seen_from_outside():
     from tenantry.model.workload import Request, Workload
-    from tenantry.spec import adapter_vllm as av
+    from tenantry.verify import vllm as av
     from tenantry.verify.run import verify_workload
 
     prefix = tuple(range(1000, 1016))
@@ -48,7 +48,7 @@ def test_cache_salt_isolation_seen_from_outside():
 
 
 def test_thrash_on_small_pool_preempts_and_keeps_kv_invariants():
-    from tenantry.spec import adapter_vllm as av
+    from tenantry.verify import vllm as av
     from tenantry.verify.matrix import run_cell
 
     c = run_cell(av.make_fcfs_small, "eviction_thrash", timeout_s=None)
