@@ -110,6 +110,9 @@ class TenantConfig:
             requests); the naive baseline.
         cache_salt: value mixed into this tenant's prefix-cache keys when the
             cache is ``salted``.  Default: the tenant name.
+        max_wait_s: the wait this tenant's requests are promised (seconds from
+            arrival to first scheduling; the BOUNDED-WAIT claim, SPEC.md 7.2).
+            None: no promise.
     """
 
     name: str = attrs.field()
@@ -122,6 +125,7 @@ class TenantConfig:
     request_rate_per_s: float | None = attrs.field(default=None, validator=_positive)
     request_burst: float | None = attrs.field(default=None, validator=_positive)
     cache_salt: str | None = attrs.field(default=None)
+    max_wait_s: float | None = attrs.field(default=None, validator=_positive)
 
     @name.validator
     def _check_name(self, attribute: attrs.Attribute, value: Any) -> None:

@@ -22,8 +22,10 @@ import attrs
 
 from .config import ConfigError
 
-#: Version of the history format; bumped on any incompatible change.
-HISTORY_FORMAT = 1
+#: Version of the history format; bumped on any incompatible change.  Format 2
+#: adds optional step fields (events, used_blocks, held, block_ids) and request
+#: prefix ids; readers take format 1 files as well.
+HISTORY_FORMAT = 2
 
 #: Terminal outcomes of a request (SPEC.md 5).  ``unfinished`` only appears
 #: when a run stops at its horizon with the request still queued or running.
@@ -43,6 +45,34 @@ REJECT_REASONS = (
 ADMISSION_REASONS = REJECT_REASONS[:6]
 #: Events that end a request (SPEC.md 5.2).
 TERMINAL = ("finished", "cancelled", "rejected")
+
+
+#: Kinds of a step record's events (SPEC.md 5.2 and 6), in the order they can
+#: happen to a request: ``scheduled`` is its entry into the batch (``tokens``:
+#: tokens already computed at entry, prefix-cache hits).
+EVENT_KINDS = ("queued", "rejected", "cancelled", "preempted", "scheduled", "first_token", "finished")
+
+
+@attrs.frozen
+class StepEvent:
+    """One thing that happened to one request in a step (an ``events`` entry of a step line).
+
+    Attributes:
+        kind: one of :data:`EVENT_KINDS`.
+        request_id: whose.
+        reason, retry_after_s: for ``rejected`` (a 429): one of
+            :data:`REJECT_REASONS` and the retry-after estimate (seconds) or None.
+        tokens: ``scheduled``: tokens computed at entry (cache hits);
+            ``preempted``: computed tokens discarded; ``finished``: tokens generated.
+        blocks: ``preempted``: KV blocks the eviction freed.
+    """
+
+    kind: str
+    request_id: int
+    reason: str | None = None
+    retry_after_s: float | None = None
+    tokens: int = 0
+    blocks: int = 0
 
 
 @attrs.frozen
@@ -65,6 +95,9 @@ class RequestRecord:
         wasted_prefill_tokens: tokens whose KV was discarded by evictions and
             had to be recomputed (SPEC.md 4.5).
         cached_prompt_tokens: prompt tokens served from the prefix cache.
+        prefix_ids: content ids of the prompt's leading blocks, as offered (see
+            :class:`~tenantry.model.workload.Request`); what salt isolation
+            compares when a block is reused.
     """
 
     request_id: int
@@ -83,6 +116,7 @@ class RequestRecord:
     preemptions: int = 0
     wasted_prefill_tokens: int = 0
     cached_prompt_tokens: int = 0
+    prefix_ids: tuple[int, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def ttft_s(self) -> float | None:
@@ -124,6 +158,17 @@ class StepRecord:
         service: per tenant, cumulative weighted service (w_in * prefill tokens
             + w_out * output tokens), unnormalised.
         block_seconds: per tenant, cumulative KV block-seconds held.
+
+    Optional (format 2; None or empty when the source does not record them):
+        events: what happened to requests in the step, in order (:class:`StepEvent`).
+        used_blocks: distinct KV blocks in use after the step (a block shared
+            by several sequences counts once): with a prefix cache, the pool's
+            books balance only with it (``free_blocks + used_blocks = num_blocks``).
+        held: per running request, the KV blocks it references after the step.
+        block_ids: per running request, the ids of its blocks in token order,
+            where the source knows them (an adapter's block ids; the model's
+            prefix-cache keys, private blocks left out): what salt isolation
+            follows from block to block.
     """
 
     step_index: int
@@ -139,6 +184,10 @@ class StepRecord:
     deficits: dict[str, float]
     service: dict[str, float]
     block_seconds: dict[str, float]
+    events: tuple[StepEvent, ...] = ()
+    used_blocks: int | None = None
+    held: dict[int, int] | None = None
+    block_ids: dict[int, tuple] | None = None
 
 
 @attrs.frozen
@@ -168,9 +217,20 @@ class History:
         return self.steps[-1].start_s + self.steps[-1].duration_s if self.steps else 0.0
 
 
+#: Optional fields left out of a line when they hold their default (format 2's additions).
+_OPTIONAL = {
+    StepRecord: ("events", "used_blocks", "held", "block_ids"),
+    RequestRecord: ("prefix_ids",),
+    StepEvent: ("reason", "retry_after_s", "tokens", "blocks"),
+}
+
+
 def _to_json(obj: Any) -> Any:
     if attrs.has(type(obj)):
-        return {k: _to_json(v) for k, v in attrs.asdict(obj, recurse=False).items()}
+        skip = _OPTIONAL.get(type(obj), ())
+        fields = attrs.fields_dict(type(obj))
+        return {k: _to_json(v) for k, v in attrs.asdict(obj, recurse=False).items()
+                if not (k in skip and v == fields[k].default)}
     if isinstance(obj, (list, tuple)):
         return [_to_json(v) for v in obj]
     if isinstance(obj, dict):
@@ -272,6 +332,13 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
         kwargs["batch"] = tuple(tuple(x) for x in kwargs["batch"])
         kwargs["preempted"] = tuple(kwargs["preempted"])
         kwargs["running"] = tuple(kwargs["running"])
+        kwargs["events"] = tuple(_event(e, where) for e in kwargs.get("events") or ())
+        for name in ("held", "block_ids"):
+            if kwargs.get(name) is not None:
+                kwargs[name] = _by_request(kwargs[name], name, where)
+    if cls is RequestRecord and kwargs.get("prefix_ids") is not None:
+        if not isinstance(kwargs["prefix_ids"], list) or not all(type(x) is int for x in kwargs["prefix_ids"]):
+            raise ConfigError("prefix_ids", kwargs["prefix_ids"], "must be a list of integers", where)
     if cls is RequestRecord:
         if kwargs.get("outcome") not in OUTCOMES:
             raise ConfigError("outcome", kwargs.get("outcome"), f"must be one of {', '.join(OUTCOMES)}", where)
@@ -292,10 +359,36 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
         raise ConfigError(cls.__name__, kwargs, str(e), where) from None
 
 
+def _event(e: Any, where: str) -> StepEvent:
+    if not isinstance(e, dict) or e.get("kind") not in EVENT_KINDS or not isinstance(e.get("request_id"), int):
+        raise ConfigError("events", e, f"each event is an object with a kind ({', '.join(EVENT_KINDS)}) and a "
+                          "request_id", where)
+    unknown = sorted(set(e) - _fields(StepEvent))
+    if unknown:
+        raise ConfigError(f"events.{unknown[0]}", e[unknown[0]], "unknown field in an event", where)
+    if e.get("reason") is not None and e["reason"] not in REJECT_REASONS:
+        raise ConfigError("events.reason", e["reason"], f"must be one of {', '.join(REJECT_REASONS)}", where)
+    return StepEvent(**e)
+
+
+def _by_request(d: Any, name: str, where: str) -> dict[int, Any]:
+    """A per-request map read back from JSON (keys are request ids written as strings)."""
+    if not isinstance(d, dict):
+        raise ConfigError(name, d, "must be an object keyed by request id", where)
+    out = {}
+    for k, v in d.items():
+        try:
+            rid = int(k)
+        except ValueError:
+            raise ConfigError(name, k, "keys must be request ids", where) from None
+        out[rid] = tuple(v) if isinstance(v, list) else v
+    return out
+
+
 _COUNTS = {
     RequestRecord: ("request_id", "prompt_tokens", "output_tokens", "admitted_step", "tokens_generated",
                     "preemptions", "wasted_prefill_tokens", "cached_prompt_tokens"),
-    StepRecord: ("step_index", "free_blocks"),
+    StepRecord: ("step_index", "free_blocks", "used_blocks"),
 }
 _TIMES = {
     RequestRecord: ("arrival_s", "retry_after_s", "first_scheduled_s", "first_token_s", "finish_s"),

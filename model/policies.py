@@ -43,6 +43,8 @@ class SelectView:
             from the queues).
         keys: a :class:`KeyMemo` the step keeps across the picks of one step
             (None: no memo, a full scan per pick).
+        step_index: the step being planned: a tenant's head is its first
+            request ready at this step (a preempted one in its cooldown is passed over).
     """
 
     config: Config
@@ -54,6 +56,7 @@ class SelectView:
     provisional: Mapping[int, float]
     backlogged: Collection[int] | None = None
     keys: "KeyMemo | None" = None
+    step_index: int = 0
 
 
 class KeyMemo:
@@ -129,7 +132,13 @@ def _argmin(view: SelectView, key: Callable[[SelectView, int], tuple]) -> int | 
 
 
 def _head(view: SelectView, i: int) -> Sequence:
-    return view.tenants[i].queue[0]
+    """Tenant i's head: its first request ready at this step (what it would put in the
+    batch), or its first request when none is ready (the tenant is then skipped)."""
+    q = view.tenants[i].queue
+    k = view.step_index
+    if q[0].ready_step <= k:
+        return q[0]
+    return next((s for s in q if s.ready_step <= k), q[0])
 
 
 def key_fcfs(view: SelectView, i: int) -> tuple:
@@ -155,7 +164,7 @@ def select_round_robin(view: SelectView) -> int | None:
 
 def key_vtc(view: SelectView, i: int) -> tuple:
     t = view.tenants[i]
-    return (t.counter, t.queue[0].arrival_seq)
+    return (t.counter, _head(view, i).arrival_seq)
 
 
 def select_vtc(view: SelectView) -> int | None:
@@ -168,7 +177,7 @@ def select_vtc(view: SelectView) -> int | None:
 
 def key_drr(view: SelectView, i: int) -> tuple:
     t = view.tenants[i]
-    return (-(t.deficit - view.provisional.get(i, 0.0)), t.queue[0].arrival_seq)
+    return (-(t.deficit - view.provisional.get(i, 0.0)), _head(view, i).arrival_seq)
 
 
 def select_drr(view: SelectView) -> int | None:

@@ -14,9 +14,9 @@ from typing import Any, Iterable, Iterator, NamedTuple, Protocol
 import attrs
 
 from .config import Config, ConfigError
-from .history import History, RequestRecord, StepRecord
+from .history import History, RequestRecord, StepEvent, StepRecord
 from .setups import config_to_dict
-from .state import State, free_blocks, initial_state
+from .state import State, block_ids, free_blocks, initial_state
 from .step import Step, StepOutput, idle, step
 from .workload import Request, StepInput, Workload, as_workload
 
@@ -45,11 +45,19 @@ def has_work(state: State) -> bool:
 
 
 class Recorder:
-    """Builds request records and step snapshots from step outputs."""
+    """Builds request records and step records from step outputs.
 
-    def __init__(self, config: Config, record_steps: bool = True) -> None:
+    Args:
+        record_steps: keep a step record per step.
+        detail: also record each running request's blocks (``held``, and with
+            the prefix cache on their ids, :func:`~tenantry.model.state.block_ids`):
+            what the KV and isolation record forms need; costs a map per step.
+    """
+
+    def __init__(self, config: Config, record_steps: bool = True, detail: bool = False) -> None:
         self.config = config
         self.record_steps = record_steps
+        self.detail = detail
         self.requests: dict[int, dict[str, Any]] = {}
         self.steps: list[StepRecord] = []
 
@@ -57,6 +65,7 @@ class Recorder:
         self.requests[r.request_id] = {
             "request_id": r.request_id, "tenant": r.tenant, "arrival_s": r.arrival_s,
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens, "outcome": "unfinished",
+            "prefix_ids": r.prefix_ids,
         }
 
     def observe(self, state: State, out: StepOutput) -> None:
@@ -74,7 +83,7 @@ class Recorder:
         for s in out.finished:
             self._fold_sequence(s)
         if self.record_steps:
-            self.steps.append(snapshot(self.config, state, out))
+            self.steps.append(snapshot(self.config, state, out, self.detail))
 
     def _fold_sequence(self, s) -> None:
         rec = self.requests[s.request_id]
@@ -90,10 +99,35 @@ class Recorder:
         return History(header=header, steps=tuple(self.steps), requests=recs)
 
 
-def snapshot(config: Config, state: State, out: StepOutput) -> StepRecord:
-    """The per-step snapshot of the history (SPEC.md 6)."""
+#: Groups of a step record's events in their canonical order (SPEC.md 6), by event:
+#: cancellations, answers to arrivals (queued, or refused at admission) in arrival
+#: order, evictions (preempted, or rejected evicted too often) in the order they
+#: happened, entries into the batch, tokens.
+_GROUP = {"cancelled": 0, "queued": 1, "preempted": 2, "scheduled": 4, "first_token": 5, "finished": 5}
+
+
+def _group(e) -> int:
+    if e.kind == "rejected":
+        return 2 if e.reason == "evicted_too_often" else 1
+    return _GROUP[e.kind]
+
+
+def step_events(out: StepOutput) -> tuple[StepEvent, ...]:
+    """A step's events as the history records them (:class:`~tenantry.model.history.StepEvent`),
+    in the canonical order (a stable sort of the model's order by group)."""
+    return tuple(StepEvent(e.kind, e.request_id, e.reason, e.retry_after_s, e.tokens, e.blocks)
+                 for e in sorted(out.events, key=_group))
+
+
+def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False) -> StepRecord:
+    """The step record of the history (SPEC.md 6): the state after the step and its events."""
     names = [t.name for t in config.tenants]
     ts = state.tenants
+    held = ids = None
+    if detail:
+        held = {s.request_id: s.blocks_held for s in state.running}
+        if config.prefix_cache != "off":
+            ids = {s.request_id: block_ids(s) for s in state.running} or None
     return StepRecord(
         step_index=out.step_index,
         start_s=out.start_s,
@@ -108,6 +142,10 @@ def snapshot(config: Config, state: State, out: StepOutput) -> StepRecord:
         deficits={n: t.deficit for n, t in zip(names, ts)},
         service={n: t.service for n, t in zip(names, ts)},
         block_seconds={n: t.block_seconds for n, t in zip(names, ts)},
+        events=step_events(out),
+        used_blocks=state.kv.used_blocks,
+        held=held,
+        block_ids=ids,
     )
 
 
@@ -279,6 +317,7 @@ def simulate(
     record_steps: bool = True,
     header: dict[str, Any] | None = None,
     variant: type[Step] | None = None,
+    detail: bool = False,
     cancellations: Iterable[tuple[float, int]] = (),
 ) -> History:
     """Run ``workload`` on the replica ``config`` and return its history.
@@ -289,7 +328,9 @@ def simulate(
     steps; requests still in flight then are recorded as ``unfinished``.
 
     Args:
-        record_steps: keep a snapshot per step (costly with many tenants).
+        record_steps: keep a step record per step (costly with many tenants).
+        detail: record each running request's blocks in the step records
+            (:class:`Recorder`).
         header: extra header fields (e.g. a seed, a workload name).
         variant: run this :class:`~tenantry.model.step.Step` subclass (a mutant).
         cancellations: deprecated: (t_s, request_id) pairs, folded into the
@@ -306,7 +347,7 @@ def simulate(
         warnings.warn("simulate(cancellations=...) is deprecated: give requests a cancel_s "
                       "(Workload.with_cancellations)", DeprecationWarning, stacklevel=2)
         wl = wl.with_cancellations(cancellations)
-    rec = Recorder(config, record_steps)
+    rec = Recorder(config, record_steps, detail)
     for r in wl.requests:
         rec.offered(r)
     state = initial_state(config)

@@ -214,6 +214,16 @@ def initial_state(config: Config) -> State:
     return State(step_index=0, t_s=0.0, last_step_s=config.cost.empty_step_s, tenants=tenants, tier_counters=(0.0,) * ntiers)
 
 
+def block_ids(s: Sequence) -> tuple:
+    """Ids of the KV blocks sequence ``s`` references, in token order: its
+    prefix-cache keys (shared blocks: an equal key is one block), then
+    ``"p<request_id>:<position>"`` for its private blocks (the model has no
+    physical block numbers; a private block is named by its request and its
+    position, so its name stays while it holds the same tokens)."""
+    rid, n = s.request.request_id, len(s.shared_keys)
+    return tuple(s.shared_keys) + tuple(f"p{rid}:{n + j}" for j in range(s.private_blocks))
+
+
 def salt_seed(salt: str | None) -> int:
     """Integer seed of a cache salt (None: the shared, unsalted namespace)."""
     if salt is None:

@@ -36,15 +36,17 @@ from operator import itemgetter
 import attrs
 
 from .config import Config
+from .history import EVENT_KINDS as HISTORY_EVENT_KINDS
 from .policies import ORDER, VICTIM, KeyMemo, SelectView, VictimView, step_duration_s
 from .state import KVPool, Sequence, State, TenantState, advanced, prefix_keys
 from .workload import Request, StepInput
 
 _queue_of = itemgetter(0)  # TenantState.queue
 
-#: Event kinds (SPEC.md 5.2).  One flat table; every request ends in exactly one
-#: of finished / rejected / cancelled (or is still in flight).
-EVENT_KINDS = ("queued", "rejected", "cancelled", "preempted", "first_token", "finished")
+#: Event kinds (SPEC.md 5.2): one flat table, the history's
+#: (:data:`tenantry.model.history.EVENT_KINDS`).  Every request ends in exactly
+#: one of finished / rejected / cancelled (or is still in flight).
+EVENT_KINDS = HISTORY_EVENT_KINDS
 
 
 @attrs.frozen(slots=True)
@@ -55,12 +57,13 @@ class Event:
         kind: one of :data:`EVENT_KINDS`.
         request_id, tenant (index): whose.
         t_s: when (seconds): arrival time for queued/rejected at admission,
-            end of the step for first_token/finished/preempted, start of the
-            step for cancelled.
+            end of the step for first_token/finished, start of the step for
+            cancelled, preempted and scheduled.
         reason, retry_after_s: for ``rejected`` (a 429): why and when to retry
             (seconds, None when retrying cannot help).
-        tokens: ``preempted``: computed tokens discarded; ``finished``: tokens generated.
-        blocks: ``preempted``: blocks its eviction released.
+        tokens: ``preempted``: computed tokens discarded; ``scheduled``: tokens
+            already computed at entry (prefix-cache hits); ``finished``: tokens generated.
+        blocks: ``preempted`` (and ``rejected`` evicted_too_often): blocks its eviction released.
     """
 
     kind: str
@@ -292,13 +295,14 @@ class Step:
                 del self.retained[key]
                 self.key_salt.pop(key, None)
 
-    def _drop(self, s: Sequence, kind: str, reason: str | None = None) -> None:
-        """Sequence s leaves the state (finished, cancelled, or rejected after admission)."""
+    def _drop(self, s: Sequence, kind: str, reason: str | None = None, blocks: int = 0) -> None:
+        """Sequence s leaves the state (finished, cancelled, or rejected after admission;
+        ``blocks``: what its eviction freed, for a rejection that evicts)."""
         self._refund_prediction(s)
         self.gone.append(s)
         t_s = self.t + self.duration_s if kind == "finished" else self.t
         if kind == "rejected":
-            self.events.append(Event("rejected", s.request_id, s.tenant, t_s, reason=reason))
+            self.events.append(Event("rejected", s.request_id, s.tenant, t_s, reason=reason, blocks=blocks))
         else:
             self.events.append(Event(kind, s.request_id, s.tenant, t_s, tokens=s.output_done))
 
@@ -437,7 +441,7 @@ class Step:
         freed = self._release(v)
         k_max = self.cfg.eviction.max_evictions
         if k_max is not None and v.preemptions >= k_max:
-            self._drop(v, "rejected", reason="evicted_too_often")
+            self._drop(v, "rejected", reason="evicted_too_often", blocks=freed)
             return
         self.preempted.append(rid)
         self.events.append(Event("preempted", rid, v.tenant, self.t, tokens=v.computed_tokens, blocks=freed))
@@ -472,7 +476,7 @@ class Step:
 
     def _view(self, cands: set[int]) -> SelectView:
         return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional,
-                          self.backlogged, self._keys)
+                          self.backlogged, self._keys, self.k)
 
     def _admit_head(self, i: int) -> bool:
         """Move tenant i's first ready sequence into the batch; False if none is ready or it does not fit."""
@@ -530,6 +534,7 @@ class Step:
         self.planned[s.request_id] = n
         self.budget -= n
         self.rr_next = (i + 1) % len(self.tenants)
+        self.events.append(Event("scheduled", s.request_id, i, self.t, tokens=computed0))
         return True
 
     def _charge_prompt(self, i: int, s: Sequence, changes: dict) -> Sequence:

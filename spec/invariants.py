@@ -32,13 +32,14 @@ from tenantry.model.state import State
 from tenantry.model.step import StepOutput
 from tenantry.model.workload import Request, StepInput, Workload
 
+from . import invariants_claims as C
 from . import invariants_history as H
 from . import invariants_policy as P
 from . import invariants_state as S
 from .invariants_core import Finding, Invariant, ample_kv, caps_enforced
 
-__all__ = ["INVARIANTS", "HISTORY_NEEDS_STEPS", "Finding", "Invariant", "check_state", "check_history", "check_pair",
-           "config_from_dict", "relabel_contents", "unknown_without_steps"]
+__all__ = ["INVARIANTS", "CLAIMABLE", "HISTORY_NEEDS_STEPS", "Finding", "Invariant", "check_state", "check_history",
+           "check_pair", "config_from_dict", "coverage", "missing", "relabel_contents", "unknown_without_steps"]
 
 _VTC_SRC = "Sheng et al., Fairness in Serving Large Language Models, OSDI 2024, Algorithm 2 and Theorem 4.4"
 _DRR_SRC = "Shreedhar and Varghese, Efficient Fair Queueing Using Deficit Round Robin, SIGCOMM 1995, Lemma 2"
@@ -80,73 +81,95 @@ def _pair_noninterference(a: History, b: History, *, observer: str, **_: Any) ->
     return []
 
 
-def _inv(id, summary, spec, applies, source="", state=None, history=None, pair=None) -> Invariant:
-    return Invariant(id=id, summary=summary, spec=spec, applies=applies, source=source,
-                     check_state=state, check_history=history, check_pair=pair)
+def _inv(id, summary, spec, applies, source="", state=None, history=None, pair=None, always=False,
+         needs=()) -> Invariant:
+    return Invariant(id=id, summary=summary, spec=spec, applies=applies, source=source, check_state=state,
+                     check_history=history, check_pair=pair, always=always, needs=tuple(needs))
 
 
 _pol = lambda *names: (lambda c: c.order.policy in names)
+_STEPS, _HELD = ("steps",), ("steps", "held")
 
 INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
-    _inv("KV-CONSERVE", "free + held = pool; refcounts match holders; waiting requests hold nothing", "7.1",
-         _always, state=S.check_kv_conserve, history=H.h_kv_conserve),
+    _inv("KV-CONSERVE", "free + distinct blocks in use = pool; requests hold the blocks of their KV; a block is "
+         "shared only as a prefix of one salt's content", "7.1", _always, state=S.check_kv_conserve,
+         history=H.h_kv_conserve, always=True, needs=_STEPS),
     _inv("KV-CAP", "blocks in use <= pool; each tenant <= its enforced cap", "7.1",
-         _always, state=S.check_kv_cap, history=H.h_kv_cap),
+         _always, state=S.check_kv_cap, history=H.h_kv_cap, always=True, needs=_STEPS),
     _inv("QUEUE-BOUND", "never-scheduled queued requests <= bound; overflow refused queue_full at once", "7.1",
          lambda c: c.admission.queue_bound and any(t.queue_bound is not None for t in c.tenants),
-         state=S.check_queue_bound, history=H.h_queue_bound),
+         state=S.check_queue_bound, history=H.h_queue_bound, always=True, needs=_STEPS),
     _inv("NO-LOSS", "every request in one place, ending once as finished, rejected (with reason) or cancelled",
-         "7.1", _always, state=S.check_no_loss, history=H.h_no_loss),
+         "7.1", _always, state=S.check_no_loss, history=H.h_no_loss, always=True),
     _inv("BATCH-LIMITS", "sequences <= max_num_seqs, tokens <= token_budget, preempted never in the batch", "7.1",
-         _always, state=S.check_batch_limits, history=H.h_batch_limits),
+         _always, state=S.check_batch_limits, history=H.h_batch_limits, always=True, needs=_STEPS),
+    _inv("REFUSAL-TRUTH", "every 429's reason was true when it was given", "7.3", _always,
+         history=C.h_refusal_truth, always=True),
     _inv("WORK-CONSERVING", "no unused slot and budget while a ready waiting request surely fits", "7.1",
-         _always, state=S.check_work_conserving),
+         _always, state=S.check_work_conserving, history=H.h_work_conserving, needs=_HELD),
     _inv("VTC-GAP", "backlogged tenants' normalised service differs by <= D/w_f + D/w_g", "7.2",
          lambda c: c.order.policy == "vtc" and c.order.lift and ample_kv(c), _VTC_SRC,
-         state=P.check_vtc_gap, history=H.h_vtc_gap),
+         state=P.check_vtc_gap, history=H.h_vtc_gap, needs=_STEPS),
     _inv("NO-BANKED-CREDIT", "a newly backlogged tenant starts at >= the least backlogged counter; idle DRR "
          "tenants keep no deficit", "7.2",
          lambda c: (c.order.policy in ("vtc", "floors") and c.order.lift) or (
              c.order.policy in ("drr_tokens", "drr_block_seconds") and c.order.drr_reset_when_idle),
          _VTC_SRC, state=P.check_no_banked_credit,
-         history=lambda h: H.h_no_banked_credit(h) if h.config.order.policy == "vtc" else []),
+         history=lambda h: H.h_no_banked_credit(h) if h.config.order.policy == "vtc" else [],
+         needs=("steps", "counters")),
     _inv("DRR-DEFICIT", "deficits within the carry bound (and (-D, q*w] with ample KV); service gap <= 2q + "
          "D/w_f + D/w_g", "7.2", _pol("drr_tokens", "drr_block_seconds"), _DRR_SRC,
-         state=P.check_drr_deficit, history=H.h_drr_deficit),
+         state=P.check_drr_deficit, history=H.h_drr_deficit, needs=("steps", "deficits")),
     _inv("FLOOR", "backlogged tiers' service per unit of floor differs by <= D/f_a + D/f_b", "7.2",
          lambda c: c.order.policy == "floors" and c.order.lift and ample_kv(c), _VTC_SRC + " (applied to tiers)",
-         state=P.check_floor, history=H.h_floor),
+         state=P.check_floor, history=H.h_floor, needs=_STEPS),
     _inv("AGING", "no request is scheduled while one with smaller tier + rate*arrival_s waits", "7.2",
-         lambda c: c.order.policy == "aging" and ample_kv(c), state=P.check_aging, history=H.h_aging),
+         lambda c: c.order.policy == "aging" and ample_kv(c), state=P.check_aging, history=H.h_aging, needs=_STEPS),
+    _inv("BOUNDED-WAIT", "a request of a tenant with max_wait_s is scheduled within max_wait_s of its arrival",
+         "7.2", lambda c: any(t.max_wait_s is not None for t in c.tenants), history=C.h_bounded_wait),
+    _inv("FCFS-TENANT", "within a tenant, requests are first scheduled in admission order", "7.2", _always,
+         history=C.h_fcfs_tenant, needs=_STEPS),
+    _inv("FCFS-TIER", "within a tier, requests are first scheduled in admission order (past one that surely "
+         "did not fit)", "7.2", _pol("fcfs"), history=C.h_fcfs_tier, needs=_HELD),
+    _inv("TIER-ORDER", "no request is first scheduled while a higher tier's earlier request waits and surely "
+         "fits", "7.2", _pol("priority"), history=C.h_tier_order, needs=_HELD),
     _inv("TOKEN-BUCKET", "bucket moves by refill minus admitted and produced tokens; admitted prompts in any "
          "window <= burst + rate*T", "7.3",
          lambda c: c.admission.token_bucket and any(t.token_rate_per_s is not None for t in c.tenants),
          state=P.check_token_bucket, history=H.h_token_bucket),
+    _inv("REQUEST-RATE", "admitted requests in any window <= burst + rate*T", "7.3",
+         lambda c: c.admission.request_rate_limit and any(t.request_rate_per_s is not None for t in c.tenants),
+         history=C.h_request_rate),
     _inv("EVICT-MIN-FREE", "an eviction for another sequence frees >= min_free_blocks", "7.4",
-         lambda c: c.eviction.min_free_blocks > 0, state=P.check_evict_min_free),
+         lambda c: c.eviction.min_free_blocks > 0, state=P.check_evict_min_free, history=H.h_evict_min_free,
+         needs=_STEPS),
     _inv("EVICT-COOLDOWN", "a preempted request stays out of the batch for cooldown_steps steps", "7.4",
-         _always, state=P.check_evict_cooldown, history=H.h_evict_cooldown),
+         _always, state=P.check_evict_cooldown, history=H.h_evict_cooldown, needs=_STEPS),
     _inv("EVICT-BOUNDED", "preemptions <= max_evictions; waste <= preemptions*(prompt+output-1)", "7.4",
          _always, state=P.check_evict_bounded, history=H.h_evict_bounded),
+    _inv("EVICT-MINIMAL", "no victim is taken once the step's batch has room", "7.4",
+         lambda c: not caps_enforced(c), history=C.h_evict_minimal, always=True, needs=_HELD),
+    _inv("EVICT-PROGRESS", "a step evicts only when its batch needs more blocks than are free, and every eviction "
+         "frees blocks", "7.4", lambda c: not caps_enforced(c), history=C.h_evict_progress, needs=_HELD),
     _inv("VICTIM", "each victim is first in the victim policy's order among running sequences", "7.4",
          lambda c: c.eviction.victim in ("newest", "lowest_priority", "largest") and c.eviction.min_free_blocks == 0
          and not caps_enforced(c), state=P.check_victim,
-         history=lambda h: H.h_victim(h) if h.config.eviction.victim in ("newest", "lowest_priority") else []),
-    _inv("SALT-ISOLATION", "no request references a cached block registered under another salt", "7.5",
-         lambda c: c.prefix_cache == "salted", state=P.check_salt_isolation),
+         history=lambda h: H.h_victim(h) if h.config.eviction.victim in ("newest", "lowest_priority") else [],
+         needs=_STEPS),
+    _inv("SALT-ISOLATION", "no request holds a block last written under another salt", "7.5",
+         lambda c: c.prefix_cache == "salted", state=P.check_salt_isolation, history=H.h_salt_isolation,
+         needs=("steps", "block_ids")),
     _inv("NONINTERFERENCE", "a tenant's records do not depend on another tenant's prompt contents", "7.5",
          lambda c: c.prefix_cache in ("off", "salted"), pair=_pair_noninterference),
     _inv("DETERMINISM", "same configuration and workload give the same history, byte for byte", "7.6",
          _always, pair=_pair_determinism),
 )}
 
-
-#: History forms that judge only step snapshots: on a history without step lines
+#: Ids a scheduler may claim beyond the safety ones (derived from the registry).
+CLAIMABLE = tuple(i for i, inv in INVARIANTS.items() if not inv.always)
+#: History forms that judge only step records: on a history without step lines
 #: (request records only) their verdict is unknown, not "holds" (SPEC.md 6).
-HISTORY_NEEDS_STEPS = frozenset({
-    "KV-CONSERVE", "KV-CAP", "QUEUE-BOUND", "BATCH-LIMITS", "VTC-GAP", "NO-BANKED-CREDIT", "DRR-DEFICIT",
-    "FLOOR", "AGING", "EVICT-COOLDOWN", "VICTIM",
-})
+HISTORY_NEEDS_STEPS = frozenset(i for i, inv in INVARIANTS.items() if "steps" in inv.needs)
 
 
 def unknown_without_steps(history: History, claims: Any = None) -> list[str]:
@@ -155,6 +178,43 @@ def unknown_without_steps(history: History, claims: Any = None) -> list[str]:
         return []
     config, _ = _claims(history, claims)
     return [i for i in sorted(HISTORY_NEEDS_STEPS) if INVARIANTS[i].applies(config)]
+
+
+def missing(inv: Invariant, history: History, config: Config) -> str | None:
+    """What ``history`` lacks for ``inv``'s history form, as a reason; None if nothing."""
+    steps = history.steps
+    shareable = config.prefix_cache != "off" and any(r.prefix_ids for r in history.requests)
+    for need in inv.needs:
+        if need == "steps" and not steps:
+            return "the history has no step records"
+        if need == "held" and shareable and not any(s.held is not None for s in steps):
+            return "blocks per request are not recorded and the prefix cache can share blocks"
+        if need == "block_ids" and not any(s.block_ids for s in steps):
+            return "no block ids are recorded (the scheduler does not report them)"
+        if need == "counters" and steps and not any(s.counters for s in steps):
+            return "the scheduler reports no counters"
+        if need == "deficits" and steps and not any(s.deficits for s in steps):
+            return "the scheduler reports no deficits"
+    return None
+
+
+def coverage(history: History, claims: Any = None, ids: Iterable[str] | None = None) -> dict[str, str]:
+    """What :func:`check_history` judges on ``history``: invariant id -> ``checked``
+    or the reason it is not (not applicable to the configuration, not claimed,
+    what the history lacks, no history form).  Every id of the registry appears."""
+    config, claimed = _claims(history, claims)
+    chosen = INVARIANTS if ids is None else {i: INVARIANTS[i] for i in ids}
+    out = {}
+    for i, inv in chosen.items():
+        if inv.check_history is None:
+            out[i] = "no history form (" + ("two-run property" if inv.check_pair else "state form only") + ")"
+        elif not inv.applies(config):
+            out[i] = "not applicable to this configuration"
+        elif claimed is not None and not inv.always and i not in claimed:
+            out[i] = "not claimed"
+        else:
+            out[i] = "skipped: " + why if (why := missing(inv, history, config)) else "checked"
+    return out
 
 
 def _select(config: Config, ids: Iterable[str] | None) -> list[Invariant]:
@@ -207,7 +267,9 @@ def check_history(history: History, claims: Any = None, ids: Iterable[str] | Non
     for inv in _select(config, ids):
         if inv.check_history is None:
             continue
-        if claimed is not None and inv.spec != "7.1" and inv.id not in claimed:
+        if claimed is not None and not inv.always and inv.id not in claimed:
+            continue
+        if missing(inv, history, config) is not None:
             continue
         out += inv.check_history(hctx)
     return out

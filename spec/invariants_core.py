@@ -135,6 +135,11 @@ def dedup(findings: Iterable[Finding]) -> list[Finding]:
     return [attrs.evolve(f, count=counts[k]) if counts[k] != f.count else f for k, f in first.items()]
 
 
+#: What a history form may need (SPEC.md 6): step records; per-request blocks
+#: (``held``: or no shareable block); block ids; the scheduler's counters /
+#: deficits; the prefix content of requests.
+NEEDS = ("steps", "held", "block_ids", "counters", "deficits")
+
 StateCheck = Callable[..., list[Finding]]
 HistoryCheck = Callable[..., list[Finding]]
 PairCheck = Callable[..., list[Finding]]
@@ -156,6 +161,12 @@ class Invariant:
             history's :class:`~tenantry.spec.invariants_history.HistoryContext`, or None.
         check_pair: ``check_pair(history_a, history_b, **kw) -> list[Finding]``
             for two-run properties (DETERMINISM, NONINTERFERENCE), or None.
+        always: a safety invariant every scheduler must keep (checked on any
+            history); False: a claim, checked on a scheduler's history only
+            when it claims it (``Claims.invariants``, or implied by its config).
+        needs: what the history form needs beyond request records, from
+            :data:`NEEDS`; a history without it leaves the invariant unchecked,
+            and the report says so.
     """
 
     id: str
@@ -166,6 +177,8 @@ class Invariant:
     check_state: StateCheck | None = None
     check_history: HistoryCheck | None = None
     check_pair: PairCheck | None = None
+    always: bool = False
+    needs: tuple[str, ...] = ()
 
     @property
     def forms(self) -> tuple[str, ...]:

@@ -15,15 +15,17 @@ from functools import cached_property
 import attrs
 
 from tenantry.model.config import Config
-from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord
+from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord, StepEvent
 
 from .invariants_core import EPS, Finding, ample_kv, caps_enforced, largest_charge, tier_share
+from .replay import Replay, StepView
 
 
 
 @attrs.frozen
 class HistoryContext:
-    """A history plus the configuration it is judged against."""
+    """A history plus the configuration it is judged against, and what its records imply
+    (:class:`~tenantry.spec.replay.Replay`, walked once and shared by every form)."""
 
     history: History
     config: Config
@@ -47,6 +49,33 @@ class HistoryContext:
     def tier(self, name: str) -> int:
         t = self.tenant_cfg.get(name)
         return t.tier if t is not None else 0
+
+    @cached_property
+    def _walk(self) -> tuple[Replay, list[StepView]]:
+        r = Replay(self.history, self.config)
+        return r, list(r.views())
+
+    @property
+    def replay(self) -> Replay:
+        """The replay, already walked (its views in :attr:`views`, its anomalies filled)."""
+        return self._walk[0]
+
+    @property
+    def views(self) -> list[StepView]:
+        """The records' state after each step (:class:`~tenantry.spec.replay.StepView`)."""
+        return self._walk[1]
+
+    @cached_property
+    def block_reads(self) -> list[tuple[int, int, int, object, tuple]]:
+        """Blocks held with content they do not hold (:func:`block_reads`)."""
+        return block_reads(self)
+
+    def anomalies(self, invariant: str) -> list[Finding]:
+        """The replay's anomalies that break ``invariant``, as findings."""
+        return [_f(a.invariant, a.step, a.message, a.observed, a.allowed,
+                   [self.requests[a.request].tenant] if a.request in self.requests else [],
+                   [] if a.request is None else [a.request])
+                for a in self.replay.anomalies if a.invariant == invariant]
 
     @cached_property
     def charge_bound(self) -> float:
@@ -74,6 +103,11 @@ class HistoryContext:
         return {r.request_id: starts[r.first_scheduled_s] for r in self.history.requests
                 if r.first_scheduled_s is not None and r.first_scheduled_s in starts}
 
+    @cached_property
+    def shareable(self) -> bool:
+        """Blocks could be shared: a prefix cache is on and some request has prefix content ids."""
+        return self.config.prefix_cache != "off" and any(r.prefix_ids for r in self.history.requests)
+
 
 def _f(inv, step, msg, observed, allowed, tenants=(), requests=()) -> Finding:
     return Finding(inv, step, tuple(tenants), tuple(requests), observed, allowed, msg)
@@ -83,71 +117,116 @@ def _f(inv, step, msg, observed, allowed, tenants=(), requests=()) -> Finding:
 
 
 def h_kv_conserve(h: HistoryContext) -> list[Finding]:
-    """KV-CONSERVE (SPEC.md 7.1), history form: free blocks within [0, pool]; with the
-    cache off, free plus blocks held equals the pool; an empty batch holds nothing."""
-    cfg, out = h.config, []
-    for s in h.steps:
-        held = sum(s.blocks_in_use.values())
-        if not 0 <= s.free_blocks <= cfg.num_blocks:
-            out.append(_f("KV-CONSERVE", s.step_index, "free blocks outside [0, num_blocks]", s.free_blocks,
-                          cfg.num_blocks))
-        elif cfg.prefix_cache == "off" and held + s.free_blocks != cfg.num_blocks:
-            out.append(_f("KV-CONSERVE", s.step_index, "free blocks plus blocks held differ from the pool",
-                          held + s.free_blocks, cfg.num_blocks))
-        elif not s.running and (held or s.free_blocks != cfg.num_blocks):
-            out.append(_f("KV-CONSERVE", s.step_index, "nothing runs but blocks are still in use",
+    """KV-CONSERVE (SPEC.md 7.1), record form: after every step free blocks are at
+    most the pool and free + distinct blocks in use = pool (``used_blocks``; without it,
+    only when no block can be shared: free + sum of blocks held = pool); each
+    running request holds at least the blocks its computed tokens need and the
+    tenants' counts add up (``held``); a block is held by two requests only with a
+    prefix cache (``block_ids``); an entry into the batch with computed tokens is
+    a whole-block cache hit; nothing held when nothing runs."""
+    cfg, out = h.config, h.anomalies("KV-CONSERVE")
+    exact = h.replay.exact
+    for v in h.views:
+        s, k = v.record, v.record.step_index
+        held_sum = sum(s.blocks_in_use.values())
+        used = s.used_blocks if s.used_blocks is not None else (held_sum if not h.shareable else None)
+        if s.free_blocks > cfg.num_blocks:
+            out.append(_f("KV-CONSERVE", k, "more free blocks than the pool has", s.free_blocks, cfg.num_blocks))
+        elif s.free_blocks < 0:
+            pass  # more blocks in use than the pool: KV-CAP
+        elif used is not None and used + s.free_blocks != cfg.num_blocks:
+            out.append(_f("KV-CONSERVE", k, f"free blocks ({s.free_blocks}) plus distinct blocks in use ({used}) "
+                          "differ from the pool", used + s.free_blocks, cfg.num_blocks))
+        elif not s.running and (held_sum or s.free_blocks != cfg.num_blocks):
+            out.append(_f("KV-CONSERVE", k, "nothing runs but blocks are still in use",
                           cfg.num_blocks - s.free_blocks, 0))
+        if s.held is not None:
+            if set(s.held) != set(s.running):
+                extra = sorted(set(s.held) - set(s.running))
+                if any(s.held[r] for r in extra):
+                    out.append(_f("KV-CONSERVE", k, "a request that is not running holds blocks: they leak",
+                                  len(extra), 0, requests=extra))
+            per: dict[str, int] = {}
+            for rid, b in s.held.items():
+                r = h.requests.get(rid)
+                if r is None:
+                    continue
+                per[r.tenant] = per.get(r.tenant, 0) + b
+                c = v.running.get(rid)
+                if exact and c is not None and b < cfg.blocks_for(c):
+                    out.append(_f("KV-CONSERVE", k, f"request {rid} has {c} tokens of KV in {b} blocks",
+                                  b, cfg.blocks_for(c), [r.tenant], [rid]))
+            for name, b in per.items():
+                if s.blocks_in_use.get(name, 0) != b:
+                    out.append(_f("KV-CONSERVE", k, "a tenant's blocks in use differ from its requests' blocks",
+                                  s.blocks_in_use.get(name, 0), b, [name]))
+            if s.used_blocks is not None and s.used_blocks > sum(s.held.values()):
+                out.append(_f("KV-CONSERVE", k, "more distinct blocks in use than the running requests hold",
+                              s.used_blocks, sum(s.held.values())))
+        if s.block_ids:
+            ids = [b for rid in s.running for b in s.block_ids.get(rid, ())]
+            if s.used_blocks is not None and len(set(ids)) != s.used_blocks and (s.held is None or all(
+                    len(s.block_ids.get(rid, ())) == s.held.get(rid) for rid in s.running)):
+                out.append(_f("KV-CONSERVE", k, "distinct block ids differ from the blocks in use",
+                              len(set(ids)), s.used_blocks))
+            if cfg.prefix_cache == "off" and len(set(ids)) != len(ids):
+                twice = sorted({b for b in ids if ids.count(b) > 1}, key=repr)[:3]
+                holders = [rid for rid in s.running if set(s.block_ids.get(rid, ())) & set(twice)]
+                out.append(_f("KV-CONSERVE", k, f"block {twice[0]!r} is held by two requests with the prefix "
+                              "cache off", len(ids) - len(set(ids)), 0, requests=holders))
+    salts = {t.name: (t.salt if cfg.prefix_cache == "salted" else None) for t in cfg.tenants}
+    for k, rid, j, bid, w in h.block_reads:
+        r = h.requests[rid]
+        if w[0] == salts.get(r.tenant):  # same namespace, other content: the request reads KV that is not its own
+            out.append(_f("KV-CONSERVE", k, f"request {rid} holds block {bid!r} at position {j}, whose content was "
+                          f"last written by request {w[3]} for other tokens", w[3], rid, [r.tenant], [rid, w[3]]))
     return out
 
 
 def h_kv_cap(h: HistoryContext) -> list[Finding]:
-    """KV-CAP (SPEC.md 7.1), history form: per-tenant blocks within enforced caps."""
+    """KV-CAP (SPEC.md 7.1), record form: blocks in use within the pool; per-tenant
+    blocks within enforced caps."""
     cfg, out = h.config, []
-    if not caps_enforced(cfg):
-        return out
     for s in h.steps:
+        used = max(s.used_blocks if s.used_blocks is not None else 0, cfg.num_blocks - s.free_blocks)
+        if used > cfg.num_blocks:
+            out.append(_f("KV-CAP", s.step_index, "more blocks in use than the pool has", used, cfg.num_blocks))
+        if not caps_enforced(cfg):
+            continue
         for name, n in s.blocks_in_use.items():
             t = h.tenant_cfg.get(name)
             if t is not None and t.kv_block_cap is not None and n > t.kv_block_cap:
+                running = [rid for rid in s.running if h.requests.get(rid) and h.requests[rid].tenant == name]
                 out.append(_f("KV-CAP", s.step_index, "a tenant holds more blocks than its cap", n, t.kv_block_cap,
-                              [name]))
+                              [name], running))
     return out
 
 
 def h_queue_bound(h: HistoryContext) -> list[Finding]:
-    """QUEUE-BOUND (SPEC.md 7.1), history form: after every step, each tenant's
-    admitted, never-scheduled, not-ended requests number at most its bound."""
+    """QUEUE-BOUND (SPEC.md 7.1), record form: after every step, each tenant's
+    admitted, never-scheduled, not-ended requests number at most its bound; the
+    finding names the newest of them (the one that should have been refused)."""
     cfg, out = h.config, []
-    if not cfg.admission.queue_bound or not h.steps:
+    if not cfg.admission.queue_bound:
         return out
-    starts = {s.start_s: s.step_index for s in h.steps}
-    n = len(h.steps)
-    delta: dict[str, list[int]] = {}
-    for r in h.history.requests:
-        t = h.tenant_cfg.get(r.tenant)
-        if r.admitted_step is None or t is None or t.queue_bound is None:
-            continue
-        # Fresh after step k for admitted_step <= k < the step it was first scheduled or cancelled in.
-        leave = min(h.first_step.get(r.request_id, n), starts.get(r.finish_s, n) if r.finish_s is not None else n)
-        d = delta.setdefault(r.tenant, [0] * (n + 1))
-        if r.admitted_step < leave:
-            d[r.admitted_step] += 1
-            d[leave] -= 1
-    for name, d in delta.items():
-        bound, fresh = h.tenant_cfg[name].queue_bound, 0
-        for k in range(n):
-            fresh += d[k]
-            if fresh > bound:
-                out.append(_f("QUEUE-BOUND", h.steps[k].step_index, "more never-scheduled requests queued than the "
-                              "bound", fresh, bound, [name]))
-                break
+    flagged: set[str] = set()
+    for v in h.views:
+        for name, fresh in v.fresh.items():
+            t = h.tenant_cfg.get(name)
+            if t is None or t.queue_bound is None or len(fresh) <= t.queue_bound or name in flagged:
+                continue
+            flagged.add(name)
+            out.append(_f("QUEUE-BOUND", v.record.step_index, "more never-scheduled requests queued than the bound",
+                          len(fresh), t.queue_bound, [name], [max(fresh)]))
     return out
 
 
 def h_no_loss(h: HistoryContext) -> list[Finding]:
-    """NO-LOSS (SPEC.md 7.1), history form: each request ends once with a coherent
-    record, and steps only name requests between their admission and their end."""
-    out = []
+    """NO-LOSS (SPEC.md 7.1), record form: every request the steps name was offered
+    and is live there; every step's running list and queue counts are what its
+    requests' events imply (a request missing from both is lost); each arrival is
+    answered once; each record ends coherently and as the steps show it."""
+    out = h.anomalies("NO-LOSS")
     for r in h.history.requests:
         bad = None
         if r.outcome == "rejected" and r.reason is None:
@@ -163,26 +242,49 @@ def h_no_loss(h: HistoryContext) -> list[Finding]:
         if bad:
             out.append(_f("NO-LOSS", None, f"request record incoherent: {bad}", r.outcome, "a coherent record",
                           [r.tenant], [r.request_id]))
-    reqs = h.requests
-    for s in h.steps:
-        for rid in set(s.running) | {b[0] for b in s.batch}:
-            r = reqs.get(rid)
-            if r is None:
-                out.append(_f("NO-LOSS", s.step_index, "a step names an unknown request", rid, "a known id",
-                              requests=[rid]))
-            elif r.admitted_step is None or r.admitted_step > s.step_index or (
-                    r.finish_s is not None and r.finish_s < s.start_s - EPS):
-                out.append(_f("NO-LOSS", s.step_index, "a request runs outside its admission..end interval",
-                              s.step_index, r.admitted_step, [r.tenant], [rid]))
+    lost_tenants: set[str] = set()
+    for v in h.views:
+        s, k = v.record, v.record.step_index
         if len(set(s.running)) != len(s.running):
-            out.append(_f("NO-LOSS", s.step_index, "a request is listed as running twice", len(s.running),
-                          len(set(s.running))))
+            out.append(_f("NO-LOSS", k, "a request is listed as running twice", len(s.running), len(set(s.running))))
+        for rid in sorted(set(s.running) ^ set(v.running)):
+            if rid in h.requests:
+                listed = rid in s.running
+                out.append(_f("NO-LOSS", k, f"step {k} lists request {rid} as {'running' if listed else 'not running'}"
+                              f"; its events leave it {'not running' if listed else 'running'}",
+                              "running" if listed else "not running", "not running" if listed else "running",
+                              [h.requests[rid].tenant], [rid]))
+        for name in set(s.queued) | set(v.waiting):
+            want = len(v.waiting.get(name, ()))
+            if s.queued.get(name, 0) != want and name not in lost_tenants:
+                lost_tenants.add(name)
+                ids = v.waiting.get(name, ())
+                out.append(_f("NO-LOSS", k, f"after step {k} tenant {name} has {want} requests waiting by its events, "
+                              f"the step says {s.queued.get(name, 0)}: one is "
+                              f"{'lost' if s.queued.get(name, 0) < want else 'counted twice'}",
+                              s.queued.get(name, 0), want, [name], list(ids[-1:])))
+    if h.steps:
+        last = h.steps[-1].start_s
+        for rid, q in h.replay.reqs.items():
+            r = q.rec
+            if q.status == "offered" and r.arrival_s <= last and r.outcome != "unfinished":
+                out.append(_f("NO-LOSS", None, "an arrival was never answered (neither queued nor refused)",
+                              r.outcome, "queued or rejected", [r.tenant], [rid]))
+            elif q.status.startswith("ended:") and r.outcome != q.status[6:] and h.replay.exact:
+                out.append(_f("NO-LOSS", q.ended_step, f"the record says {r.outcome}; the steps end it "
+                              f"{q.status[6:]} at step {q.ended_step}", r.outcome, q.status[6:], [r.tenant], [rid]))
+            elif q.live and r.outcome in ("finished", "rejected", "cancelled") and h.replay.exact:
+                out.append(_f("NO-LOSS", None, f"the record says {r.outcome}; the steps leave it {q.status}",
+                              r.outcome, q.status, [r.tenant], [rid]))
     return out
 
 
 def h_batch_limits(h: HistoryContext) -> list[Finding]:
-    """BATCH-LIMITS (SPEC.md 7.1), history form."""
-    cfg, out = h.config, []
+    """BATCH-LIMITS (SPEC.md 7.1), record form: sequences and tokens within the
+    limits; no repeated entry; no preempted request in its step's batch; no
+    preemption of a request that is not running; each entry computes 1 to the
+    tokens its request has left."""
+    cfg, out = h.config, h.anomalies("BATCH-LIMITS")
     for s in h.steps:
         ids = [b[0] for b in s.batch]
         total = sum(b[1] for b in s.batch)
@@ -199,6 +301,43 @@ def h_batch_limits(h: HistoryContext) -> list[Finding]:
         if both:
             out.append(_f("BATCH-LIMITS", s.step_index, "a request preempted in this step is in its batch",
                           len(both), 0, requests=sorted(both)))
+    return out
+
+
+def h_work_conserving(h: HistoryContext) -> list[Finding]:
+    """WORK-CONSERVING (SPEC.md 7.1), record form: no step leaves a seat and token
+    budget unused while some tenant's first ready waiting request would surely
+    fit: the blocks of the largest first chunk it could be given
+    (``min(target, token_budget)`` tokens; its whole target with a prefix cache)
+    are free during the step (free after it, less what the step's finishing
+    requests held), within its tenant's cap.  Needs ``held`` (or no sharing) and
+    exact computed tokens; the first such step is reported."""
+    cfg, out = h.config, []
+    if not h.replay.exact:
+        return out
+    for v in h.views:
+        s, k = v.record, v.record.step_index
+        during = set(s.running) | set(v.finished)
+        seats = cfg.max_num_seqs - len(during)
+        budget = cfg.token_budget - sum(n for _, n in s.batch)
+        held = s.held if s.held is not None else (
+            {rid: cfg.blocks_for(c) for rid, c in v.running.items()} if not h.shareable else None)
+        if seats > 0 and budget > 0 and held is not None and not (h.shareable and v.finished):
+            free = s.free_blocks - sum(cfg.blocks_for(c) for c in v.finished.values())
+            per: dict[str, int] = {}
+            for rid in during:
+                r = h.requests.get(rid)
+                if r is not None:
+                    b = held.get(rid, cfg.blocks_for(v.finished.get(rid, 0)))
+                    per[r.tenant] = per.get(r.tenant, 0) + b
+            for name, (rid, target) in v.heads.items():
+                need = cfg.blocks_for(target if cfg.prefix_cache != "off" else min(target, cfg.token_budget))
+                cap = h.tenant_cfg[name].kv_block_cap if cfg.admission.kv_cap and name in h.tenant_cfg else None
+                if need <= free and (cap is None or per.get(name, 0) + need <= cap):
+                    out.append(_f("WORK-CONSERVING", k, f"request {rid} of tenant {name} waits although it fits: "
+                                  f"{seats} free seats, {budget} tokens of budget and {free} free blocks, it needs "
+                                  f"{need}", need, free, [name], [rid]))
+                    return out
     return out
 
 
@@ -451,3 +590,98 @@ def h_victim(h: HistoryContext) -> list[Finding]:
                               "the victim", rid, min(better, key=rank), requests=[rid, min(better, key=rank)]))
         prev_running = s.running
     return out
+
+
+def h_evict_min_free(h: HistoryContext) -> list[Finding]:
+    """EVICT-MIN-FREE (SPEC.md 7.4), record form: an eviction that frees fewer than
+    ``min_free_blocks`` (its event's ``blocks``; in records without events, the
+    blocks its computed tokens filled) is the requesting sequence giving up its
+    own blocks: the victim must have needed a new block in this step."""
+    cfg, out = h.config, []
+    m = cfg.eviction.min_free_blocks
+    if not h.replay.exact:
+        return out
+    for v in h.views:
+        s = v.record
+        for e in s.events or tuple(StepEvent("preempted", rid) for rid in s.preempted):
+            if e.kind != "preempted" or e.request_id not in v.before:
+                continue
+            c, target = v.before[e.request_id]
+            freed = e.blocks if s.events else cfg.blocks_for(c)
+            if freed >= m:
+                continue
+            r = h.requests[e.request_id]
+            if cfg.blocks_for(c + min(target - c, cfg.token_budget)) <= max(freed, cfg.blocks_for(c)):
+                out.append(_f("EVICT-MIN-FREE", s.step_index, "a victim freeing fewer than min_free_blocks was evicted "
+                              "for another sequence", freed, m, [r.tenant], [e.request_id]))
+    return out
+
+
+def _content_keys(r: RequestRecord, n: int) -> list:
+    """The content of blocks 0..n-1 of request ``r``: a chain over its prefix content ids,
+    then unique to the request (what a block must hold for ``r`` to read it)."""
+    out, key = [], ("c",)
+    for j in range(n):
+        if j < len(r.prefix_ids):
+            key = hash((key, r.prefix_ids[j]))
+            out.append(key)
+        else:
+            out.append(("u", r.request_id, j))
+    return out
+
+
+def block_reads(h: HistoryContext) -> list[tuple[int, int, int, object, tuple]]:
+    """Blocks held with content they do not hold: (step, request id, position, block id,
+    writer) for every block a running request holds at a computed position whose last
+    writer was another salt or other content (the first such per request).  A block's
+    writer is followed over its whole life, cache hit declared or not: the request
+    that computes tokens into a block (its entry's declared hits excepted) writes it."""
+    cfg, B, out = h.config, h.config.block_size_tokens, []
+    salt = {t.name: (t.salt if cfg.prefix_cache == "salted" else None) for t in cfg.tenants}
+    writer: dict = {}
+    keys: dict[int, list] = {}
+    bad: set[int] = set()
+    for v in h.views:
+        s, k = v.record, v.record.step_index
+        if not s.block_ids:
+            continue
+        entered = {e.request_id: e.tokens for e in s.events if e.kind == "scheduled"}
+        held = [(rid, c, s.block_ids.get(rid), h.requests.get(rid)) for rid, c in v.running.items()]
+        for rid, c_after, ids, r in held:
+            if ids and r is not None:
+                start = entered[rid] // B if rid in entered else v.before.get(rid, (0, 0))[0] // B
+                for j in range(start, min(cfg.blocks_for(c_after), len(ids))):
+                    writer[ids[j]] = (salt.get(r.tenant), _key(keys, r, j), r.tenant, rid)
+        for rid, c_after, ids, r in held:
+            if not ids or r is None or rid in bad:
+                continue
+            for j in range(min(cfg.blocks_for(c_after), len(ids))):
+                w = writer.get(ids[j])
+                if w is None:  # first seen holding computed tokens: its holder wrote it
+                    writer[ids[j]] = (salt.get(r.tenant), _key(keys, r, j), r.tenant, rid)
+                elif w[0] != salt.get(r.tenant) or w[1] != _key(keys, r, j):
+                    out.append((k, rid, j, ids[j], w))
+                    bad.add(rid)
+                    break
+    return out
+
+
+def h_salt_isolation(h: HistoryContext) -> list[Finding]:
+    """SALT-ISOLATION (SPEC.md 7.5), record form over block ids: no request holds a
+    block last written under another salt (:func:`block_reads`)."""
+    salt = {t.name: t.salt for t in h.config.tenants}
+    out = []
+    for k, rid, j, bid, w in h.block_reads:
+        r = h.requests[rid]
+        if w[0] != salt.get(r.tenant):
+            out.append(_f("SALT-ISOLATION", k, f"request {rid} (tenant {r.tenant}) holds block {bid!r} at position {j}, "
+                          f"written by request {w[3]} (tenant {w[2]}) under another salt", w[2], r.tenant,
+                          [r.tenant, w[2]] if w[2] != r.tenant else [r.tenant], [rid, w[3]]))
+    return out
+
+
+def _key(cache: dict[int, list], r: RequestRecord, j: int):
+    ks = cache.get(r.request_id)
+    if ks is None or len(ks) <= j:
+        ks = cache[r.request_id] = _content_keys(r, max(j + 1, 2 * len(ks or ())))
+    return ks[j]

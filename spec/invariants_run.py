@@ -83,12 +83,12 @@ def run_checked(config: Config, workload: Workload | Iterable[Request], *, ids: 
     hist_ids = [i for i in live if INVARIANTS[i].check_history is not None]
     pair_ids = [i for i in live if INVARIANTS[i].check_pair is not None and depth == "full"
                 and (i != "NONINTERFERENCE" or observers)]
-    rec = Recorder(config, True)
+    rec = Recorder(config, True, detail=True)
     for r in wl.requests:
         rec.offered(r)
     findings: list[Finding] = []
     state = None
-    run = lambda w: simulate(config, w, horizon_s=horizon_s, max_steps=max_steps, variant=variant)
+    run = lambda w: simulate(config, w, horizon_s=horizon_s, max_steps=max_steps, variant=variant, detail=True)
     for tr in run_steps(config, wl, horizon_s=horizon_s, max_steps=max_steps, variant=variant):
         if state_ids:
             findings += check_state(config, tr.prev, tr.state, tr.output, tr.inputs, state_ids)

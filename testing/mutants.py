@@ -262,6 +262,102 @@ class VtcGlobalTiebreak(Step):
     ORDER = _with(policies.ORDER, "vtc", policies.OrderPolicy(_select_vtc_global_tiebreak))
 
 
+class RateLimitRefusesEarly(Step):
+    """The request-rate limit refuses while the bucket still holds a request (below 2, not below 1)."""
+
+    def arrive(self, r):
+        i = self.cfg.tenant_index(r.tenant)
+        tc = self.cfg.tenants[i]
+        if self.cfg.admission.request_rate_limit and tc.request_rate_per_s is not None:
+            t = self._refill(i)
+            if 1.0 <= t.bucket_requests < 2.0:
+                return self._reject(r, i, "rate_limit", (2.0 - t.bucket_requests) / tc.request_rate_per_s,
+                                    r.arrival_s)
+        return super().arrive(r)
+
+
+class RequestBucketNotCharged(Step):
+    """Admitted requests do not take from the request-rate bucket."""
+
+    def arrive(self, r):
+        i = self.cfg.tenant_index(r.tenant)
+        before = self._refill(i).bucket_requests
+        super().arrive(r)
+        self.tenants[i] = self.tenants[i]._replace(bucket_requests=before)
+
+
+def _select_fcfs_skipping_last(view):
+    """FCFS that never picks the last tenant (a starvation bug)."""
+    last = len(view.tenants) - 1
+    return policies.select_fcfs(attrs.evolve(view, candidates=[i for i in view.candidates if i != last], keys=None))
+
+
+class SkipsLastTenant(Step):
+    """The order policy never serves the last tenant."""
+
+    ORDER = _with(policies.ORDER, "fcfs", policies.OrderPolicy(_select_fcfs_skipping_last))
+
+
+class TenantQueueLifo(Step):
+    """A tenant's newest waiting request enters the batch first."""
+
+    def _admit_head(self, i):
+        t = self.tenants[i]
+        self.tenants[i] = t._replace(queue=tuple(reversed(t.queue)))
+        ok = super()._admit_head(i)
+        t2 = self.tenants[i]
+        self.tenants[i] = t2._replace(queue=tuple(reversed(t2.queue)))
+        self._keys.invalidate(i)
+        return ok
+
+
+def _select_by_tenant_index(view):
+    """'FCFS' that serves the backlogged tenant with the smallest index first."""
+    return min(view.candidates, default=None)
+
+
+class FcfsByTenantIndex(Step):
+    """FCFS keyed by tenant index instead of arrival."""
+
+    ORDER = _with(policies.ORDER, "fcfs", policies.OrderPolicy(_select_by_tenant_index))
+
+
+def _select_lowest_tier_first(view):
+    """Priority with the tiers inverted: the largest tier number first."""
+    ts = view.tenants
+    return max(view.candidates, key=lambda i: (view.config.tenants[i].tier, -ts[i].queue[0].arrival_seq), default=None)
+
+
+class PriorityInverted(Step):
+    """Strict priority that serves the lowest tier first."""
+
+    ORDER = _with(policies.ORDER, "priority", policies.OrderPolicy(_select_lowest_tier_first))
+
+
+class EvictsOneMore(Step):
+    """Eviction takes one more victim after the requester fits."""
+
+    def _make_room(self, s, need):
+        before = len(self.preempted)
+        ok = super()._make_room(s, need)
+        if ok and len(self.preempted) > before:
+            others = [c for c in self.running.values() if c is not s]
+            if others:
+                view = policies.VictimView(self.cfg, self.tenants)
+                key = self.VICTIM[self.cfg.eviction.victim]
+                self._evict(min(others, key=lambda c: key(view, c)))
+        return ok
+
+
+class EvictsWithoutNeed(Step):
+    """The newest running sequence is evicted whenever the pool is more than half full."""
+
+    def schedule_running(self):
+        if len(self.running) >= 2 and self.used * 2 > self.cfg.num_blocks:
+            self._evict(max(self.running.values(), key=lambda c: c.arrival_seq))
+        super().schedule_running()
+
+
 # --- configurations in which the bugs show --------------------------------------------
 
 
@@ -340,4 +436,24 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("vtc_global_tiebreak", ("DETERMINISM",), "VTC breaks ties with a process-wide counter",
            VtcGlobalTiebreak, _cfg("vtc"),
            pair="determinism"),
+    Mutant("rate_limit_refuses_early", ("REFUSAL-TRUTH",), "the request-rate limit refuses with a request left "
+           "in the bucket", RateLimitRefusesEarly,
+           _cfg("fcfs", tenants=_tenants(request_rate_per_s=20.0, request_burst=3.0),
+                admission=AdmissionConfig(request_rate_limit=True)), dict(bursty=True)),
+    Mutant("request_bucket_not_charged", ("REQUEST-RATE",), "admitted requests do not take from the request "
+           "bucket", RequestBucketNotCharged,
+           _cfg("fcfs", tenants=_tenants(request_rate_per_s=20.0, request_burst=3.0),
+                admission=AdmissionConfig(request_rate_limit=True)), dict(bursty=True)),
+    Mutant("skips_last_tenant", ("BOUNDED-WAIT",), "the order policy never serves the last tenant",
+           SkipsLastTenant, _cfg("fcfs", tenants=_tenants(max_wait_s=0.3), max_num_seqs=24, token_budget=256)),
+    Mutant("tenant_queue_lifo", ("FCFS-TENANT",), "a tenant's newest request is served first", TenantQueueLifo,
+           _cfg("fcfs", max_num_seqs=1), dict(bursty=True)),
+    Mutant("fcfs_by_tenant_index", ("FCFS-TIER",), "FCFS serves the tenant with the smallest index first",
+           FcfsByTenantIndex, _cfg("fcfs", max_num_seqs=1), dict(bursty=True)),
+    Mutant("priority_inverted", ("TIER-ORDER",), "strict priority serves the lowest tier first", PriorityInverted,
+           _cfg("priority", max_num_seqs=1), dict(bursty=True)),
+    Mutant("evicts_one_more", ("EVICT-MINIMAL",), "eviction takes one more victim after the requester fits",
+           EvictsOneMore, _cfg("fcfs", ample=False, eviction=_TIGHT), dict(big=True)),
+    Mutant("evicts_without_need", ("EVICT-PROGRESS",), "the newest sequence is evicted whenever the pool is half "
+           "full", EvictsWithoutNeed, _cfg("fcfs", ample=False, eviction=_TIGHT), dict(big=True)),
 )}

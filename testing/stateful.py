@@ -41,10 +41,11 @@ class StatefulFinding(AssertionError):
         findings: what was found (the first is the one to shrink for).
         workload: the run's inputs so far, cancellations included.
         fail_t_s: the replica's clock when it was found (seconds).
+        config: the configuration the replica ran (the model's, drawn per example), or None.
     """
 
-    def __init__(self, findings: list[Finding], workload: Workload, fail_t_s: float) -> None:
-        self.findings, self.workload, self.fail_t_s = list(findings), workload, fail_t_s
+    def __init__(self, findings: list[Finding], workload: Workload, fail_t_s: float, config=None) -> None:
+        self.findings, self.workload, self.fail_t_s, self.config = list(findings), workload, fail_t_s, config
         super().__init__("\n".join(f.render() for f in self.findings[:5])
                          + f"\n(after {len(workload)} requests, at t_s={fail_t_s:.6g})")
 
@@ -97,11 +98,11 @@ class ReplicaMachine(RuleBasedStateMachine):
         return Workload(tuple(attrs.evolve(r, cancel_s=self.cancel_at.get(r.request_id)) for r in self.requests))
 
     def _fail(self, found: list[Finding]) -> None:
-        raise StatefulFinding(found, self.workload(), self.replica.t_s)
+        raise StatefulFinding(found, self.workload(), self.replica.t_s, getattr(self.replica, "config", None))
 
     def _step(self) -> None:
-        if self.replica.stopped:
-            return
+        if self.replica.stopped or not (self.replica.has_work() or self.pending or self.pending_cancels):
+            return  # as the driver loop: an empty replica takes no step (it idles), so the workload replays
         inputs = StepInput(tuple(self.pending), tuple(self.pending_cancels))
         self.pending, self.pending_cancels = [], []
         self.replica.step(inputs)
@@ -188,7 +189,7 @@ class ModelMachine(ReplicaMachine):
             if inv.applies(cfg) and (inv.check_state or inv.check_history):
                 event(f"checks {inv_id}")
         self.cfg = cfg
-        self.rec = Recorder(cfg, True)
+        self.rec = Recorder(cfg, True, detail=True)
         self.max_prompt_tokens = cfg.max_context_tokens - 1
         self.max_output_tokens = max(1, min(40, cfg.max_context_tokens // 8))
         return ModelReplica(cfg, variant=self.variant), tuple(t.name for t in cfg.tenants)

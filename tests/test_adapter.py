@@ -46,7 +46,7 @@ def test_reference_through_harness_equals_simulate(policy, cache, bounded):
     h = Harness.start(make_reference(cfg, invariants=("WORK-CONSERVING",)), wl.tenants, timeout_s=None)
     h.run(wl.requests)
     got = h.history(wl.requests)
-    want = simulate(cfg, wl)
+    want = simulate(cfg, wl, detail=True)
     assert [f.render() for f in h.findings] == []
     assert got.steps == want.steps
     assert got.requests == want.requests

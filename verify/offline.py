@@ -2,11 +2,10 @@
 output, a real server's logs converted to the schema of
 :mod:`tenantry.model.history`).
 
-:func:`verify_history` applies the invariant catalog's history checks (safety
-always, the rest when claimed), adds :func:`check_placement` (NO-LOSS: every
-admitted request that has not ended is, after every step, running or queued;
-a request that vanishes from both is lost), and :func:`locate` completes each
-finding with the step and the request it concerns where the history allows.
+:func:`verify_history` applies the invariant catalog's record forms (safety
+always, the rest when claimed) to the history, deduplicates what they find,
+and :func:`locate` completes each finding with the step and the request it
+concerns where the history allows.
 """
 
 from __future__ import annotations
@@ -19,49 +18,10 @@ from tenantry.model.history import History
 
 from tenantry.spec.invariants_core import Finding
 
-from .protocol import Claims, finding
+from .protocol import Claims
 
 #: Slack for comparing recorded times (seconds): the histories store floats in repr form.
 TIME_EPS = 1e-9
-
-
-def check_placement(history: History) -> list[Finding]:
-    """NO-LOSS over step snapshots: per tenant, after step k, the requests
-    admitted at or before k that have not ended by the end of k must number
-    ``queued[tenant]`` plus those of the tenant in ``running``.
-
-    A finished request ends at the end of the step whose end is its
-    ``finish_s``; a cancelled or rejected one at the start of the step whose
-    start is its ``finish_s`` (the same instant as the previous step's end).  Reports
-    the first step where a tenant's count is short or over, naming the live
-    requests that are not running (one of them is lost, or counted twice).
-    """
-    if not history.steps:
-        return []
-    by_tenant: dict[str, list] = {}
-    for r in history.requests:
-        if r.admitted_step is not None:
-            by_tenant.setdefault(r.tenant, []).append(r)
-    out = []
-    for tenant, rs in by_tenant.items():
-        for s in history.steps:
-            end = s.start_s + s.duration_s + TIME_EPS
-            start = s.start_s + TIME_EPS
-            live = [r.request_id for r in rs if r.admitted_step <= s.step_index
-                    and (r.finish_s is None or r.finish_s > (end if r.outcome == "finished" else start))]
-            if not live:
-                continue
-            running = set(s.running)
-            placed = s.queued.get(tenant, 0) + sum(1 for rid in live if rid in running)
-            if placed != len(live):
-                missing = [rid for rid in live if rid not in running]
-                out.append(finding(
-                    "NO-LOSS", s.step_index, f"after step {s.step_index} tenant {tenant} has {len(live)} admitted "
-                    f"requests not ended, but {placed} are running or queued; among requests "
-                    f"{', '.join(map(str, missing[:6]))} one is {'lost' if placed < len(live) else 'counted twice'}",
-                    tenant=tenant, request_id=missing[-1] if missing else None, observed=placed, allowed=len(live)))
-                break
-    return out
 
 
 def _step_at(history: History, t_s: float | None, *, end: bool) -> int | None:
@@ -132,11 +92,11 @@ def verify_history(history: History, config: Config | None = None, claimed: Iter
         ConfigError: if no config is given and the header has none that parses.
     """
     from tenantry.spec.invariants import check_history, config_from_dict
+    from tenantry.spec.invariants_core import dedup
 
     if config is None:
         config = config_from_dict(history.header.get("config") or {})
     claims = Claims(config, invariants=tuple(claimed))
-    found = [f for f in check_history(history, claims)] + check_placement(history)
-    found = [locate(f, history) for f in found]
-    found.sort(key=lambda f: (f.step if f.step is not None else -1, f.invariant))
+    found = [locate(f, history) for f in dedup(check_history(history, claims))]
+    found.sort(key=lambda f: (f.step if f.step is not None else 1 << 60, f.invariant))
     return found

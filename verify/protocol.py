@@ -38,35 +38,29 @@ from tenantry.model.config import Config, ConfigError, TenantConfig
 from tenantry.model.history import REJECT_REASONS
 from tenantry.model.setups import config_with_tenants
 from tenantry.model.workload import Request
+from tenantry.spec.invariants import CLAIMABLE as _CLAIMABLE
 from tenantry.spec.invariants_core import Finding
 
 #: Claim-level invariant ids an adapter may assert in ``Claims.invariants``
-#: beyond those implied by its config (see :meth:`Claims.claimed`).
-CLAIMABLE = (
-    "WORK-CONSERVING", "VTC-GAP", "NO-BANKED-CREDIT", "DRR-DEFICIT", "FLOOR", "AGING",
-    "TOKEN-BUCKET", "EVICT-MIN-FREE", "EVICT-COOLDOWN", "EVICT-BOUNDED", "VICTIM",
-    "SALT-ISOLATION", "NONINTERFERENCE", "DETERMINISM",
-)
+#: beyond those implied by its config (see :meth:`Claims.claimed`): the
+#: catalog's claims (:data:`tenantry.spec.invariants.CLAIMABLE`).
+CLAIMABLE = _CLAIMABLE
 
-
-#: Harness-level ids: the scheduler broke the adapter protocol, not an invariant.
-#: Impossible plans that an invariant already names are reported under it: a
-#: request twice in the batch, or preempted and batched in one step, is
-#: BATCH-LIMITS; an unknown or already ended request in a plan is NO-LOSS; more
-#: blocks than the pool is KV-CAP.
+#: The harness's own finding ids: the scheduler broke the adapter protocol, not
+#: an invariant.  Everything a plan decides is recorded as given and judged by
+#: the invariant catalog: a request twice in the batch, or preempted and batched
+#: in one step, is BATCH-LIMITS; an unknown or already ended request in a plan is
+#: NO-LOSS; more blocks than the pool is KV-CAP; a refusal's reason is
+#: REFUSAL-TRUTH.
 PROTOCOL = {
     "ADAPTER-RAISED": "a call into the scheduler raised an exception",
     "ADAPTER-HANG": "a call into the scheduler did not return within the per-call timeout",
     "ADAPTER-CLAIMS": "the adapter has no valid `claims` (a tenantry.verify.protocol.Claims)",
     "PLAN-MALFORMED": "plan_step returned something that is not a Plan of the right shape",
-    "PLAN-NOT-RUNNING": "the plan preempts a request that holds no KV (not running)",
-    "PLAN-TOKENS": "a batch entry computes no token, or more tokens than the request has left",
-    "PLAN-COMPUTED": "a batch entry's computed_tokens disagrees with the tokens already computed",
+    "STALLED": "the scheduler made no decision for longer than its cooldown while requests waited",
     "DETERMINISM": "two runs on the same inputs made different decisions",
     "REF-DIVERGENCE": "the scheduler claims a reference policy but decided differently from the reference model",
 }
-
-
 
 
 def finding(invariant: str, step: int | None, message: str, *, tenant: str | None = None,
@@ -161,7 +155,10 @@ class Plan:
 
     Attributes:
         batch: requests computed in the step, in batch order.
-        preempted: running requests evicted in the step (recompute); never in ``batch``.
+        preempted: running requests evicted in the step (recompute), in the order
+            the scheduler evicted them; never in ``batch``.  A victim it rejects
+            instead (evicted too often) may stand here too, at its place in that
+            order, when it is also in ``rejected``.
         rejected: requests refused in the step (at admission or later).
         blocks: KV blocks each running request holds during the step (after
             this step's allocation), as a count or as a tuple of block ids
@@ -172,6 +169,10 @@ class Plan:
         free_blocks: free blocks as the scheduler sees them, if it says.
         counters, deficits: per tenant name, the scheduler's own VTC counters
             / DRR deficits, if it has them (recorded in the history).
+        freed: per preempted request, the KV blocks its eviction freed, if the
+            scheduler knows (else the harness counts the blocks it held at
+            the end of the previous step, which misses blocks allocated to it
+            earlier in the same step).
     """
 
     batch: tuple[Scheduled, ...] = ()
@@ -182,6 +183,7 @@ class Plan:
     free_blocks: int | None = None
     counters: Mapping[str, float] = attrs.field(factory=dict)
     deficits: Mapping[str, float] = attrs.field(factory=dict)
+    freed: Mapping[int, int] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -289,16 +291,17 @@ def normalise_plan(plan: Any) -> Plan:
         v = getattr(plan, name)
         if v is not None:
             _int(v, name)
+    freed = {_int(r, "freed key"): _int(n, f"freed[{r}]") for r, n in dict(plan.freed).items()}
     return Plan(batch=batch, preempted=preempted, rejected=rejected, blocks=blocks,
                 used_blocks=plan.used_blocks, free_blocks=plan.free_blocks,
-                counters=dict(plan.counters), deficits=dict(plan.deficits))
+                counters=dict(plan.counters), deficits=dict(plan.deficits), freed=freed)
 
 
 def plan_key(plan: Plan) -> tuple:
     """A hashable, comparable form of a normalised plan (for the determinism check)."""
     blocks = None if plan.blocks is None else tuple(sorted((k, v) for k, v in plan.blocks.items()))
     return (plan.batch, plan.preempted, plan.rejected, blocks, plan.used_blocks, plan.free_blocks,
-            tuple(sorted(plan.counters.items())), tuple(sorted(plan.deficits.items())))
+            tuple(sorted(plan.counters.items())), tuple(sorted(plan.deficits.items())), tuple(sorted(plan.freed.items())))
 
 
 def load_factory(spec: str) -> Any:

@@ -9,8 +9,8 @@ returned; the harness uses it for the lockstep comparison when an adapter
 claims the reference policy.
 
 Block ids: the model has no physical block numbers, so a sequence's blocks are
-reported as its prefix-cache keys (shared blocks: equal keys are one block)
-followed by ``("p", request_id, j)`` for its private blocks.
+reported as :func:`tenantry.model.state.block_ids` (its prefix-cache keys, then
+named private blocks), as the model's own step records do.
 """
 
 from __future__ import annotations
@@ -18,15 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from tenantry.model.config import Config
-from tenantry.model.state import State, initial_state
+from tenantry.model.state import State, block_ids, initial_state
 from tenantry.model.step import StepOutput, idle, step
 from tenantry.model.workload import Request, StepInput
 
 from .protocol import Claims, Plan, Rejection, Scheduled, StepResults
-
-
-def _ids(s: Any) -> tuple:
-    return tuple(s.shared_keys) + tuple(("p", s.request_id, j) for j in range(s.private_blocks))
 
 
 def model_plan(config: Config, before: State, out: StepOutput, after: State, *, blocks: str = "ids") -> Plan:
@@ -41,9 +37,11 @@ def model_plan(config: Config, before: State, out: StepOutput, after: State, *, 
     seqs.update({s.request_id: s for s in out.finished if s.request_id not in seqs})
     batch = tuple(Scheduled(rid, n, seqs[rid].computed_tokens - n) for rid, n in out.batch)
     rejected = tuple(Rejection(e.request_id, e.reason, e.retry_after_s) for e in out.events if e.kind == "rejected")
+    evicted = tuple(e.request_id for e in out.events
+                    if e.kind == "preempted" or (e.kind == "rejected" and e.reason == "evicted_too_often"))
     held = None
     if blocks != "none":
-        form = _ids if blocks == "ids" else (lambda s: s.blocks_held)
+        form = block_ids if blocks == "ids" else (lambda s: s.blocks_held)
         in_batch = {rid for rid, _ in out.batch}
         held = {s.request_id: form(s) for s in after.running}
         for s in out.finished:
@@ -51,9 +49,11 @@ def model_plan(config: Config, before: State, out: StepOutput, after: State, *, 
                 held[s.request_id] = form(s)
     names = [t.name for t in config.tenants]
     return Plan(
-        batch=batch, preempted=tuple(out.preempted), rejected=rejected, blocks=held,
+        batch=batch, preempted=evicted, rejected=rejected, blocks=held,
         counters={n: t.counter for n, t in zip(names, after.tenants)},
         deficits={n: t.deficit for n, t in zip(names, after.tenants)},
+        freed={e.request_id: e.blocks for e in out.events
+               if e.kind == "preempted" or (e.kind == "rejected" and e.reason == "evicted_too_often")},
     )
 
 

@@ -16,7 +16,7 @@ from tenantry.model.workload import Request, Workload, as_workload
 from .harness import Harness
 from tenantry.spec.invariants_core import Finding
 
-from .protocol import finding
+from .protocol import PROTOCOL, finding
 
 
 @attrs.frozen
@@ -57,24 +57,25 @@ class Verdict:
 
 
 def catalog_findings(history: History, claims: Any) -> list[Finding]:
-    """The invariant catalog's history checks on ``history`` under ``claims``
-    (safety always, the rest only when claimed), as harness findings."""
+    """The invariant catalog's record forms on a step-mode ``history`` under ``claims``
+    (safety always, the rest only when claimed), deduplicated.  A finding about
+    a step is a decision of that step's ``plan_step``, and is attributed to it."""
     from tenantry.spec.invariants import check_history
+    from tenantry.spec.invariants_core import dedup
 
-    return [f for f in check_history(history, claims)]
+    return [f if f.step is None or f.call is not None else attrs.evolve(f, call="plan_step")
+            for f in dedup(check_history(history, claims))]
 
 
 def _merge(own: list[Finding], catalog: list[Finding]) -> list[Finding]:
-    """Own findings, then catalog ones not already reported for the same invariant and step."""
-    seen = {(f.invariant, f.step) for f in own}
+    """The harness's protocol findings, then the catalog's; when a protocol finding
+    stopped the run, catalog findings after that step (and whole-run ones, judged on
+    a cut history) are its consequences and left out."""
     stopped_at = min((f.step if f.step is not None else -1 for f in own), default=None)
     out = list(own)
     for f in catalog:
-        if (f.invariant, f.step) in seen:
+        if stopped_at is not None and (f.step is None or f.step > stopped_at):
             continue
-        if stopped_at is not None and (f.step is None or f.step >= stopped_at):
-            continue  # the run stopped there: what follows, and whole-run checks of a cut history, are consequences
-        seen.add((f.invariant, f.step))
         out.append(f)
     return out
 
@@ -125,7 +126,10 @@ def verify_workload(factory: Callable[[], Any], workload: Workload | Iterable[Re
     history = h.history(wl.requests, header=header)
     findings = list(h.findings)
     if catalog and h.adapter is not None:
-        findings = _merge(findings, catalog_findings(history, h.claims) if not h.stopped or h.findings else [])
+        findings = _merge([f for f in findings if h.stopped], catalog_findings(history, h.claims)) + [
+            f for f in findings if not h.stopped]
+    # step order; at one step, what the catalog found before the harness's own remarks
+    findings.sort(key=lambda f: (f.step if f.step is not None else 1 << 60, f.invariant in PROTOCOL))
     if determinism and h.adapter is not None and not any(f.invariant in ("ADAPTER-HANG",) for f in findings):
         h2 = one()
         d = _first_divergence(h.plans, h2.plans)

@@ -158,7 +158,7 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
         run_state_machine_as_test(machine, settings=s)
     except StatefulFinding as e:
         first = e.findings[0]
-        verdict = lambda w: verify_workload(fac, w, timeout_s=timeout_s, determinism=False, catalog=False)
+        verdict = lambda w: verify_workload(fac, w, timeout_s=timeout_s, determinism=False)
         wl = shrink_finding(verdict, first.invariant, e.workload,
                             cut_after_s=e.fail_t_s if first.step is not None else None,
                             max_evaluations=max_evaluations)
@@ -175,6 +175,7 @@ def harness_machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_
     from tenantry.testing.stateful import ReplicaMachine
 
     from .harness import Harness
+    from .run import catalog_findings
 
     probe = Harness.start(factory, names, timeout_s=timeout_s)
     probe.close()
@@ -182,7 +183,8 @@ def harness_machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_
     max_prompt = max(1, min(cfg.max_context_tokens - 64, cfg.num_blocks * cfg.block_size_tokens // 2))
 
     class SchedulerMachine(ReplicaMachine):
-        """Requests arrive, clients cancel, the scheduler under test steps; the harness judges every step."""
+        """Requests arrive, clients cancel, the scheduler under test steps; the harness's protocol
+        checks judge every step, the invariant catalog the whole run at its end."""
 
         max_prompt_tokens = max_prompt
         max_output_tokens = 48
@@ -198,7 +200,7 @@ def harness_machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_
             return list(self.h.findings) if new else []
 
         def judge_end(self):
-            return list(self.h.findings)
+            return list(self.h.findings) + catalog_findings(self.h.history(), self.h.claims)
 
         def close(self):
             self.h.close()

@@ -1,0 +1,318 @@
+"""What a history's step records imply: each request's place and progress after every step.
+
+The record forms of the invariants (:mod:`tenantry.spec.invariants_history`)
+judge a run from its records alone, whether they come from the model, from
+the harness driving a scheduler under test, or from a file.  They share this
+one reading of the records: :class:`Replay` walks the steps in order and,
+from each step's events (SPEC.md 6: cancelled, queued / rejected, preempted,
+rejected later, scheduled, first_token / finished) and batch, keeps every
+request's status, computed tokens, generated tokens, evictions and cooldown,
+and each tenant's queue in order.  It never judges: what does not fit the
+records (an event about a request that was never offered, a batch entry for
+a request that is not running) is kept in :attr:`Replay.anomalies` for the
+invariant it breaks to report.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import attrs
+
+from tenantry.model.config import Config
+from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord, StepEvent, StepRecord
+
+
+@attrs.define
+class Req:
+    """One request as the records show it so far.
+
+    Attributes:
+        rec: its request record (static fields: tenant, arrival, sizes, prefix ids).
+        status: ``offered`` (not answered yet), ``waiting``, ``running``, or
+            ``ended:<outcome>`` (finished, rejected, cancelled).
+        computed: tokens whose KV exists (0 while waiting).
+        generated: output tokens produced.
+        preemptions: evictions so far; ready_step: first step it may run again
+            (cooldown after an eviction); fresh: queued and never scheduled.
+        admitted_step: step of its ``queued`` event; first_step: step it was first scheduled.
+        entered: step of its last entry into the batch; cached: tokens computed at that entry.
+        ended_step: the step its events ended it in.
+        queue_key: its place in its tenant's queue (evicted ones go to the front, latest first).
+    """
+
+    rec: RequestRecord
+    status: str = "offered"
+    computed: int = 0
+    generated: int = 0
+    preemptions: int = 0
+    ready_step: int = 0
+    fresh: bool = False
+    admitted_step: int | None = None
+    first_step: int | None = None
+    entered: int | None = None
+    cached: int = 0
+    queue_key: tuple = ()
+    ended_step: int | None = None
+
+    @property
+    def target(self) -> int:
+        """Tokens that must be computed before the next output token."""
+        return self.rec.prompt_tokens + self.generated
+
+    @property
+    def live(self) -> bool:
+        return self.status in ("waiting", "running")
+
+
+@attrs.frozen
+class Anomaly:
+    """Something in the records that no correct run produces (data for a finding).
+
+    Attributes:
+        invariant: the invariant it breaks; step: where; request: whose (or None).
+        message: one line; observed, allowed: the numbers.
+    """
+
+    invariant: str
+    step: int | None
+    request: int | None
+    message: str
+    observed: object = None
+    allowed: object = None
+
+
+@attrs.frozen
+class StepView:
+    """The records' state right after one step, for the record forms.
+
+    Attributes:
+        record: the step record.
+        before: request id -> (computed tokens, target tokens), of the requests running before the step.
+        running: request id -> computed tokens, of the requests running after it.
+        finished: ids that finished in the step (with their last computed tokens).
+        waiting: per tenant, its waiting request ids in queue order.
+        fresh: per tenant, its waiting never-scheduled request ids.
+        heads: per tenant, (request id, target tokens) of its first waiting
+            request ready to run at this step (cooldown over), if any.
+        produced: per tenant, output tokens produced in the step.
+        first: requests scheduled for the first time in the step, in entry order.
+        answers: the step's arrivals with their answer (``queued`` or the
+            refusal's reason), in arrival order.
+        cancelled: requests cancelled at the step's start, with the computed
+            tokens each held (None for a waiting one).
+    """
+
+    record: StepRecord
+    before: dict[int, tuple[int, int]]
+    running: dict[int, int]
+    finished: dict[int, int]
+    waiting: dict[str, tuple[int, ...]]
+    fresh: dict[str, tuple[int, ...]]
+    heads: dict[str, tuple[int, int]]
+    produced: dict[str, int]
+    first: tuple[int, ...] = ()
+    answers: tuple[tuple[int, str], ...] = ()
+    cancelled: tuple[tuple[int, int | None], ...] = ()
+
+
+class Replay:
+    """Walk a history's steps; see the module docstring.
+
+    Args:
+        history: the records; config: the configuration they are judged against
+            (cooldown and block size come from it).
+
+    Attributes:
+        reqs: request id -> :class:`Req` (the state after the last step walked).
+        anomalies: what did not fit, in order.
+    """
+
+    def __init__(self, history: History, config: Config) -> None:
+        self.history, self.config = history, config
+        self.reqs: dict[int, Req] = {r.request_id: Req(r) for r in history.requests}
+        self.anomalies: list[Anomaly] = []
+        self._order = 0
+        #: the steps carry events (format 2); else they are derived from the request records
+        self.recorded = any(s.events for s in history.steps)
+        #: computed tokens are known exactly (False when derived events miss cache hits)
+        self.exact = self.recorded or history.header.get("config", {}).get("prefix_cache", "off") == "off" or not any(
+            r.cached_prompt_tokens for r in history.requests)
+        self._derived = None if self.recorded else derive_events(history)
+        self._live: dict[int, Req] = {}  # waiting or running, kept as statuses change
+
+    def _req(self, rid: int, k: int, what: str) -> Req | None:
+        q = self.reqs.get(rid)
+        if q is None:
+            self.anomalies.append(Anomaly("NO-LOSS", k, rid, f"step {k} {what} request {rid}, which was never offered"))
+        return q
+
+    def _ended(self, q: Req, k: int, what: str, inv: str = "NO-LOSS") -> bool:
+        if q.status.startswith("ended:"):
+            self.anomalies.append(Anomaly(inv, k, q.rec.request_id, f"step {k} {what} request {q.rec.request_id}, "
+                                          f"which already ended ({q.status[6:]})", q.status[6:], "a live request"))
+            return True
+        return False
+
+    def views(self) -> Iterator[StepView]:
+        """The state after each step, in step order (walks the steps as it goes)."""
+        cfg, B = self.config, self.config.block_size_tokens
+        for s in self.history.steps:
+            k = s.step_index
+            before = {rid: (q.computed, q.target) for rid, q in self._live.items() if q.status == "running"}
+            finished: dict[int, int] = {}
+            produced: dict[str, int] = {}
+            first: list[int] = []
+            answers: list[tuple[int, str]] = []
+            cancelled: list[tuple[int, int | None]] = []
+            for e in (s.events if self._derived is None else self._derived.get(k, ())):
+                q = self._req(e.request_id, k, f"has a {e.kind} event for")
+                if q is None:
+                    continue
+                if e.kind == "cancelled":
+                    if not self._ended(q, k, "cancels"):
+                        cancelled.append((q.rec.request_id, q.computed if q.status == "running" else None))
+                        q.status, q.fresh, q.ended_step = "ended:cancelled", False, k
+                elif e.kind == "queued":
+                    if q.status != "offered":
+                        self.anomalies.append(Anomaly("NO-LOSS", k, q.rec.request_id, f"request "
+                                                      f"{q.rec.request_id} is admitted twice (it was {q.status})"))
+                        continue
+                    self._order += 1
+                    q.status, q.fresh, q.admitted_step, q.queue_key = "waiting", True, k, (1, self._order)
+                    self._live[q.rec.request_id] = q
+                    answers.append((q.rec.request_id, "queued"))
+                elif e.kind == "rejected":
+                    at_admission = q.status == "offered"
+                    if not at_admission and self._ended(q, k, "rejects"):
+                        continue
+                    if at_admission:
+                        answers.append((q.rec.request_id, str(e.reason)))
+                    q.status, q.fresh, q.computed, q.ended_step = "ended:rejected", False, 0, k
+                elif e.kind == "preempted":
+                    if q.status != "running":
+                        self.anomalies.append(Anomaly("BATCH-LIMITS", k, q.rec.request_id, f"step {k} preempts request "
+                                                      f"{q.rec.request_id}, which is {q.status}, not running",
+                                                      q.status, "running"))
+                        continue
+                    self._order += 1
+                    q.status, q.computed, q.preemptions = "waiting", 0, q.preemptions + 1
+                    q.ready_step, q.queue_key = k + 1 + cfg.eviction.cooldown_steps, (0, -self._order)
+                elif e.kind == "scheduled":
+                    if self._ended(q, k, "schedules"):
+                        continue
+                    if q.status != "waiting":
+                        self.anomalies.append(Anomaly("NO-LOSS", k, q.rec.request_id, f"step {k} schedules request "
+                                                      f"{q.rec.request_id}, which is {q.status}, not waiting",
+                                                      q.status, "waiting"))
+                        continue
+                    c0 = e.tokens
+                    if c0 and (cfg.prefix_cache == "off" or c0 % B or c0 >= q.target or c0 < 0):
+                        self.anomalies.append(Anomaly("KV-CONSERVE", k, q.rec.request_id, f"request {q.rec.request_id} "
+                                                      f"enters the batch with {c0} tokens computed: only whole-block "
+                                                      f"prefix-cache hits below its {q.target} tokens can be, with the "
+                                                      f"cache on ({cfg.prefix_cache})", c0, 0))
+                        c0 = 0
+                    if q.first_step is None:
+                        q.first_step = k
+                        first.append(q.rec.request_id)
+                    q.status, q.computed, q.fresh, q.entered, q.cached = "running", c0, False, k, c0
+                    self._live[q.rec.request_id] = q
+            preempted = set(s.preempted)
+            seen: set[int] = set()
+            for rid, n in s.batch:
+                q = self._req(rid, k, "has a batch entry for")
+                if q is None:
+                    continue
+                if rid in seen or rid in preempted:
+                    seen.add(rid)
+                    continue  # BATCH-LIMITS judges repeats and preempted entries from the record itself
+                seen.add(rid)
+                if self._ended(q, k, "schedules"):
+                    continue
+                if q.status != "running":
+                    self.anomalies.append(Anomaly("NO-LOSS", k, rid, f"step {k} computes request {rid}, which is "
+                                                  f"{q.status}, not in the batch", q.status, "running"))
+                    continue
+                if n < 1 or q.computed + n > q.target:
+                    self.anomalies.append(Anomaly("BATCH-LIMITS", k, rid, f"a batch entry of request {rid} computes "
+                                                  f"{n} tokens with {q.computed} of {q.target} computed",
+                                                  n, max(0, q.target - q.computed)))
+                    continue
+                q.computed += n
+                if q.computed == q.target:
+                    q.generated += 1
+                    produced[q.rec.tenant] = produced.get(q.rec.tenant, 0) + 1
+                    if q.generated == q.rec.output_tokens:
+                        q.status, q.ended_step = "ended:finished", k
+                        finished[rid] = q.computed
+            waiting: dict[str, list[Req]] = {}
+            running: dict[int, int] = {}
+            for rid, q in list(self._live.items()):
+                if q.status == "waiting":
+                    waiting.setdefault(q.rec.tenant, []).append(q)
+                elif q.status == "running":
+                    running[rid] = q.computed
+                else:
+                    del self._live[rid]
+            order = {t: sorted(qs, key=lambda x: x.queue_key) for t, qs in waiting.items()}
+            heads = {}
+            for t, qs in order.items():
+                ready = next((x for x in qs if x.ready_step <= k), None)
+                if ready is not None:
+                    heads[t] = (ready.rec.request_id, ready.target)
+            yield StepView(
+                s, before, running, finished,
+                {t: tuple(x.rec.request_id for x in qs) for t, qs in order.items()},
+                {t: tuple(x.rec.request_id for x in qs if x.fresh) for t, qs in order.items()},
+                heads, produced, tuple(first), tuple(answers), tuple(cancelled),
+            )
+
+
+def derive_events(history: History) -> dict[int, tuple[StepEvent, ...]]:
+    """Events of a history whose steps carry none (format 1, or a scheduler's logs),
+    derived from its request records and step lists, in the canonical order:
+    a cancellation at the step starting at its ``finish_s``; an admission at its
+    ``admitted_step``; a refusal at admission at the first step starting at or
+    after its arrival; another rejection at the step starting at its
+    ``finish_s``; evictions from ``preempted``; an entry into the batch for each
+    batch entry of a request not running before (with its recorded cache hits
+    on its first entry).  Request-level events only as precise as the records:
+    the replay marks computed tokens inexact when cache hits cannot be placed.
+    """
+    starts = [s.start_s for s in history.steps]
+    by_start = {s.start_s: s.step_index for s in history.steps}
+    at: dict[int, dict[str, list[StepEvent]]] = {}
+
+    def add(k: int | None, group: str, e: StepEvent) -> None:
+        if k is not None:
+            at.setdefault(k, {}).setdefault(group, []).append(e)
+
+    for r in sorted(history.requests, key=lambda r: (r.arrival_s, r.request_id)):
+        if r.outcome == "cancelled":
+            add(by_start.get(r.finish_s), "cancelled", StepEvent("cancelled", r.request_id))
+        if r.admitted_step is not None:
+            add(r.admitted_step, "answers", StepEvent("queued", r.request_id))
+        elif r.outcome == "rejected":
+            i = next((j for j, t in enumerate(starts) if t >= r.arrival_s - 1e-9), None)
+            add(None if i is None else history.steps[i].step_index, "answers",
+                StepEvent("rejected", r.request_id, r.reason, r.retry_after_s))
+        if r.outcome == "rejected" and r.admitted_step is not None:
+            add(by_start.get(r.finish_s), "rejected", StepEvent("rejected", r.request_id, r.reason, r.retry_after_s))
+    recs = {r.request_id: r for r in history.requests}
+    running: set[int] = set()
+    entered: set[int] = set()
+    for s in history.steps:
+        k = s.step_index
+        for rid in s.preempted:
+            add(k, "preempted", StepEvent("preempted", rid))
+        running -= set(s.preempted)
+        for rid, _ in s.batch:
+            if rid not in running and rid in recs:
+                r = recs[rid]
+                hit = r.cached_prompt_tokens if rid not in entered and not r.preemptions else 0
+                add(k, "scheduled", StepEvent("scheduled", rid, tokens=hit))
+                entered.add(rid)
+        running = set(s.running)
+    order = ("cancelled", "answers", "preempted", "rejected", "scheduled")
+    return {k: tuple(e for g in order for e in groups.get(g, ())) for k, groups in at.items()}
