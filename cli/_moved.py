@@ -31,7 +31,7 @@ MOVED: dict[str, str] = {
     "tenantry.spec.adapter": "tenantry.verify.protocol",
     "tenantry.spec.adapter_calls": "tenantry.verify.calls",
     "tenantry.spec.adapter_driver": "tenantry.verify.harness",
-    "tenantry.spec.adapter_checks": "tenantry.verify.harness_checks",
+    "tenantry.spec.adapter_checks": "tenantry.verify.harness",
     "tenantry.spec.adapter_findings": "tenantry.verify.protocol",
     "tenantry.spec.adapter_reference": "tenantry.verify.reference",
     "tenantry.spec.adapter_vllm": "tenantry.verify.vllm",
