@@ -12,16 +12,17 @@ judged offline (:func:`tenantry.verify.offline.verify_history`).
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-import attrs
 import pytest
 
 from tenantry.model.config import Config
-from tenantry.model.history import History, read_history
+from tenantry.model.history import History, read_history, write_history
 from tenantry.model.setups import apply_setup, load_config_toml
+from tenantry.model.simulate import simulate
 from tenantry.model.traces import read_workload_jsonl
 from tenantry.model.workload import Workload
 from tenantry.spec.invariants_core import largest_charge
@@ -39,10 +40,6 @@ FINDING_KEYS = {"invariant", "step", "requests", "tenants", "observed", "allowed
 
 
 # --- derived values: the whole vocabulary (documented in tests/regressions/README.md) ---------
-
-
-def _pair(cfg: Config) -> tuple[str, str]:
-    return cfg.tenants[0].name, cfg.tenants[1].name
 
 
 def _runs(values: list[int]) -> list[list[int]]:
@@ -65,6 +62,11 @@ def _refusals(h: History) -> dict[str, dict[str, list[float]]]:
     return {k: {f: sorted(v, key=lambda x: (x is None, x)) for f, v in d.items()} for k, d in out.items()}
 
 
+def _max_service_gap(cfg: Config, h: History) -> float:
+    a, b = cfg.tenants[0].name, cfg.tenants[1].name
+    return max(abs(s.service[a] - s.service[b]) for s in h.steps)
+
+
 def _gap_bound(cfg: Config, h: History) -> float:
     rs = h.requests
     d = largest_charge(cfg, max(r.prompt_tokens for r in rs), max(r.prompt_tokens + r.output_tokens for r in rs))
@@ -78,7 +80,7 @@ DERIVED: dict[str, Callable[[Config, History], Any]] = {
     "preempted": lambda cfg, h: [[s.step_index, rid] for s in h.steps for rid in s.preempted],
     "queued_runs": lambda cfg, h: {t.name: _runs([s.queued[t.name] for s in h.steps]) for t in cfg.tenants},
     "backlogged_steps": lambda cfg, h: sum(all(s.queued[t.name] for t in cfg.tenants) for s in h.steps),
-    "max_service_gap": lambda cfg, h: max(abs(s.service[a] - s.service[b]) for a, b in [_pair(cfg)] for s in h.steps),
+    "max_service_gap": _max_service_gap,
     "gap_bound": _gap_bound,
     "ttft_s": lambda cfg, h: {str(r.request_id): r.first_token_s - r.arrival_s
                               for r in h.requests if r.first_token_s is not None},
@@ -97,14 +99,15 @@ def plain(v: Any) -> Any:
     return v
 
 
-def load(name: str) -> tuple[Config, Workload, dict[str, Any]]:
-    d = ROOT / name
+def load(d: Path) -> tuple[Config, Workload, dict[str, Any]]:
+    """A case folder's replica, workload and expectations (the format checked)."""
+    name = d.name
     expected = json.loads((d / "expected.json").read_text())
     unknown = set(expected) - KEYS
     assert not unknown, f"{name}: unknown keys in expected.json: {sorted(unknown)}"
     assert expected.get("about", "").strip(), f"{name}: expected.json needs an 'about'"
     run = expected["run"]
-    assert set(run) - RUN_KEYS == set() and {"horizon_s", "max_steps"} <= set(run), \
+    assert set(run) <= RUN_KEYS and {"horizon_s", "max_steps"} <= set(run), \
         f"{name}: 'run' takes {sorted(RUN_KEYS)} and must give horizon_s and max_steps"
     assert run.get("depth", "state") in ("state", "full"), f"{name}: a case runs at depth state or full"
     assert set(expected.get("derived", {})) <= set(DERIVED), f"{name}: unknown derived values"
@@ -136,9 +139,9 @@ def compare_records(where: str, expected: dict[str, dict], records: dict[int, An
     return out
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_case(name):
-    cfg, wl, exp = load(name)
+def check_case(d: Path) -> list[str]:
+    """Run the case in folder ``d``; every expected value that does not hold, as a line."""
+    cfg, wl, exp = load(d)
     run = exp["run"]
     variant = MUTANTS[run["variant"]].variant if run.get("variant") else None
     checked = run_checked(cfg, wl, ids=run.get("ids"), depth=run.get("depth", "state"), horizon_s=run["horizon_s"],
@@ -151,15 +154,42 @@ def test_case(name):
         got = plain(DERIVED[key](cfg, h))
         if got != want:
             bad.append(f"derived {key}: expected {want!r}, got {got!r}")
-    recorded = ROOT / name / "history.jsonl"
+    recorded = d / "history.jsonl"
     if "offline" in exp or recorded.exists():
         off = exp.get("offline")
-        assert off is not None and set(off) <= OFFLINE_KEYS, f"{name}: a recorded history needs an 'offline' block"
+        assert off is not None and set(off) <= OFFLINE_KEYS, f"{d.name}: a recorded history needs an 'offline' block"
         judged = read_history(recorded) if recorded.exists() else h
         claims = apply_setup(cfg, off["setup"]) if off.get("setup") else cfg
         bad += compare_findings("offline findings", off.get("findings", []),
                                 verify_history(judged, claims, off.get("claimed", ())))
+    return bad
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_case(name):
+    bad = check_case(ROOT / name)
     assert not bad, f"{name}:\n" + "\n".join(bad)
+
+
+def test_a_recorded_history_is_judged_offline(tmp_path):
+    """The ``history.jsonl`` form: a recorded run of a broken scheduler (here the mutant
+    preempted_left_in_batch, written as a file) is judged offline, while the model's own
+    run of the same workload is clean; an offline finding the case does not list fails it."""
+    src, case = ROOT / "priority-preempted-left-in-batch-mutant", tmp_path / "recorded"
+    case.mkdir()
+    for f in ("config.toml", "workload.jsonl"):
+        shutil.copy(src / f, case / f)
+    cfg, wl, _ = load(src)
+    write_history(simulate(cfg, wl, max_steps=2000, variant=MUTANTS["preempted_left_in_batch"].variant),
+                  case / "history.jsonl")
+    found = [{"invariant": "BATCH-LIMITS", "step": 56, "requests": [0], "tenants": ["lo"]}]
+    exp = {"about": "the mutant's recorded run", "run": {"horizon_s": None, "max_steps": 2000}, "findings": [],
+           "offline": {"findings": found}}
+    (case / "expected.json").write_text(json.dumps(exp))
+    assert check_case(case) == []
+    exp["offline"]["findings"] = []
+    (case / "expected.json").write_text(json.dumps(exp))
+    assert len(check_case(case)) == 1
 
 
 def test_every_case_folder_is_complete_and_every_derived_value_is_documented():
