@@ -22,9 +22,10 @@ from tenantry.model.config import (
 from tenantry.model.history import read_history, write_history
 from tenantry.model.simulate import simulate
 from tenantry.model.state import free_blocks, initial_state
-from tenantry.model.step import step
+from tenantry.model.step import idle, step
 from tenantry.model.traces import seed001_workload
 from tenantry.model.workload import Request, StepInput, Workload, as_workload
+from tenantry.spec.invariants import check_state
 
 
 def unit_config(**kw) -> Config:
@@ -95,6 +96,34 @@ def test_token_bucket_refuses_with_retry_after_and_never_charges_refused_request
     assert rec[0].outcome == "finished"
     assert (rec[1].outcome, rec[1].reason) == ("rejected", "token_bucket")
     assert rec[1].retry_after_s == pytest.approx((80 - 20) / 10.0)
+
+
+def test_token_bucket_ignores_refused_requests_and_refills_exactly():
+    """Step mechanics of the bucket (SPEC.md 4.2, 7.3), read from the state's ``bucket_tokens``
+    and ``bucket_t_s``, which no history records: a refused request costs nothing, each step
+    refills at its start, a quiet period refills by its length, and never past the burst."""
+    cfg = Config((TenantConfig("a", queue_bound=1, token_rate_per_s=100.0, token_burst_tokens=500.0),),
+                 num_blocks=64, max_num_seqs=1, token_budget=512, max_context_tokens=512,
+                 order=OrderConfig(policy="fcfs"), admission=AdmissionConfig(token_bucket=True),
+                 cost=CostConfig(mode="unit", unit_step_s=1.0))
+    s0 = initial_state(cfg)
+    inputs = StepInput((Request(0, "a", 0.0, 400, 3), Request(1, "a", 0.0, 100, 1)))
+    s1, out = step(cfg, s0, inputs)
+    assert [(e.kind, e.request_id, e.reason) for e in out.events][:2] == [("queued", 0, None),
+                                                                         ("rejected", 1, "queue_full")]
+    assert s1.tenants[0].bucket_tokens == 500 - 400 - 1  # the refused 100 tokens cost nothing
+    s2, _ = step(cfg, s1)
+    s3, _ = step(cfg, s2)
+    assert (s2.tenants[0].bucket_tokens, s3.tenants[0].bucket_tokens) == (99 + 100 - 1, 198 + 100 - 1)
+    assert s3.tenants[0].bucket_t_s == 2.0  # last refilled when step 2 charged its token
+    quiet = idle(cfg, s3, 3.5)  # 1.5 s after that refill
+    s4, _ = step(cfg, quiet, StepInput((Request(2, "a", 3.5, 50, 1),)))
+    assert s4.tenants[0].bucket_tokens == 297 + 100 * 1.5 - 50 - 1
+    late, last = idle(cfg, s4, 60.0), StepInput((Request(3, "a", 60.0, 10, 1),))
+    s5, out5 = step(cfg, late, last)
+    assert s5.tenants[0].bucket_tokens == 500 - 10 - 1  # a long quiet period refills only up to the burst
+    for prev, new, o, i in ((s0, s1, out, inputs), (late, s5, out5, last)):
+        assert check_state(cfg, prev, new, o, i) == []
 
 
 def test_prefix_cache_shared_hits_across_tenants_and_salted_does_not():
