@@ -201,16 +201,20 @@ def test_same_seed_gives_the_same_matrix_and_workload_files(tmp_path):
     kw = dict(setups=["fcfs", "vtc_nolift"], patterns=["flood"], seed=3, budget=Budget(3),
               shrink_evaluations=4, plots="none", extras=False, progress=False)
     out = tmp_path / "rep"
+    run_check(out=out, workers=1, **{**kw, "setups": ["fcfs", "vtc_nolift", "vtc"]})  # a previous, larger run
+    assert (out / "cells" / "vtc").is_dir()
     a = run_check(out=out, workers=1, **kw)
     fa = _files(out)
-    (out / "cells" / "fcfs" / "flood" / "stale.png").write_bytes(b"old")  # must not survive a re-run
-    (out / "cells" / "gone").mkdir()
+    assert not (out / "cells" / "vtc").exists()  # the previous run's cells do not survive: replaced whole
+    marker_a = (out / ".tenantry-report").read_bytes()
     b = run_check(out=out, workers=2, cell_threads=1, **kw)
     fb = _files(out)
     assert fa == fb  # byte-identical matrix.json, matrix.md, report.md, cell.json and workload files
     assert {"matrix.json", "matrix.md", "report.md"} <= set(fa)
-    assert not (out / "cells" / "fcfs" / "flood" / "stale.png").exists() and not (out / "cells" / "gone").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]  # no staging folder left behind
+    marker = json.loads((out / ".tenantry-report").read_text())  # the marker lists every file of the report
+    assert (marker["kind"], marker["size"]) == ("check", 2) and "cells/fcfs/flood/cell.json" in marker["files"]
+    assert (out / ".tenantry-report").read_bytes() == marker_a
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]  # no staging folder or lock left behind
     assert (out / "matrix.json").stat().st_mode & 0o777 == 0o666 & ~_umask()
     assert f"tenantry check --replay {out / 'cells' / 'fcfs' / 'flood'}" in fa["report.md"].decode()
     assert "cells/fcfs/flood/workload.jsonl" in fa and "cells/fcfs/flood/azure/adv.csv" in fa
