@@ -28,9 +28,16 @@ COMMANDS = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage error printed as one line (``tenantry check: error: ... (see --help)``), exit 2."""
+
+    def error(self, message: str):  # noqa: D102
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every available subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="tenantry",
         description="Reference model, invariants, proofs and adversaries for multi-tenant LLM inference schedulers.",
     )
