@@ -16,7 +16,7 @@ import json
 import sys
 import time
 
-from tenantry.commands.args import positive_float
+from .args import positive_float
 from tenantry.proofs.core import TIMEOUT_MS, Outcome, run_all
 from tenantry.proofs.registry import select
 
