@@ -215,6 +215,9 @@ def check_out(target: str | os.PathLike, kind: str, *, flag: str = "--out", defa
     if target.is_symlink():
         raise ConfigError(flag, shown, "is a symbolic link; give the folder itself or a new one")
     if not target.exists():
+        up = next((a for a in target.absolute().parents if a.exists()), None)
+        if up is not None and not up.is_dir():
+            raise ConfigError(flag, shown, f"cannot be made: {up} is a file, not a folder")
         return
     if not target.is_dir():
         raise ConfigError(flag, shown, "is a file; give a folder name (the report is a folder)")

@@ -124,9 +124,10 @@ DEFAULT_OUT = Path("tenantry-check")
 
 def run(args: argparse.Namespace) -> int:
     from tenantry.adversaries.check import DEFAULT_BUDGET, DEFAULT_SHRINK, run_check
-    from tenantry.model.setups import SETUPS
-    from tenantry.adversaries.patterns import PATTERNS
+    from tenantry.adversaries.outdir import check_out
+    from tenantry.adversaries.patterns import PATTERNS, get_pattern
     from tenantry.adversaries.report import LEGEND, cell_lines, matrix_text
+    from tenantry.model.setups import SETUPS, get_setup
     from tenantry.adversaries.search import Budget, SEARCHES
 
     if args.list:
@@ -140,7 +141,12 @@ def run(args: argparse.Namespace) -> int:
     setups = None if not args.policy or args.policy == ["all"] else args.policy
     patterns = None if not args.pattern or args.pattern == ["all"] else args.pattern
     out = args.out if args.out is not None else DEFAULT_OUT
+    for name in setups or ():
+        get_setup(name)
+    for name in patterns or ():
+        get_pattern(name)
     n = len(setups or SETUPS) * len(patterns or PATTERNS)
+    check_out(out, "check", default=args.out is None, size=n)  # refused before the plan line and any work
     total = args.total_budget
     if not args.quiet:
         print(f"tenantry check: {n} cells, budget {_budget_words(budget)} per cell"
