@@ -33,7 +33,6 @@ cut in half (publishing, cleaning up).
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import shutil
@@ -45,6 +44,11 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from tenantry.model.config import ConfigError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock (two runs on one folder are not refused)
+    fcntl = None  # type: ignore[assignment]
 
 #: The marker file in every report folder tenantry writes: JSON with the kind
 #: (``check`` or ``verify``), the size (cells or patterns) and every file written.
@@ -250,6 +254,9 @@ def check_out(target: str | os.PathLike, kind: str, *, flag: str = "--out", defa
 def _lock(target: Path, flag: str) -> Iterator[None]:
     """Hold ``.<name>.lock`` beside ``target`` (flock); refuse at once when another run holds it."""
     path = target.parent / f".{target.name}.lock"
+    if fcntl is None:
+        yield
+        return
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
         try:
