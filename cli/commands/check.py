@@ -4,7 +4,9 @@ With no arguments: every pattern and search, with a modest budget, against
 every built-in setup, on the embedded default (the small replica and the
 default victims); then a short run of the proofs and the stateful suite when
 they exist.  Prints the setup x pattern matrix (each cell: the objective, a
-hurt mark "*", a broken-invariant mark "!"), one line per cell with the worst
+hurt mark "*", "?" when that verdict changes with the victims' seed, "~"
+when the pattern should hurt the setup and did not, a broken-invariant mark
+"!"), one line per cell with the worst
 workload's file, the wall time and evaluations per second, and writes the
 report folder (``--out``, replaced only when it is a check report; the
 default folder never by a smaller run).  ``--budget`` is per cell,
