@@ -181,23 +181,24 @@ def run(args: argparse.Namespace) -> int:
           f"horizon {horizon:g}s", file=sys.stderr)
     results = []
     written: list[str] = []
+    doing = ""
     bar = tqdm(configs, desc="simulate", unit="policy", leave=False, disable=None if len(configs) > 1 else True)
     try:
-        for name, cfg in bar:
+        for i, (name, cfg) in enumerate(bar):
             bar.set_postfix_str(name)
+            doing = f"during policy {i + 1} of {len(configs)} ({name})"
             hist = simulate(cfg, workload, horizon_s=horizon, record_steps=args.history is not None,
                             header={"policy": name})
             results.append((name, tenant_table(hist, window_s=window, w_in=cfg.order.w_in, w_out=cfg.order.w_out)))
             if args.history is not None:
                 out = paths[name]
+                doing = f"while writing {out} (left as it was)"
                 write_history(hist, out)
                 written.append(str(out))
                 print(f"history: {out}", file=sys.stderr)
     except KeyboardInterrupt:
         bar.close()
-        done = len(results)
-        raise Interrupted(f"during policy {done + 1} of {len(configs)} ({configs[done][0]})" if done < len(configs)
-                          else "", "kept: " + (", ".join(written) if written else "no history written")) from None
+        raise Interrupted(doing, "kept: " + (", ".join(written) if written else "no history written")) from None
     bar.close()
     print(format_table(results, window))
     return 0
