@@ -181,7 +181,7 @@ def _cell_json(c: Any, replay: str | None) -> dict[str, Any]:
 
 def run_target(args: argparse.Namespace) -> int:
     """Target mode (see the module docstring)."""
-    from tenantry.adversaries.outdir import report_folder
+    from tenantry.adversaries.outdir import Interrupted, report_folder
     from tenantry.model.traces import read_workload_jsonl
 
     from tenantry.verify.protocol import load_factory
@@ -229,8 +229,17 @@ def run_target(args: argparse.Namespace) -> int:
                                                   "", v.render(limit=50)])
             code = 1 if found else 0
         else:
-            cells = run_matrix(factory, patterns=patterns, seed=args.seed, tiered=args.tiered,
-                               timeout_s=args.timeout_s, determinism=det, progress=print)
+            done: list[str] = []
+
+            def progress(line: str) -> None:
+                done.append(line)
+                print(line)
+
+            try:
+                cells = run_matrix(factory, patterns=patterns, seed=args.seed, tiered=args.tiered,
+                                   timeout_s=args.timeout_s, determinism=det, progress=progress)
+            except KeyboardInterrupt:
+                raise Interrupted(f"after {len(done)} of {size} patterns") from None
             code = _matrix_report_into(args, out, tmp, cells)
     print(f"report: {out}" if args.workload else f"report: {out / 'report.md'}")
     return code
