@@ -260,25 +260,42 @@ def _extras(out: Path | None, proof_timeout_s: float = 2.0,
     return out_d, broke, seconds
 
 
-def cell_budget(budget: Budget, total: Budget | None, *, cells_left: int, n_cells: int, threads: int,
-                seconds_left: float | None) -> Budget:
-    """The budget of the next cell: ``budget`` (per cell), within its share of ``total`` (the whole run).
+#: Of a cell's share of the total time: the part for its searches, and for shrinking (the rest: replay, files).
+SEARCH_SHARE, SHRINK_SHARE = 0.4, 0.2
 
-    ``total``'s evaluations are divided evenly over the cells (at least 1 each); its
-    seconds are paced: a cell starting with ``seconds_left`` on the run's clock gets
-    half of ``seconds_left * threads / cells_left`` for its searches (the other half
-    covers its replay, shrinking and files), at most ``budget``'s seconds.
+
+def cell_budget(budget: Budget, total: Budget | None, *, cells_left: int, n_cells: int, threads: int,
+                seconds_left: float | None, seconds_per_evaluation: float | None = None,
+                shrink_evaluations: int = DEFAULT_SHRINK) -> tuple[Budget, int]:
+    """The budget of the next cell and its shrink evaluations: ``budget`` (per cell) within its share of
+    ``total`` (the whole run).
+
+    ``total``'s evaluations are divided evenly over the cells (at least 1 each).  Its
+    seconds are paced: a cell starting with ``seconds_left`` on the run's clock has a share
+    of ``seconds_left * threads / cells_left``; :data:`SEARCH_SHARE` of it goes to its
+    searches (as seconds, and, once ``seconds_per_evaluation`` has been measured on the
+    cells done, as that many evaluations: a time budget is only checked between batches)
+    and :data:`SHRINK_SHARE` to shrinking; past the deadline a cell runs one evaluation
+    per search and does not shrink.
     """
     if total is None:
-        return budget
+        return budget, shrink_evaluations
     ev = budget.evaluations
     if total.evaluations is not None:
         ev = max(1, total.evaluations // max(1, n_cells)) if ev is None else min(ev, max(1, total.evaluations // n_cells))
     sec = budget.seconds
+    shrink_n = shrink_evaluations
     if seconds_left is not None:
-        share = max(0.01, 0.5 * max(0.0, seconds_left) * threads / max(1, cells_left))
-        sec = share if sec is None else min(sec, share)
-    return Budget(ev, sec)
+        share = max(0.0, seconds_left) * threads / max(1, cells_left)
+        search_s = max(0.01, SEARCH_SHARE * share)
+        sec = search_s if sec is None else min(sec, search_s)
+        if seconds_left <= 0:
+            ev, shrink_n = 1, 0
+        elif seconds_per_evaluation:
+            fit = int(SEARCH_SHARE * share / seconds_per_evaluation)
+            ev = max(1, fit if ev is None else min(ev, fit))
+            shrink_n = min(shrink_n, int(SHRINK_SHARE * share / seconds_per_evaluation))
+    return Budget(ev, sec), shrink_n
 
 
 def _cells_in_threads(keys: list, fn: Callable[[Any], dict], n_threads: int,
@@ -391,18 +408,25 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         start_lock = threading.Lock()
         bar = tqdm(total=len(keys), desc="tenantry check", unit="cell", disable=not progress, dynamic_ncols=True)
 
+        spent = {"seconds": 0.0, "evaluations": 0}  # cell-thread seconds and evaluations of the cells done
+
         def one(key: tuple[str, str]) -> dict[str, Any]:
             with start_lock:
                 left = len(keys) - started[0]
                 started[0] += 1
+                per_eval = spent["seconds"] / spent["evaluations"] if spent["evaluations"] else None
             now = time.monotonic()
-            b = cell_budget(budget, total_budget, cells_left=left, n_cells=len(keys), threads=n_threads,
-                            seconds_left=None if deadline is None else deadline - now)
-            late = deadline is not None and now >= deadline
+            b, shrink_n = cell_budget(budget, total_budget, cells_left=left, n_cells=len(keys), threads=n_threads,
+                                      seconds_left=None if deadline is None else deadline - now,
+                                      seconds_per_evaluation=per_eval, shrink_evaluations=shrink_evaluations)
             s, p = key
-            return run_cell(s, p, seed=seed, budget=b, executor=ex, out=outp, searches=searches,
-                            shrink_evaluations=0 if late else shrink_evaluations, plots=plots == "all",
-                            progress=False, victims=victims, replay_root=root, spread_seeds=spread_seeds, gate=gate)
+            rec = run_cell(s, p, seed=seed, budget=b, executor=ex, out=outp, searches=searches,
+                           shrink_evaluations=shrink_n, plots=plots == "all", progress=False, victims=victims,
+                           replay_root=root, spread_seeds=spread_seeds, gate=gate)
+            with start_lock:
+                spent["seconds"] += time.monotonic() - now
+                spent["evaluations"] += rec["evaluations"] + 1  # + the replay of the worst workload
+            return rec
 
         def done(key: tuple[str, str], rec: dict[str, Any]) -> None:
             cells[key] = rec

@@ -424,16 +424,18 @@ def test_strict_fails_the_run_on_an_unmet_expectation(monkeypatch, capsys, tmp_p
 def test_the_total_budget_divides_evaluations_and_paces_seconds(tmp_path):
     from tenantry.adversaries.check import cell_budget
 
-    assert cell_budget(Budget(12), None, cells_left=4, n_cells=4, threads=2, seconds_left=None) == Budget(12)
-    assert cell_budget(Budget(12), Budget(20), cells_left=4, n_cells=4, threads=2, seconds_left=None) == Budget(5)
-    assert cell_budget(Budget(3), Budget(20), cells_left=4, n_cells=4, threads=2, seconds_left=None) == Budget(3)
-    # 60 s left, 2 threads, 4 cells to go: a share of 30 s, half of it for the searches
-    assert cell_budget(Budget(12), Budget(None, 100.0), cells_left=4, n_cells=9, threads=2,
-                       seconds_left=60.0) == Budget(12, 15.0)
-    assert cell_budget(Budget(12, 5.0), Budget(None, 100.0), cells_left=4, n_cells=9, threads=2,
-                       seconds_left=60.0) == Budget(12, 5.0)
-    assert cell_budget(Budget(12), Budget(None, 100.0), cells_left=4, n_cells=9, threads=2,
-                       seconds_left=-3.0).seconds == 0.01  # past the deadline: the defaults only
+    def cb(budget, total, **kw):
+        return cell_budget(budget, total, **{"cells_left": 4, "n_cells": 4, "threads": 2, "seconds_left": None, **kw})
+
+    assert cb(Budget(12), None) == (Budget(12), 16)
+    assert cb(Budget(12), Budget(20)) == (Budget(5), 16)
+    assert cb(Budget(3), Budget(20)) == (Budget(3), 16)
+    # 60 s left, 2 threads, 4 cells to go: a share of 30 s; 40 % of it for the searches
+    assert cb(Budget(12), Budget(None, 100.0), seconds_left=60.0) == (Budget(12, 12.0), 16)
+    assert cb(Budget(12, 5.0), Budget(None, 100.0), seconds_left=60.0) == (Budget(12, 5.0), 16)
+    # an evaluation measured at 2 s: 6 fit in the searches' 12 s, 3 in shrinking's 6 s
+    assert cb(Budget(12), Budget(None, 100.0), seconds_left=60.0, seconds_per_evaluation=2.0) == (Budget(6, 12.0), 3)
+    assert cb(Budget(12), Budget(None, 100.0), seconds_left=-3.0) == (Budget(1, 0.01), 0)  # past the deadline
     res = run_check(setups=["fcfs", "vtc"], patterns=["flood"], seed=0, budget=Budget(12), total_budget=Budget(4),
                     workers=1, shrink_evaluations=0, plots="none", extras=False, progress=False, out=None,
                     searches=("random",))

@@ -44,8 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"evaluations); the full matrix has {n} cells, so --budget 20s allows up to {n} x 20 s")
     p.add_argument("--total-budget", type=budget, default=None, metavar="BUDGET",
                    help="for the WHOLE run: N evaluations shared evenly by the cells, and/or Ns of wall time that "
-                        "the cells are paced to fit (cells past it skip shrinking; the proofs and stateful "
-                        "extras are skipped)")
+                        "the cells are paced to fit (the run ends somewhat after it: cells past it run one "
+                        "evaluation per search and do not shrink; the proofs and stateful extras are skipped)")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 also when a pattern did not hurt a setup it is expected to hurt (marked ~)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the victims and the searches (default 0)")
