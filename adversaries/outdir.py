@@ -318,30 +318,41 @@ def report_folder(target: str | os.PathLike, kind: str, *, flag: str = "--out", 
     if not target.name or target.name in (".", ".."):
         target = target.resolve()
     existed = target.exists()
+    made = [a for a in reversed(target.absolute().parents) if not a.exists()]  # folders this run creates
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(target, flag):
-        check_out(target, kind, flag=flag, default=default, size=size, inputs=inputs)  # as it is now, locked
-        _stale_staging(target)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
-        (tmp / STAGING_MARKER).write_text(f"{os.getpid()}\n", encoding="utf-8")
-        try:
-            yield tmp
-            with shielded():
-                (tmp / STAGING_MARKER).unlink()
-                check_out(target, kind, flag=flag, default=default, size=size, inputs=inputs)
-                _write_marker(tmp, kind, size, unit)
-        except KeyboardInterrupt as e:
-            _remove(tmp)
-            kept = f"nothing written: {target} is as it was" if existed else f"nothing written ({target} not created)"
-            raise Interrupted(getattr(e, "detail", ""), kept) from None
-        except BaseException:
-            _remove(tmp)
-            raise
-        try:
-            publish(tmp, target)
-        except BaseException:
-            _remove(tmp)
-            raise
+    try:
+        with _lock(target, flag):
+            check_out(target, kind, flag=flag, default=default, size=size, inputs=inputs)  # as it is now, locked
+            _stale_staging(target)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
+            (tmp / STAGING_MARKER).write_text(f"{os.getpid()}\n", encoding="utf-8")
+            try:
+                yield tmp
+                with shielded():
+                    (tmp / STAGING_MARKER).unlink()
+                    check_out(target, kind, flag=flag, default=default, size=size, inputs=inputs)
+                    _write_marker(tmp, kind, size, unit)
+            except KeyboardInterrupt as e:
+                _remove(tmp)
+                kept = (f"nothing written: {target} is as it was" if existed
+                        else f"nothing written ({target} not created)")
+                raise Interrupted(getattr(e, "detail", ""), kept) from None
+            except BaseException:
+                _remove(tmp)
+                raise
+            try:
+                publish(tmp, target)
+            except BaseException:
+                _remove(tmp)
+                raise
+    except BaseException:
+        with shielded():
+            for a in reversed(made):  # the parent folders this run made, when still empty
+                try:
+                    a.rmdir()
+                except OSError:
+                    break
+        raise
 
 
 def is_history_file(path: Path) -> bool:

@@ -138,6 +138,8 @@ CASES = [
         "verify", "--history", "h.jsonl", "--out", str(_user_folder(t))], 2, ["not a tenantry verify report"]),
     ("verify-default-out-larger", lambda t: _history(t) and _report(t / "verify-report", "verify", 12) and [
         "verify", "--history", "h.jsonl"], 2, ["12-cell report", "smaller run"]),
+    ("verify-history-bad-into-new-folders", lambda t: _lines(t / "h.jsonl", HEADER) and [
+        "verify", "--history", "h.jsonl", "--out", "new/deeper/rep"], 2, ["none in this file"]),
     ("verify-history-bad-line", lambda t: _history(t, extra=[{"kind": "step", "step_index": 0}]) and [
         "verify", "--history", "h.jsonl"], 2, ["h.jsonl:3"]),
     ("verify-target-no-colon", lambda t: ["verify", "--target", "nocolon"], 2, ["must be module:factory"]),
