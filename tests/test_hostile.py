@@ -119,6 +119,11 @@ CASES = [
         "simulate", "--workload", "w.jsonl", "--policy", "vtc", "--history", "notes.jsonl"], 2, ["not a tenantry history"]),
     ("simulate-history-two-policies-one-file", lambda t: (t / "w.jsonl").write_text(WORKLOAD_LINE) and [
         "simulate", "--workload", "w.jsonl", "--policy", "fcfs", "vtc", "--history", "h.jsonl"], 2, ["{policy}"]),
+    ("simulate-bad-workload-history-in-new-folders", lambda t: (t / "b.jsonl").write_text("{oops\n") and [
+        "simulate", "--workload", "b.jsonl", "--policy", "vtc", "--history", "new/deeper/h.jsonl"], 2, ["b.jsonl:1"]),
+    ("simulate-history-under-a-file", lambda t: (t / "w.jsonl").write_text(WORKLOAD_LINE) and (t / "f").write_text(
+        "x") and ["simulate", "--workload", "w.jsonl", "--policy", "vtc", "--history", "f/h.jsonl"], 2,
+     ["is a file, not a folder"]),
     ("simulate-history-folder", lambda t: (t / "w.jsonl").write_text(WORKLOAD_LINE) and [
         "simulate", "--workload", "w.jsonl", "--policy", "vtc", "--history", str(_user_folder(t))], 2, ["is a folder"]),
     ("verify-history-missing", lambda t: ["verify", "--history", "none.jsonl"], 2, ["none.jsonl"]),

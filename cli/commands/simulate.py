@@ -137,6 +137,17 @@ def history_paths(template: Path, names: list[str]) -> dict[str, Path]:
         raise ConfigError("--history", text, f"only {{policy}} may be in braces ({e})") from None
 
 
+def _check_writable(path: Path) -> None:
+    """Refuse (ConfigError) a file whose folder cannot be made or written, without making anything."""
+    import os
+
+    up = next(a for a in path.absolute().parents if a.exists())
+    if not up.is_dir():
+        raise ConfigError("--history", str(path), f"cannot be written: {up} is a file, not a folder")
+    if not os.access(up, os.W_OK | os.X_OK):
+        raise ConfigError("--history", str(path), f"cannot be written: no permission to write in {up}")
+
+
 def run(args: argparse.Namespace) -> int:
     from tenantry.adversaries.outdir import Interrupted, check_output_file
     from tqdm import tqdm
@@ -164,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--history", str(args.history), "two policies would write the same file")
         for out in paths.values():
             check_output_file(out, "--history", inputs=inputs)
-            out.parent.mkdir(parents=True, exist_ok=True)  # fail before the run, not after it
+            _check_writable(out)  # fail before the run, not after it (folders are made when writing)
     workload = load_workload(args, base.block_size_tokens if base else 16)
     if not len(workload):
         raise ConfigError("workload", 0, "no requests to run (empty file, or --max-rows too small?)")
@@ -193,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
             if args.history is not None:
                 out = paths[name]
                 doing = f"while writing {out} (left as it was)"
+                out.parent.mkdir(parents=True, exist_ok=True)
                 write_history(hist, out)
                 written.append(str(out))
                 print(f"history: {out}", file=sys.stderr)
