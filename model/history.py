@@ -344,7 +344,7 @@ def _fields(cls: type) -> set[str]:
 
 def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
     expected = _fields(cls)
-    missing = [k for k in expected if k not in obj and attrs.fields_dict(cls)[k].default is attrs.NOTHING]
+    missing = sorted(k for k in expected if k not in obj and attrs.fields_dict(cls)[k].default is attrs.NOTHING)
     if missing:
         raise ConfigError(missing[0], None, f"missing field in a {obj.get('kind')} line", where)
     unknown = sorted(set(obj) - expected - {"kind"})
