@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import queue
 import shlex
+import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -35,11 +37,12 @@ from tqdm import tqdm
 
 from tenantry.model.config import ConfigError
 
-from .outdir import staged_folder
+from .outdir import Interrupted, report_folder, shielded
 from tenantry.model.setups import SETUPS, get_setup
-from .evaluate import run_scenario, shrink_scenario
+from .evaluate import Task, evaluate_batch, run_scenario, shrink_scenario
 from .patterns import PATTERNS, get_pattern, make_scenario
 from .report import dump_json, matrix_text, plot_cell, write_report, write_workload_files
+from .space import freeze
 from .search import Budget, SearchResult, run_search
 from .z3search import supported as z3_supported
 
@@ -48,6 +51,39 @@ DEFAULT_SEARCHES = ("random", "evolution", "hypothesis")
 #: Default evaluations per cell, and per shrink.
 DEFAULT_BUDGET = "12"
 DEFAULT_SHRINK = 16
+#: Extra victim seeds (after the check's own) on which a verdict near the hurt level is re-scored.
+SPREAD_SEEDS = 2
+#: A verdict is "near the hurt level" when its objective is within this factor of it (either side).
+SPREAD_BAND = 2.0
+
+
+class _Gate:
+    """Writes into the staging folder pass through here; once closed (Ctrl-C, an error), none starts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.closed = False
+
+    @contextmanager
+    def open(self):
+        with self._lock:
+            if self.closed:
+                raise Interrupted("")
+            yield
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+
+
+def near_threshold(score: float, threshold: float, band: float = SPREAD_BAND) -> bool:
+    """True when ``score`` is within a factor ``band`` of ``threshold`` (either side)."""
+    return threshold / band <= score < threshold * band
+
+
+def verdict_of(hurt_on: list[bool]) -> str:
+    """``hurt``, ``not hurt`` or ``seed-dependent`` from the verdicts on each seed."""
+    return "hurt" if all(hurt_on) else "not hurt" if not any(hurt_on) else "seed-dependent"
 
 
 def sub_seed(seed: int, *names: str) -> int:
@@ -67,12 +103,20 @@ def searches_for(setup: str, pattern: str, searches: Sequence[str]) -> list[str]
 def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor, out: Path | None,
              searches: Sequence[str] = DEFAULT_SEARCHES, shrink_evaluations: int = DEFAULT_SHRINK,
              plots: bool = False, progress: bool = False, victims: str = "excerpt",
-             replay_root: str | os.PathLike | None = None) -> dict[str, Any]:
+             replay_root: str | os.PathLike | None = None, spread_seeds: int = SPREAD_SEEDS,
+             gate: _Gate | None = None) -> dict[str, Any]:
     """Search, replay, shrink and write one cell; returns its record (JSON-able).
 
     ``replay_root``: the report folder as the user named it (``out`` may be a staging
     folder); the cell's replay command names ``replay_root/cells/<setup>/<pattern>``
     so that it works from the folder where ``check`` ran.
+
+    ``spread_seeds``: when the objective is near the hurt level (:func:`near_threshold`),
+    the worst workload's parameters are evaluated again with the victims' traffic drawn
+    from seeds ``seed + 1 .. seed + spread_seeds``; the record's ``spread`` holds the
+    scores per seed and ``verdict`` says ``hurt``, ``not hurt`` or ``seed-dependent``.
+
+    ``gate``: writes happen inside ``gate.open()`` (closed on Ctrl-C: nothing is written after).
     """
     pat = get_pattern(pattern)
     names = searches_for(setup, pattern, searches)
@@ -95,12 +139,21 @@ def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: c
                 seen.add(inv)
                 findings.append({**f.to_json(), "search": r.search, "candidate": idx})
     finding = ev.score >= pat.finding
+    spread = {str(seed): ev.score}
+    if spread_seeds > 0 and near_threshold(ev.score, pat.finding):
+        tasks = [Task(setup, pattern, freeze(params), seed + k, depth=None, victims=victims) for k in range(1, spread_seeds + 1)]
+        for k, e in enumerate(evaluate_batch(executor, tasks), 1):
+            spread[str(seed + k)] = e.score
+    verdict = verdict_of([v >= pat.finding for v in spread.values()])
+    expected = setup in pat.hurts
     rel = Path("cells") / setup / pattern
     rec: dict[str, Any] = {
         "setup": setup, "pattern": pattern, "objective": pat.objective, "score": ev.score,
-        "finding": finding, "search": best.search if best else None, "params": params,
+        "finding": finding, "threshold": pat.finding, "spread": spread, "verdict": verdict,
+        "expected_hurt": expected, "expectation_met": (finding if expected else None),
+        "search": best.search if best else None, "params": params,
         "metrics": dict(ev.metrics), "findings": findings, "unchecked": list(ev.unchecked),
-        "evaluations": sum(r.evaluations for r in results),
+        "evaluations": sum(r.evaluations for r in results) + len(spread) - 1,
         "searches": {r.search: {"evaluations": r.evaluations, "best": r.best.score if r.best else None,
                                 "note": r.note} for r in results},
         "adversaries": list(scenario.adversaries), "victims": list(scenario.victims), "adversary_requests": sum(
@@ -117,12 +170,13 @@ def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: c
             rec.update(shrunk=str(rel / "shrunk.jsonl"), shrunk_requests=sh.requests, shrunk_score=sh.evaluation.score,
                        shrink_evaluations=sh.evaluations)
     if out is not None:
-        folder = out / rel
-        rec["files"] = write_workload_files(scenario, folder)
-        if sh is not None:
-            write_workload_files(sh.scenario, folder, name="shrunk")
-        rec["plots"] = plot_cell(setup, scenario, hist, base, folder) if plots else []
-        dump_json(rec, folder / "cell.json")
+        with gate.open() if gate is not None else nullcontext():
+            folder = out / rel
+            rec["files"] = write_workload_files(scenario, folder)
+            if sh is not None:
+                write_workload_files(sh.scenario, folder, name="shrunk")
+            rec["plots"] = plot_cell(setup, scenario, hist, base, folder) if plots else []
+            dump_json(rec, folder / "cell.json")
     return rec
 
 
@@ -206,32 +260,122 @@ def _extras(out: Path | None, proof_timeout_s: float = 2.0,
     return out_d, broke, seconds
 
 
+#: Of a cell's share of the total time: the part for its searches, and for shrinking (the rest: replay, files).
+SEARCH_SHARE, SHRINK_SHARE = 0.4, 0.2
+
+
+def cell_budget(budget: Budget, total: Budget | None, *, cells_left: int, n_cells: int, threads: int,
+                seconds_left: float | None, seconds_per_evaluation: float | None = None,
+                shrink_evaluations: int = DEFAULT_SHRINK) -> tuple[Budget, int]:
+    """The budget of the next cell and its shrink evaluations: ``budget`` (per cell) within its share of
+    ``total`` (the whole run).
+
+    ``total``'s evaluations are divided evenly over the cells (at least 1 each).  Its
+    seconds are paced: a cell starting with ``seconds_left`` on the run's clock has a share
+    of ``seconds_left * threads / cells_left``; :data:`SEARCH_SHARE` of it goes to its
+    searches (as seconds, and, once ``seconds_per_evaluation`` has been measured on the
+    cells done, as that many evaluations: a time budget is only checked between batches)
+    and :data:`SHRINK_SHARE` to shrinking; past the deadline a cell runs one evaluation
+    per search and does not shrink.
+    """
+    if total is None:
+        return budget, shrink_evaluations
+    ev = budget.evaluations
+    if total.evaluations is not None:
+        ev = max(1, total.evaluations // max(1, n_cells)) if ev is None else min(ev, max(1, total.evaluations // n_cells))
+    sec = budget.seconds
+    shrink_n = shrink_evaluations
+    if seconds_left is not None:
+        share = max(0.0, seconds_left) * threads / max(1, cells_left)
+        search_s = max(0.01, SEARCH_SHARE * share)
+        sec = search_s if sec is None else min(sec, search_s)
+        if seconds_left <= 0:
+            ev, shrink_n = 1, 0
+        elif seconds_per_evaluation:
+            fit = int(SEARCH_SHARE * share / seconds_per_evaluation)
+            ev = max(1, fit if ev is None else min(ev, fit))
+            shrink_n = min(shrink_n, int(SHRINK_SHARE * share / seconds_per_evaluation))
+    return Budget(ev, sec), shrink_n
+
+
+def _cells_in_threads(keys: list, fn: Callable[[Any], dict], n_threads: int,
+                      on_done: Callable[[Any, dict], None]) -> None:
+    """Run ``fn(key)`` for every key on ``n_threads`` daemon threads (1: in this thread); ``on_done`` in this thread.
+
+    Daemon threads, unlike a ThreadPoolExecutor's, are not waited for at exit:
+    Ctrl-C ends the run at once.  The first exception in a cell is raised here.
+    """
+    if n_threads <= 1 or len(keys) <= 1:
+        for k in keys:
+            on_done(k, fn(k))
+        return
+    todo: queue.SimpleQueue = queue.SimpleQueue()
+    done: queue.SimpleQueue = queue.SimpleQueue()
+    for k in keys:
+        todo.put(k)
+
+    def worker() -> None:
+        while True:
+            try:
+                k = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                done.put((k, fn(k), None))
+            except BaseException as e:  # handed to the main thread, which stops the run
+                done.put((k, None, e))
+                return
+
+    for _ in range(min(n_threads, len(keys))):
+        threading.Thread(target=worker, name="tenantry-cell", daemon=True).start()
+    for _ in keys:
+        while True:
+            try:
+                k, rec, err = done.get(timeout=0.5)
+                break
+            except queue.Empty:
+                continue
+        if err is not None:
+            raise err
+        on_done(k, rec)
+
+
 def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | None = None, seed: int = 0,
               budget: Budget | None = None, searches: Sequence[str] = DEFAULT_SEARCHES + ("z3",),
               out: str | os.PathLike | None = None, workers: int | None = None, cell_threads: int | None = None,
               shrink_evaluations: int = DEFAULT_SHRINK, plots: str = "findings", extras: bool = True,
               progress: bool = True, executor: cf.Executor | None = None, victims: str = "excerpt",
-              log: Callable[[str], None] | None = None) -> dict[str, Any]:
+              log: Callable[[str], None] | None = None, total_budget: Budget | None = None,
+              spread_seeds: int = SPREAD_SEEDS, out_is_default: bool = False) -> dict[str, Any]:
     """Run the matrix.
 
     Args:
         setups, patterns: names (default: all of :data:`SETUPS` / :data:`PATTERNS`).
-        budget: per cell (default :data:`DEFAULT_BUDGET` evaluations).
-        out: folder for the report (None: write nothing).
+        budget: per cell (default :data:`DEFAULT_BUDGET` evaluations), shared by the cell's searches.
+        total_budget: for the whole run (see :func:`cell_budget`); None: no limit.  Once its
+            seconds are spent, the remaining cells skip shrinking and the extras are skipped.
+        out: folder for the report (None: write nothing); replaced only when it is a check
+            report (:func:`~tenantry.adversaries.outdir.report_folder`).
+        out_is_default: ``out`` is the command's default folder (never replaced by a smaller run).
         workers: processes of the default executor (default: CPU count).
         cell_threads: cells run at once (default: workers); does not change results.
         plots: ``findings`` (one plot set per finding cell), ``all`` or ``none``.
         extras: run the proofs and stateful suite briefly when available.
         victims: the victims' trace source, ``excerpt`` (packaged) or ``shared`` (../shared/traces).
+        spread_seeds: extra victim seeds for verdicts near the hurt level (see :func:`run_cell`).
         executor: use this executor instead of making a process pool.
 
     Returns:
-        {"summary": ..., "cells": {(setup, pattern): record}, "claimed_broken": bool}
+        {"summary": ..., "cells": {(setup, pattern): record}, "claimed_broken": bool,
+        "unmet": [(setup, pattern), ...] (expected to hurt, did not), ...}
 
     Raises:
-        ConfigError: on an unknown setup, pattern or search name.
+        ConfigError: on an unknown setup, pattern or search name, or an ``out`` it may not replace.
+        Interrupted: on Ctrl-C (or SIGTERM through the CLI): worker processes killed,
+            nothing written, ``out`` as it was.
     """
-    from .evaluate import make_executor
+    from .evaluate import make_executor, terminate_executor
+    from .search import private_hypothesis_home
 
     setups = list(setups or SETUPS)
     patterns = list(patterns or PATTERNS)
@@ -246,54 +390,97 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
     if plots not in ("findings", "all", "none"):
         raise ConfigError("--plots", plots, "choose findings, all or none")
     budget = budget or Budget.parse(DEFAULT_BUDGET)
+    keys = [(s, p) for s in setups for p in patterns]
     outp = Path(out) if out is not None else None
     root = outp
     stage = ExitStack()
-    if outp is not None:
-        outp = stage.enter_context(staged_folder(outp))  # the whole report, published at the end
-    with stage:
+    if outp is not None:  # refused here, before any work, when it may not be replaced
+        outp = stage.enter_context(report_folder(outp, "check", default=out_is_default, size=len(keys)))
+    with stage, private_hypothesis_home():
         own = executor is None
-        ex = executor or make_executor(workers)
+        ex: cf.Executor | None = executor
         n_threads = cell_threads or max(1, workers if workers is not None else (os.cpu_count() or 1))
         t0 = time.monotonic()
+        deadline = t0 + total_budget.seconds if total_budget is not None and total_budget.seconds else None
         cells: dict[tuple[str, str], dict[str, Any]] = {}
-        keys = [(s, p) for s in setups for p in patterns]
+        gate = _Gate()
+        started = [0]
+        start_lock = threading.Lock()
         bar = tqdm(total=len(keys), desc="tenantry check", unit="cell", disable=not progress, dynamic_ncols=True)
+
+        spent = {"seconds": 0.0, "evaluations": 0}  # cell-thread seconds and evaluations of the cells done
+
+        def one(key: tuple[str, str]) -> dict[str, Any]:
+            with start_lock:
+                left = len(keys) - started[0]
+                started[0] += 1
+                per_eval = spent["seconds"] / spent["evaluations"] if spent["evaluations"] else None
+            now = time.monotonic()
+            b, shrink_n = cell_budget(budget, total_budget, cells_left=left, n_cells=len(keys), threads=n_threads,
+                                      seconds_left=None if deadline is None else deadline - now,
+                                      seconds_per_evaluation=per_eval, shrink_evaluations=shrink_evaluations)
+            s, p = key
+            rec = run_cell(s, p, seed=seed, budget=b, executor=ex, out=outp, searches=searches,
+                           shrink_evaluations=shrink_n, plots=plots == "all", progress=False, victims=victims,
+                           replay_root=root, spread_seeds=spread_seeds, gate=gate)
+            with start_lock:
+                spent["seconds"] += time.monotonic() - now
+                spent["evaluations"] += rec["evaluations"] + 1  # + the replay of the worst workload
+            return rec
+
+        def done(key: tuple[str, str], rec: dict[str, Any]) -> None:
+            cells[key] = rec
+            bar.update(1)
+            if log:
+                log(f"{key[0]}/{key[1]}: {rec['score']:.3g}")
+
         try:
-            with cf.ThreadPoolExecutor(max_workers=n_threads) as pool:
-                futs = {pool.submit(run_cell, s, p, seed=seed, budget=budget, executor=ex, out=outp, searches=searches,
-                                    shrink_evaluations=shrink_evaluations, plots=plots == "all",
-                                    progress=False, victims=victims, replay_root=root): (s, p)
-                        for s, p in keys}
-                for f in cf.as_completed(futs):
-                    cells[futs[f]] = f.result()
-                    bar.update(1)
-                    if log:
-                        s, p = futs[f]
-                        log(f"{s}/{p}: {cells[(s, p)]['score']:.3g}")
-        finally:
-            bar.close()
-            if own:
-                ex.shutdown()
-        plotted: dict[tuple[str, str], list[str]] = {}
-        if outp is not None and plots == "findings":
-            for (s, p), c in sorted(cells.items()):
-                if c["finding"]:
-                    sc = make_scenario(p, c["params"], seed, victims=victims)
-                    h, b, _, _ = run_scenario(s, sc, depth=None)
-                    plotted[(s, p)] = plot_cell(s, sc, h, b, outp / "cells" / s / p)
-        elif plots == "all":
-            plotted = {k: c.get("plots", []) for k, c in cells.items()}
-        extra, stateful_broke, extra_s = _extras(outp) if extras else ({}, False, {})
+            if ex is None:
+                ex = make_executor(workers)
+            try:
+                _cells_in_threads(keys, one, n_threads, done)
+            finally:
+                bar.close()
+            plotted: dict[tuple[str, str], list[str]] = {}
+            if outp is not None and plots == "findings":
+                for (s, p), c in sorted(cells.items()):
+                    if c["finding"]:
+                        sc = make_scenario(p, c["params"], seed, victims=victims)
+                        h, b, _, _ = run_scenario(s, sc, depth=None)
+                        plotted[(s, p)] = plot_cell(s, sc, h, b, outp / "cells" / s / p)
+            elif plots == "all":
+                plotted = {k: c.get("plots", []) for k, c in cells.items()}
+            skip_extras = deadline is not None and time.monotonic() >= deadline
+            extra, stateful_broke, extra_s = _extras(outp) if extras and not skip_extras else ({}, False, {})
+            if extras and skip_extras:
+                extra = {"proofs": "skipped: the total budget was spent", "stateful": "skipped: the total budget was spent"}
+        except BaseException as e:
+            with shielded():
+                gate.close()  # no cell thread writes into the staging folder from here on
+                if own and ex is not None:
+                    terminate_executor(ex)
+            if isinstance(e, KeyboardInterrupt):
+                raise Interrupted(f"after {len(cells)} of {len(keys)} cells ({time.monotonic() - t0:.0f} s)") from None
+            raise
+        if own:
+            ex.shutdown()
         if outp is not None and root is not None:  # replay commands name --out, not the staging folder
             extra = {k: v.replace(str(outp), str(root)) for k, v in extra.items()}
         wall_s = time.monotonic() - t0
         evaluations = sum(c["evaluations"] for c in cells.values()) + len(cells)
+        unmet = [k for k in keys if cells[k]["expected_hurt"] and not cells[k]["finding"]]
+        unstable = [k for k in keys if cells[k]["verdict"] == "seed-dependent"]
         summary = {
             "seed": seed, "budget": f"{budget.evaluations or '-'} evaluations" + (
                 f", {budget.seconds:g} s" if budget.seconds else ""),
+            "total_budget": None if total_budget is None else (
+                f"{total_budget.evaluations or '-'} evaluations" + (
+                    f", {total_budget.seconds:g} s" if total_budget.seconds else "")),
+            "spread_seeds": [seed + k for k in range(spread_seeds + 1)], "spread_band": SPREAD_BAND,
             "setups": setups, "patterns": patterns, "searches": list(searches), "victims": victims,
             "extras": extra,
+            "expected": sum(1 for k in keys if cells[k]["expected_hurt"]),
+            "unmet": [list(k) for k in unmet], "seed_dependent": [list(k) for k in unstable],
         }
         claimed_broken = any(c["findings"] for c in cells.values()) or stateful_broke
         if outp is not None:
@@ -305,5 +492,5 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             dump_json({"wall_s": round(wall_s, 1), "evaluations": evaluations,
                        "evaluations_per_s": round(evaluations / wall_s, 2) if wall_s > 0 else None,
                        "workers": workers or os.cpu_count(), "extras_s": extra_s}, outp / "timing.json")
-        return {"summary": summary, "cells": cells, "claimed_broken": claimed_broken, "wall_s": wall_s,
-                "evaluations": evaluations, "extras_s": extra_s}
+    return {"summary": summary, "cells": cells, "claimed_broken": claimed_broken, "wall_s": wall_s,
+            "evaluations": evaluations, "extras_s": extra_s, "unmet": unmet, "seed_dependent": unstable}

@@ -160,12 +160,64 @@ class InlineExecutor(cf.Executor):
         return f
 
 
+def _worker_init() -> None:
+    """In each worker process: leave SIGINT to the parent (which stops the pool: no worker traceback on
+    Ctrl-C), die on SIGTERM, and (Linux) be killed when the parent dies, so no worker outlives its run."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
 def make_executor(workers: int | None = None) -> cf.Executor:
-    """A process pool of ``workers`` processes (default: the CPU count); 0 or 1 runs inline."""
+    """A process pool of ``workers`` processes (default: the CPU count); 0 or 1 runs inline.
+
+    The workers are started at once, from the calling thread (the parent-death
+    signal is tied to the thread that starts a process): call it from the main thread.
+    """
     n = (os.cpu_count() or 1) if workers is None else workers
     if n <= 1:
         return InlineExecutor()
-    return cf.ProcessPoolExecutor(max_workers=n)
+    ex = cf.ProcessPoolExecutor(max_workers=n, initializer=_worker_init)
+    try:
+        ex.submit(_ready).result()
+    except BaseException:  # Ctrl-C while the workers start: none may outlive this call
+        terminate_executor(ex)
+        raise
+    return ex
+
+
+def terminate_executor(executor: cf.Executor, timeout_s: float = 3.0) -> None:
+    """Stop an executor now: cancel what is queued and kill its worker processes (a process pool's).
+
+    Used on Ctrl-C and SIGTERM, so that a run stops within seconds instead of
+    finishing the evaluations already queued.
+    """
+    executor.shutdown(wait=False, cancel_futures=True)
+    procs = list((getattr(executor, "_processes", None) or {}).values())
+    for p in procs:
+        try:
+            p.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
+    for p in procs:
+        try:
+            p.join(timeout_s)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout_s)
+        except (OSError, ValueError, AttributeError, AssertionError):
+            pass
 
 
 def evaluate_batch(executor: cf.Executor, tasks: Sequence[Task]) -> list[Evaluation]:

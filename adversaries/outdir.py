@@ -1,22 +1,73 @@
-"""Report folders replaced whole: no mix of old and new results.
+"""Output folders and files that never cost the user a file, and stop cleanly when asked.
 
-:func:`staged_folder` yields a fresh temporary folder beside the target (same
-parent, so renames stay on one file system); the caller writes the whole
-report there.  On success the target is replaced (old one renamed away, new
-one renamed in, old one deleted); on any exception, Ctrl-C included, the
-temporary folder is deleted and the old target is left untouched.  Files made
-by ``tempfile.mkstemp`` (mode 0600) are given ordinary modes (0666 and 0777
-for folders, minus the umask) before publishing.
+Every command that writes a report folder (``tenantry check``, ``tenantry verify``)
+goes through :func:`report_folder`:
+
+* **Before any work** it refuses, in one line (a :class:`ConfigError`), an
+  ``--out`` it may not replace: an existing file or symbolic link, a folder
+  that is not a tenantry report of the same kind (no :data:`MARKER` file
+  naming that kind), a report folder holding files tenantry did not write (the
+  marker lists every file of the report), the current folder or one of its
+  parents, a folder holding one of the run's inputs, and, when ``--out`` was
+  not given, a default folder holding a larger report than this run would
+  write (the default folders are never silently replaced by a smaller run).
+  An empty folder is taken.  A second run on the same folder while one is
+  writing it is refused (a lock file ``.<name>.lock`` beside it, held with
+  ``flock`` for the run).
+* The report is written to a fresh staging folder beside the target
+  (``.<name>.new-*``, same file system) and published whole at the end
+  (:func:`publish`): the old folder is renamed away, the new one in, the old
+  one deleted.  Readers see the old report or the new one, never a mix.
+* On Ctrl-C, SIGTERM or any error the staging folder is deleted and the target
+  is left as it was; a :class:`KeyboardInterrupt` leaves as :class:`Interrupted`,
+  whose ``kept`` says so in words.
+
+:func:`check_output_file` is the same rule for single files (``simulate
+--history``): an existing file is replaced only when it is one tenantry wrote.
+:func:`shielded` defers SIGINT and SIGTERM over the few steps that must not be
+cut in half (publishing, cleaning up).
+
+:func:`staged_folder` is the bare staging-and-publish step, without the checks.
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
+
+from tenantry.model.config import ConfigError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock (two runs on one folder are not refused)
+    fcntl = None  # type: ignore[assignment]
+
+#: The marker file in every report folder tenantry writes: JSON with the kind
+#: (``check`` or ``verify``), the size (cells or patterns) and every file written.
+MARKER = ".tenantry-report"
+#: Marker of a staging folder (so a later run may remove one left by a killed run).
+STAGING_MARKER = ".tenantry-staging"
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a command.
+
+    Attributes:
+        detail: how far the run got (``after 37 of 204 cells``), or "".
+        kept: what was kept, in words (``nothing written; out/ is as it was``), or "".
+    """
+
+    def __init__(self, detail: str = "", kept: str = "") -> None:
+        super().__init__(detail)
+        self.detail, self.kept = detail, kept
 
 
 def _umask() -> int:
@@ -36,25 +87,63 @@ def ordinary_modes(root: str | os.PathLike) -> None:
             os.chmod(os.path.join(dirpath, f), 0o666 & ~mask)
 
 
-def publish(new: Path, target: Path) -> None:
-    """Replace ``target`` (if any) by the folder ``new`` (a sibling): rename away, rename in, delete old."""
-    ordinary_modes(new)
-    if not (target.exists() or target.is_symlink()):
-        os.rename(new, target)
+# --- signals ------------------------------------------------------------------------
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    """Defer SIGINT and SIGTERM for the block (main thread only; elsewhere a no-op).
+
+    A signal that arrives inside is remembered and raised as KeyboardInterrupt
+    when the block ends, unless the block is already leaving with an exception.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
-    hold = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-    os.rename(target, hold / "old")
+    got: list[int] = []
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, lambda signum, frame: got.append(signum))
     try:
-        os.rename(new, target)
-    except BaseException:
-        os.rename(hold / "old", target)
-        raise
-    shutil.rmtree(hold, ignore_errors=True)
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if got:
+        raise KeyboardInterrupt
+
+
+# --- publishing ----------------------------------------------------------------------
+
+def publish(new: Path, target: Path) -> None:
+    """Replace ``target`` (if any) by the folder ``new`` (a sibling): rename away, rename in, delete old.
+
+    Signals are deferred until it is done: it never stops between the two renames.
+    """
+    with shielded():
+        ordinary_modes(new)
+        if not (target.exists() or target.is_symlink()):
+            os.rename(new, target)
+            return
+        hold = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        os.rename(target, hold / "old")
+        try:
+            os.rename(new, target)
+        except BaseException:
+            os.rename(hold / "old", target)
+            raise
+        shutil.rmtree(hold, ignore_errors=True)
+
+
+def _remove(tmp: Path) -> None:
+    with shielded():
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextmanager
 def staged_folder(target: str | os.PathLike) -> Iterator[Path]:
     """Yield a fresh empty folder beside ``target``; publish it as ``target`` when the block succeeds.
+
+    No checks: see :func:`report_folder` for the one commands use.
 
     Raises:
         OSError: when the parent folder cannot be created or written.
@@ -66,10 +155,227 @@ def staged_folder(target: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
         raise
     try:
         publish(tmp, target)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
         raise
+
+
+# --- the checks ----------------------------------------------------------------------
+
+def read_marker(folder: Path) -> dict | None:
+    """The marker of a report folder (a dict), or None when there is none or it is not ours."""
+    try:
+        doc = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("tool") == "tenantry" else None
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _listing(folder: Path) -> Iterator[str]:
+    """Relative paths of every file and folder under ``folder`` (folders end with /), marker excluded."""
+    for dirpath, dirnames, filenames in os.walk(folder):
+        rel = Path(dirpath).relative_to(folder)
+        for d in dirnames:
+            yield f"{(rel / d).as_posix()}/"
+        for f in filenames:
+            p = (rel / f).as_posix()
+            if p != MARKER:
+                yield p
+
+
+def check_out(target: str | os.PathLike, kind: str, *, flag: str = "--out", default: bool = False,
+              size: int | None = None, inputs: Iterable[str | os.PathLike | None] = ()) -> None:
+    """Refuse (ConfigError, one line) an output folder this run may not replace; see the module docstring.
+
+    Args:
+        kind: the report kind (``check``, ``verify``); only a report of that kind is replaced.
+        default: the folder is the command's default (``--out`` not given): a larger report there is kept.
+        size: this run's size (cells, patterns), compared with the marker's when ``default``.
+        inputs: files the run reads; none may lie inside the target.
+    """
+    target = Path(target)
+    shown = str(target)
+    if not target.name or target.name in (".", ".."):
+        target = target.resolve()
+    real = target.resolve()
+    cwd = Path.cwd().resolve()
+    if _inside(cwd, real):
+        raise ConfigError(flag, shown, "is the current folder or one of its parents; give a new folder, "
+                          "e.g. --out report")
+    for inp in inputs:
+        if inp is None:
+            continue
+        if _inside(Path(inp).resolve(), real):
+            raise ConfigError(flag, shown, f"holds the input {inp}, and the report replaces the whole folder; "
+                              "give another --out")
+    if target.is_symlink():
+        raise ConfigError(flag, shown, "is a symbolic link; give the folder itself or a new one")
+    if not target.exists():
+        up = next((a for a in target.absolute().parents if a.exists()), None)
+        if up is not None and not up.is_dir():
+            raise ConfigError(flag, shown, f"cannot be made: {up} is a file, not a folder")
+        return
+    if not target.is_dir():
+        raise ConfigError(flag, shown, "is a file; give a folder name (the report is a folder)")
+    try:
+        entries = list(_listing(target))
+    except OSError as e:
+        raise ConfigError(flag, shown, f"cannot be read ({e.strerror})") from None
+    marker = read_marker(target)
+    if marker is None:
+        if not entries and not (target / MARKER).exists():
+            return  # an empty folder: nothing to lose
+        raise ConfigError(flag, shown, f"exists and is not a tenantry {kind} report (no {MARKER} file); "
+                          "give a new folder, or remove this one yourself")
+    if marker.get("kind") != kind:
+        raise ConfigError(flag, shown, f"holds a tenantry {marker.get('kind')} report, not a {kind} report; "
+                          "give another folder")
+    known = set(marker.get("files") or ())
+    foreign = sorted(e for e in entries if e not in known)
+    if foreign:
+        raise ConfigError(flag, shown, f"holds {foreign[0]}, which tenantry did not write (the report would "
+                          "replace the whole folder); move it out, or give another --out")
+    old = marker.get("size")
+    if default and size is not None and isinstance(old, int) and old > size:
+        raise ConfigError(flag, shown, f"holds a {old}-{marker.get('unit', 'cell')} report and this run has "
+                          f"{size}; the default folder is never replaced by a smaller run: give --out DIR "
+                          "(or remove the folder)")
+
+
+@contextmanager
+def _lock(target: Path, flag: str) -> Iterator[None]:
+    """Hold ``.<name>.lock`` beside ``target`` (flock); refuse at once when another run holds it."""
+    path = target.parent / f".{target.name}.lock"
+    if fcntl is None:
+        yield
+        return
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise ConfigError(flag, str(target), f"another tenantry run is writing this folder now (lock "
+                                  f"{path}); wait for it to end, or give another --out") from None
+            raise
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed the file as we opened it: take the new one
+    try:
+        yield
+    finally:
+        with shielded():
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
+
+def _stale_staging(target: Path) -> None:
+    """Remove staging folders of this target left by a killed run (only ours: they hold the staging marker)."""
+    for p in target.parent.glob(f".{target.name}.new-*"):
+        if p.is_dir() and not p.is_symlink() and (p / STAGING_MARKER).is_file():
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _write_marker(folder: Path, kind: str, size: int | None, unit: str) -> None:
+    files = sorted(_listing(folder))
+    doc = {"tool": "tenantry", "kind": kind, "size": size, "unit": unit, "files": files}
+    (folder / MARKER).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+@contextmanager
+def report_folder(target: str | os.PathLike, kind: str, *, flag: str = "--out", default: bool = False,
+                  size: int | None = None, unit: str = "cell",
+                  inputs: Iterable[str | os.PathLike | None] = ()) -> Iterator[Path]:
+    """Check ``target`` (:func:`check_out`), lock it, yield a staging folder, publish it with a marker.
+
+    On any exception the staging folder is removed and ``target`` is left as it
+    was; a KeyboardInterrupt (Ctrl-C, or SIGTERM as the CLI maps it) leaves as
+    :class:`Interrupted` with ``kept`` saying so.
+
+    Raises:
+        ConfigError: before any work, for a target this run may not replace.
+        OSError: when the parent folder cannot be created or written.
+    """
+    inputs = list(inputs)
+    check_out(target, kind, flag=flag, default=default, size=size, inputs=inputs)
+    target = Path(target)
+    if not target.name or target.name in (".", ".."):
+        target = target.resolve()
+    existed = target.exists()
+    made = [a for a in reversed(target.absolute().parents) if not a.exists()]  # folders this run creates
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with _lock(target, flag):
+            check_out(target, kind, flag=flag, default=default, size=size, inputs=inputs)  # as it is now, locked
+            _stale_staging(target)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
+            (tmp / STAGING_MARKER).write_text(f"{os.getpid()}\n", encoding="utf-8")
+            try:
+                yield tmp
+                with shielded():
+                    (tmp / STAGING_MARKER).unlink()
+                    check_out(target, kind, flag=flag, default=default, size=size, inputs=inputs)
+                    _write_marker(tmp, kind, size, unit)
+            except KeyboardInterrupt as e:
+                _remove(tmp)
+                kept = (f"nothing written: {target} is as it was" if existed
+                        else f"nothing written ({target} not created)")
+                raise Interrupted(getattr(e, "detail", ""), kept) from None
+            except BaseException:
+                _remove(tmp)
+                raise
+            try:
+                publish(tmp, target)
+            except BaseException:
+                _remove(tmp)
+                raise
+    except BaseException:
+        with shielded():
+            for a in reversed(made):  # the parent folders this run made, when still empty
+                try:
+                    a.rmdir()
+                except OSError:
+                    break
+        raise
+
+
+def is_history_file(path: Path) -> bool:
+    """True when ``path`` starts with a tenantry history header line (a file tenantry wrote)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20)
+        doc = json.loads(first)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("kind") == "header" and "format" in doc
+
+
+def check_output_file(path: str | os.PathLike, flag: str, *, inputs: Iterable[str | os.PathLike | None] = ()) -> None:
+    """Refuse (ConfigError) to write ``path`` over anything but a history tenantry wrote, or over an input."""
+    p = Path(path)
+    for inp in inputs:
+        if inp is not None and Path(inp).exists() and p.exists() and p.resolve() == Path(inp).resolve():
+            raise ConfigError(flag, str(path), "is one of this run's inputs; give another file name")
+    if p.is_symlink():
+        raise ConfigError(flag, str(path), "is a symbolic link; give a plain file name")
+    if p.is_dir():
+        raise ConfigError(flag, str(path), "is a folder; give a file name, e.g. out/h.jsonl")
+    if p.exists() and not is_history_file(p):
+        raise ConfigError(flag, str(path), "exists and is not a tenantry history; give a new file name "
+                          "(or remove this file yourself)")

@@ -143,17 +143,27 @@ ABBREV = {"flood": "flood", "few_huge": "fewhuge", "slow_decoders": "slowdec", "
           "sybil": "sybil", "queue_stuffing": "stuffing", "estimate_gaming": "estgame", "timed_arrivals": "timed"}
 
 
+def cell_marks(c: Mapping[str, Any]) -> str:
+    """A cell's marks: ``*`` hurt, ``?`` the verdict changes with the victims' seed, ``~`` expected
+    to hurt and did not, ``!`` a claimed invariant broke."""
+    return (("*" if c.get("finding") else "") + ("?" if c.get("verdict") == "seed-dependent" else "")
+            + ("~" if c.get("expected_hurt") and not c.get("finding") else "") + ("!" if c.get("findings") else ""))
+
+
+#: The legend of :func:`cell_marks`, one line.
+LEGEND = ("* hurt (objective at or above the pattern's hurt level)   ? the verdict changes with the victims' seed   "
+          "~ expected to hurt, did not   ! a claimed invariant broke (a finding)")
+
+
 def matrix_text(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[tuple[str, str], Mapping[str, Any]],
                 markdown: bool = False) -> str:
-    """The setup x pattern matrix: each cell's objective, ``*`` when the victims were hurt (at or
-    above the pattern's hurt level), ``!`` when a claimed invariant broke.  The
-    plain-text form heads its columns with :data:`ABBREV`."""
+    """The setup x pattern matrix: each cell's objective and its marks (:func:`cell_marks`).
+    The plain-text form heads its columns with :data:`ABBREV` and separates them by two spaces."""
     def cell(s: str, p: str) -> str:
         c = cells.get((s, p))
         if c is None:
             return "-"
-        mark = ("*" if c["finding"] else "") + ("!" if c["findings"] else "")
-        return fmt(c["score"]) + mark
+        return fmt(c["score"]) + cell_marks(c)
 
     head = ["setup \\ pattern"] + [p if markdown else ABBREV.get(p, p) for p in patterns]
     rows = [[s] + [cell(s, p) for p in patterns] for s in setups]
@@ -162,44 +172,83 @@ def matrix_text(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[t
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(lines)
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-    fmt_row = lambda r: " ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
+    fmt_row = lambda r: "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
     return "\n".join([fmt_row(head)] + [fmt_row(r) for r in rows])
 
 
+def spread_text(c: Mapping[str, Any]) -> str:
+    """``17.4 / 58.4 / 12.1 on seeds 0 / 1 / 2``, or "" when the cell was not re-scored."""
+    sp = c.get("spread") or {}
+    if len(sp) < 2:
+        return ""
+    seeds = sorted(sp, key=int)
+    return f"{' / '.join(fmt(float(sp[k])) for k in seeds)} on seeds {' / '.join(seeds)}"
+
+
 def cell_lines(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
-    """One line per cell: objective, score, found by, workload file, invariants."""
-    out = []
+    """One line per cell: objective, score and marks, found by, workload file, invariants; columns two spaces apart."""
+    rows = []
     for s in setups:
         for p in patterns:
             c = cells.get((s, p))
             if c is None:
                 continue
             inv = "; ".join(f"{k} BROKEN" for k in sorted({f["invariant"] for f in c["findings"]})) or "ok"
-            out.append(f"{s:<14} {p:<16} {c['objective']:<20} {fmt(c['score']):>8}{'*' if c['finding'] else ' '} "
-                       f"{c['search'] or '-':<10} {c['workload']}  [{inv}]")
-    return out
+            rows.append([s, p, c["objective"], fmt(c["score"]) + cell_marks(c), c["search"] or "-", c["workload"],
+                         f"[{inv}]"])
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(x.rjust(w) if i == 3 else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths))).rstrip()
+            for r in rows]
 
 
 def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: Mapping[tuple[str, str], Mapping[str, Any]],
-                 plots: Mapping[tuple[str, str], Iterable[str]]) -> Path:
-    """``report.md``: how the check ran, the matrix, the findings and their plots, the legend."""
+                 plots: Mapping[tuple[str, str], Iterable[str]], title: str = "tenantry check") -> Path:
+    """``report.md``: how the run went, the matrix, the expectations, the findings and their plots, the legend."""
     folder = Path(folder)
     setups, patterns = summary["setups"], summary["patterns"]
+    total = summary.get("total_budget")
+    seeds = summary.get("spread_seeds") or []
     lines = [
-        "# tenantry check",
+        f"# {title}",
         "",
-        f"Seed {summary['seed']}, budget {summary['budget']} per cell, searches: {', '.join(summary['searches'])}; "
+        f"Seed {summary['seed']}, budget {summary['budget']} per cell"
+        + (f" within a total of {total} for the run" if total else "")
+        + f", searches: {', '.join(summary['searches'])}; "
         f"invariants checked with the catalog of tenantry.spec (history forms during search; state, "
         f"history and two-run forms on each cell's worst workload).",
         "",
         "Each cell: the pattern's objective on the worst workload found (larger is worse for the victims); "
-        "`*` hurt: at or above the pattern's hurt level; `!` a claimed invariant broke (a finding).",
+        "`*` hurt: at or above the pattern's hurt level; `?` the verdict changes with the victims' seed; "
+        "`~` the pattern is expected to hurt this setup and did not; `!` a claimed invariant broke (a finding)."
+        + (f" A verdict within a factor {summary.get('spread_band', 2):g} of the hurt level is re-scored on the "
+           f"victims' seeds {', '.join(map(str, seeds[1:]))} (same adversary workload)." if len(seeds) > 1 else ""),
         "",
         matrix_text(setups, patterns, cells, markdown=True),
         "",
-        "## Objectives",
-        "",
     ]
+    unmet = [(s, p) for s in setups for p in patterns if (c := cells.get((s, p))) is not None
+             and c.get("expected_hurt") and not c.get("finding")]
+    unstable = [(s, p) for s in setups for p in patterns if (c := cells.get((s, p))) is not None
+                and c.get("verdict") == "seed-dependent"]
+    if "expected" in summary or unmet or unstable:
+        lines += ["## Expectations and seed-dependent verdicts", ""]
+        n_exp = summary.get("expected", sum(1 for c in cells.values() if c.get("expected_hurt")))
+        lines.append(f"{n_exp - len(unmet)} of {n_exp} \"should hurt\" expectations met; "
+                     f"{len(unstable)} verdicts change with the victims' seed.")
+        lines.append("")
+        for s, p in unmet:
+            c = cells[(s, p)]
+            sp = spread_text(c)
+            lines.append(f"- expected to hurt, did not: `{s}` / `{p}`: {c['objective']} = {fmt(c['score'])} "
+                         f"(hurt at >= {fmt(c.get('threshold', float('nan')))})" + (f"; {sp}" if sp else ""))
+        for s, p in unstable:
+            c = cells[(s, p)]
+            lines.append(f"- seed-dependent: `{s}` / `{p}`: {c['objective']} {spread_text(c)} "
+                         f"(hurt at >= {fmt(c.get('threshold', float('nan')))})")
+        lines.append("")
+    lines += ["## Objectives", ""]
     from .patterns import PATTERNS
     for p in patterns:
         pat = PATTERNS[p]

@@ -31,7 +31,8 @@ import concurrent.futures as cf
 import re
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -303,6 +304,28 @@ SEARCHES: dict[str, Callable[..., SearchResult]] = {
     "hypothesis": hypothesis_search,
     "z3": _z3,
 }
+
+
+@contextmanager
+def private_hypothesis_home() -> Iterator[None]:
+    """Point Hypothesis's storage folder at a temporary folder for the block (removed after).
+
+    Hypothesis keeps caches in ``./.hypothesis`` by default; a ``tenantry`` run
+    writes nothing in the user's folder but its report.
+    """
+    import shutil
+    import tempfile
+
+    from hypothesis import configuration
+
+    old = configuration.storage_directory(intent_to_write=False).home_directory
+    tmp = tempfile.mkdtemp(prefix="tenantry-hypothesis-")
+    configuration.set_hypothesis_home_dir(tmp)
+    try:
+        yield
+    finally:
+        configuration.set_hypothesis_home_dir(old)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_search(name: str, setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor,

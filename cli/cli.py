@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
 import sys
+import threading
+import time
 
 from tenantry.model.config import ConfigError
 
@@ -25,9 +28,16 @@ COMMANDS = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage error printed as one line (``tenantry check: error: ... (see --help)``), exit 2."""
+
+    def error(self, message: str):  # noqa: D102
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every available subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="tenantry",
         description="Reference model, invariants, proofs and adversaries for multi-tenant LLM inference schedulers.",
     )
@@ -40,18 +50,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit status on a signal: 128 + its number (SIGINT 130, SIGTERM 143), as a shell reports it.
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+#: Seconds after a first SIGINT / SIGTERM during which further ones are ignored: the stop is cleaning up.
+SIGNAL_GRACE_S = 5.0
+
+
+def _install_signals() -> tuple[dict, list[int]]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in the main thread (recording which came first);
+    a repeat within :data:`SIGNAL_GRACE_S` is ignored while the first one's cleanup runs.
+
+    Returns the previous handlers (to restore) and the list the signals are recorded in.
+    """
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        return {}, got
+
+    first: list[float] = []
+
+    def on_signal(signum, frame):
+        got.append(signum)
+        now = time.monotonic()
+        if first and now - first[0] < SIGNAL_GRACE_S:
+            return  # the stop under way is cleaning up (`timeout` and a terminal may send the signal twice)
+        first[:] = [now]
+        raise KeyboardInterrupt
+
+    old = {s: signal.getsignal(s) for s in SIGNAL_EXIT}
+    for s in SIGNAL_EXIT:
+        signal.signal(s, on_signal)
+    return old, got
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tenantry`` console script; returns the exit code.
 
     Bad input (a configuration, a workload, a flag value, an unreadable input
-    or unwritable output path) prints one line ``tenantry: error: ...``
-    naming the file, line or field and exits with 2; Ctrl-C exits with 130.
+    or unwritable output path, an output folder it may not replace) prints one
+    line ``tenantry: error: ...`` naming the file, line or field and exits with
+    2.  Ctrl-C (SIGINT) and SIGTERM stop the command, its worker processes
+    included, print one line saying what was kept, and exit with 130 and 143.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 2
+    old, got = _install_signals()
     try:
         return int(args._run(args) or 0)
     except ConfigError as e:
@@ -64,9 +109,18 @@ def main(argv: list[str] | None = None) -> int:
         where = e.filename if e.filename is not None else ""
         print(f"tenantry: error: {where}: {e.strerror or e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("tenantry: interrupted; every file and report folder is replaced whole or left as it was", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        for s in old:  # a second signal while the line is printed changes nothing
+            signal.signal(s, signal.SIG_IGN)
+        signum = got[0] if got else signal.SIGINT
+        word = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+        detail, kept = getattr(e, "detail", ""), getattr(e, "kept", "")
+        print(f"tenantry: {word}{' ' + detail if detail else ''}; "
+              f"{kept or 'nothing was being written'}", file=sys.stderr)
+        return SIGNAL_EXIT.get(signum, 130)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 if __name__ == "__main__":

@@ -276,23 +276,106 @@ def atomic_write_text(path: str | os.PathLike, lines: Iterable[str]) -> None:
         raise
 
 
-def read_text(path: str | os.PathLike) -> str:
-    """The whole file as text (UTF-8, optional BOM), or a ConfigError naming the file."""
+#: Largest input file read, in MiB (workloads, histories, traces); the environment variable
+#: ``TENANTRY_MAX_INPUT_MB`` overrides it.
+MAX_INPUT_MB = 1024
+#: Longest line read (bytes): a longer one is not a line of any of these formats.
+MAX_LINE_BYTES = 1 << 20
+#: Files at least this large (bytes) show a progress bar while they are read (on a terminal).
+PROGRESS_BYTES = 32 << 20
+
+
+def max_input_bytes() -> int:
+    """The input size limit in bytes (:data:`MAX_INPUT_MB`, or ``TENANTRY_MAX_INPUT_MB``).
+
+    Raises:
+        ConfigError: when ``TENANTRY_MAX_INPUT_MB`` is not a positive number.
+    """
+    text = os.environ.get("TENANTRY_MAX_INPUT_MB")
+    if text is None:
+        return MAX_INPUT_MB << 20
     try:
-        raw = Path(path).read_bytes()
+        mb = float(text)
+    except ValueError:
+        mb = math.nan
+    if not (math.isfinite(mb) and mb > 0):
+        raise ConfigError("TENANTRY_MAX_INPUT_MB", text, "must be a positive number of MiB")
+    return int(mb * (1 << 20))
+
+
+def text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """Yield (line number, line with its line ending) of a UTF-8 text file (optional BOM), as a stream.
+
+    At most :func:`max_input_bytes` are read and no line may exceed
+    :data:`MAX_LINE_BYTES`, so an endless or binary input (``/dev/zero``, a
+    pipe that never ends) is one clear error instead of a run that reads until
+    it is killed; a large file shows a progress bar (tqdm, on stderr).
+
+    Raises:
+        ConfigError: naming the file (and line) for an unreadable file, a
+            device, a file over the limit, a NUL byte, a line over the limit, or
+            bytes that are not UTF-8.
+    """
+    import stat
+
+    limit = max_input_bytes()
+    try:
+        f = open(path, "rb")
     except OSError as e:
         raise ConfigError("path", str(path), e.strerror or "cannot read file") from None
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise ConfigError("bytes", raw[e.start:e.start + 4], "not UTF-8 text", f"{path}:{line}") from None
+    with f:
+        mode = os.fstat(f.fileno()).st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            raise ConfigError("path", str(path), "is a device, not a text file")
+        size = os.fstat(f.fileno()).st_size if stat.S_ISREG(mode) else None
+        too_big = (f"larger than the {limit / (1 << 20):.4g} MiB input limit (set TENANTRY_MAX_INPUT_MB to "
+                   "raise it)")
+        if size is not None and size > limit:
+            raise ConfigError("size", f"{size:,} bytes", too_big, str(path))
+        from tqdm import tqdm
+
+        bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {Path(path).name}", leave=False,
+                   disable=None if size is not None and size >= PROGRESS_BYTES else True)
+        read = 0
+        try:
+            n = 0
+            while True:
+                raw = f.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    return
+                n += 1
+                read += len(raw)
+                where = f"{path}:{n}"
+                if b"\0" in raw:
+                    raise ConfigError("bytes", raw[raw.index(b"\0"):][:4], "a NUL byte: not a text file", where)
+                if len(raw) > MAX_LINE_BYTES:
+                    raise ConfigError("line", f"{raw[:12]!r}...", f"longer than {MAX_LINE_BYTES >> 20} MiB: not a "
+                                      "line of a workload, history or trace", where)
+                if read > limit:
+                    raise ConfigError("size", f"more than {limit:,} bytes", too_big, where)
+                if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ConfigError("bytes", raw[e.start:e.start + 4], "not UTF-8 text", where) from None
+                bar.update(len(raw))
+                yield n, text
+        finally:
+            bar.close()
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The whole file as text (UTF-8, optional BOM), read through :func:`text_lines` (same limits and errors)."""
+    return "".join(line for _, line in text_lines(path))
 
 
 def json_lines(path: str | os.PathLike) -> Iterator[tuple[str, dict]]:
-    """Yield (``file:line``, object) for each non-blank line; bad JSON is a ConfigError."""
-    for n, line in enumerate(read_text(path).split("\n"), 1):
+    """Yield (``file:line``, object) for each non-blank line, as a stream (:func:`text_lines`);
+    bad JSON is a ConfigError."""
+    for n, line in text_lines(path):
         where = f"{path}:{n}"
+        line = line.rstrip("\r\n")
         if not line.strip():
             continue
         try:
@@ -321,7 +404,7 @@ def _fields(cls: type) -> set[str]:
 
 def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
     expected = _fields(cls)
-    missing = [k for k in expected if k not in obj and attrs.fields_dict(cls)[k].default is attrs.NOTHING]
+    missing = sorted(k for k in expected if k not in obj and attrs.fields_dict(cls)[k].default is attrs.NOTHING)
     if missing:
         raise ConfigError(missing[0], None, f"missing field in a {obj.get('kind')} line", where)
     unknown = sorted(set(obj) - expected - {"kind"})

@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import importlib.resources
-import io
 import itertools
 import json
 import math
@@ -27,7 +26,7 @@ import attrs
 import numpy as np
 
 from .config import ConfigError
-from .history import atomic_write_text, json_lines as _json_lines, read_text as _read_text
+from .history import atomic_write_text, json_lines as _json_lines, text_lines as _text_lines
 from .workload import Request, Workload, renumber
 
 #: Tokens covered by one Mooncake hash id.
@@ -97,7 +96,7 @@ def read_azure_csv(path: str | os.PathLike, tenant: str, *, max_rows: int | None
             (naming both) or before ``start``.
     """
     _check_max_rows(max_rows)
-    reader = csv.reader(io.StringIO(_read_text(path), newline=""))
+    reader = csv.reader(line for _, line in _text_lines(path))  # a stream, with the readers' size limits
     try:
         return tuple(_azure_rows(reader, path, tenant, max_rows, None if start is None else _ticks(start, "", "start")))
     except csv.Error as e:

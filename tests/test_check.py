@@ -201,16 +201,20 @@ def test_same_seed_gives_the_same_matrix_and_workload_files(tmp_path):
     kw = dict(setups=["fcfs", "vtc_nolift"], patterns=["flood"], seed=3, budget=Budget(3),
               shrink_evaluations=4, plots="none", extras=False, progress=False)
     out = tmp_path / "rep"
+    run_check(out=out, workers=1, **{**kw, "setups": ["fcfs", "vtc_nolift", "vtc"]})  # a previous, larger run
+    assert (out / "cells" / "vtc").is_dir()
     a = run_check(out=out, workers=1, **kw)
     fa = _files(out)
-    (out / "cells" / "fcfs" / "flood" / "stale.png").write_bytes(b"old")  # must not survive a re-run
-    (out / "cells" / "gone").mkdir()
+    assert not (out / "cells" / "vtc").exists()  # the previous run's cells do not survive: replaced whole
+    marker_a = (out / ".tenantry-report").read_bytes()
     b = run_check(out=out, workers=2, cell_threads=1, **kw)
     fb = _files(out)
     assert fa == fb  # byte-identical matrix.json, matrix.md, report.md, cell.json and workload files
     assert {"matrix.json", "matrix.md", "report.md"} <= set(fa)
-    assert not (out / "cells" / "fcfs" / "flood" / "stale.png").exists() and not (out / "cells" / "gone").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]  # no staging folder left behind
+    marker = json.loads((out / ".tenantry-report").read_text())  # the marker lists every file of the report
+    assert (marker["kind"], marker["size"]) == ("check", 2) and "cells/fcfs/flood/cell.json" in marker["files"]
+    assert (out / ".tenantry-report").read_bytes() == marker_a
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]  # no staging folder or lock left behind
     assert (out / "matrix.json").stat().st_mode & 0o777 == 0o666 & ~_umask()
     assert f"tenantry check --replay {out / 'cells' / 'fcfs' / 'flood'}" in fa["report.md"].decode()
     assert "cells/fcfs/flood/workload.jsonl" in fa and "cells/fcfs/flood/azure/adv.csv" in fa
@@ -347,3 +351,93 @@ def test_victims_shared_without_the_traces_names_the_flag(monkeypatch, tmp_path,
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--victims" in err and "not found; use --victims excerpt" in err
     assert not (tmp_path / "o").exists()
+
+
+# --- seed spread, expectations, budgets ---------------------------------------------------------
+
+
+def test_a_verdict_near_the_hurt_level_is_rescored_on_two_more_victim_seeds():
+    from tenantry.adversaries.check import near_threshold
+    from tenantry.adversaries.evaluate import Task, evaluate
+    from tenantry.adversaries.space import freeze
+
+    c = run_cell("vtc", "queue_stuffing", seed=SEED, budget=Budget(3), executor=InlineExecutor(), out=None,
+                 shrink_evaluations=0, searches=("random",))
+    assert near_threshold(c["score"], c["threshold"]) and c["threshold"] == 20.0
+    assert list(c["spread"]) == ["0", "1", "2"] and c["spread"]["0"] == c["score"]
+    for k in (1, 2):  # the same adversary workload, the victims drawn from another seed
+        assert c["spread"][str(k)] == evaluate(Task("vtc", "queue_stuffing", freeze(c["params"]), k, depth=None)).score
+    hurt = [v >= c["threshold"] for v in c["spread"].values()]
+    assert c["verdict"] == ("seed-dependent" if any(hurt) and not all(hurt) else "hurt" if all(hurt) else "not hurt")
+    assert c["verdict"] == "seed-dependent"  # 15.3 on seed 0, 49.8 on seed 1
+    assert c["expected_hurt"] is False and c["evaluations"] == 3 + 2
+    far = run_cell("fcfs", "flood", seed=SEED, budget=Budget(1), executor=InlineExecutor(), out=None,
+                   shrink_evaluations=0, searches=("random",))
+    assert far["score"] >= 40 and list(far["spread"]) == ["0"] and far["verdict"] == "hurt"  # not near: not re-scored
+
+
+def test_marks_and_the_expectations_section():
+    from tenantry.adversaries.report import cell_lines, matrix_text, write_report
+
+    base = {"objective": "ttft_p99_inflation", "threshold": 20.0, "findings": [], "search": "random",
+            "metrics": {}, "workload": "w.jsonl"}
+    cells = {("vtc", "flood"): {**base, "score": 17.4, "finding": False, "verdict": "seed-dependent",
+                                "expected_hurt": True, "spread": {"0": 17.4, "1": 58.4, "2": 12.0}},
+             ("fcfs", "flood"): {**base, "score": 130.0, "finding": True, "verdict": "hurt", "expected_hurt": True,
+                                 "spread": {"0": 130.0}}}
+    text = matrix_text(["fcfs", "vtc"], ["flood"], cells)
+    assert text.splitlines()[1].split() == ["fcfs", "130*"] and text.splitlines()[2].split() == ["vtc", "17.4?~"]
+    assert "  " in text.splitlines()[2]  # columns two spaces apart
+    assert cell_lines(["vtc"], ["flood"], cells)[0].split()[3] == "17.4?~"
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as d:
+        summary = {"setups": ["vtc"], "patterns": ["flood"], "seed": 0, "budget": "12 evaluations",
+                   "searches": ["random"], "extras": {}, "expected": 1, "spread_seeds": [0, 1, 2]}
+        md = write_report(d, summary, {("vtc", "flood"): cells[("vtc", "flood")]}, {}).read_text()
+    assert "0 of 1 \"should hurt\" expectations met; 1 verdicts change with the victims' seed." in md
+    assert "- expected to hurt, did not: `vtc` / `flood`: ttft_p99_inflation = 17.4 (hurt at >= 20); " \
+           "17.4 / 58.4 / 12 on seeds 0 / 1 / 2" in md
+
+
+def test_strict_fails_the_run_on_an_unmet_expectation(monkeypatch, capsys, tmp_path):
+    from tenantry.adversaries import check as check_mod
+
+    def fake_run_check(**kw):
+        c = {"setup": "rate_limit", "pattern": "flood", "objective": "ttft_p99_inflation", "score": 8.4,
+             "finding": False, "findings": [], "search": "random", "workload": "cells/rate_limit/flood/workload.jsonl",
+             "expected_hurt": True, "verdict": "not hurt"}
+        summary = {"setups": ["rate_limit"], "patterns": ["flood"], "extras": {}, "expected": 1}
+        return {"summary": summary, "cells": {("rate_limit", "flood"): c}, "claimed_broken": False, "wall_s": 1.0,
+                "evaluations": 1, "unmet": [("rate_limit", "flood")], "seed_dependent": []}
+
+    monkeypatch.setattr(check_mod, "run_check", fake_run_check)
+    from tenantry.cli import main
+    argv = ["check", "--policy", "rate_limit", "--pattern", "flood", "--quiet", "--out", str(tmp_path / "o")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "expectations: 0 of 1 \"should hurt\" met; not met (~): rate_limit/flood" in out and "8.4~" in out
+    assert main(argv + ["--strict"]) == 1
+    assert "--strict: 1 expected to hurt and did not: exit 1" in capsys.readouterr().err
+
+
+def test_the_total_budget_divides_evaluations_and_paces_seconds(tmp_path):
+    from tenantry.adversaries.check import cell_budget
+
+    def cb(budget, total, **kw):
+        return cell_budget(budget, total, **{"cells_left": 4, "n_cells": 4, "threads": 2, "seconds_left": None, **kw})
+
+    assert cb(Budget(12), None) == (Budget(12), 16)
+    assert cb(Budget(12), Budget(20)) == (Budget(5), 16)
+    assert cb(Budget(3), Budget(20)) == (Budget(3), 16)
+    # 60 s left, 2 threads, 4 cells to go: a share of 30 s; 40 % of it for the searches
+    assert cb(Budget(12), Budget(None, 100.0), seconds_left=60.0) == (Budget(12, 12.0), 16)
+    assert cb(Budget(12, 5.0), Budget(None, 100.0), seconds_left=60.0) == (Budget(12, 5.0), 16)
+    # an evaluation measured at 2 s: 6 fit in the searches' 12 s, 3 in shrinking's 6 s
+    assert cb(Budget(12), Budget(None, 100.0), seconds_left=60.0, seconds_per_evaluation=2.0) == (Budget(6, 12.0), 3)
+    assert cb(Budget(12), Budget(None, 100.0), seconds_left=-3.0) == (Budget(1, 0.01), 0)  # past the deadline
+    res = run_check(setups=["fcfs", "vtc"], patterns=["flood"], seed=0, budget=Budget(12), total_budget=Budget(4),
+                    workers=1, shrink_evaluations=0, plots="none", extras=False, progress=False, out=None,
+                    searches=("random",))
+    assert [c["searches"]["random"]["evaluations"] for c in res["cells"].values()] == [2, 2]
+    assert res["summary"]["total_budget"] == "4 evaluations"

@@ -33,7 +33,7 @@ def test_simulate_on_a_workload_file_prints_one_block_per_policy(tmp_path, capsy
     wl.write_text("".join(
         f'{{"request_id":{i},"tenant":"{"ab"[i % 2]}","arrival_s":{i * 0.01},"prompt_tokens":100,"output_tokens":10}}\n'
         for i in range(40)))
-    code, out, err = run_cli(["simulate", "--workload", str(wl), "--policy", "fcfs", "vtc", "--history", str(tmp_path / "h.jsonl")], capsys)
+    code, out, err = run_cli(["simulate", "--workload", str(wl), "--policy", "fcfs", "vtc", "--history", str(tmp_path / "h.{policy}.jsonl")], capsys)
     assert code == 0
     rows = [l.split() for l in out.splitlines() if l.startswith(("fcfs ", "vtc "))]
     assert [(r[0], r[1], r[2]) for r in rows if r[1] in "ab"] == [("fcfs", "a", "20"), ("fcfs", "b", "20"), ("vtc", "a", "20"), ("vtc", "b", "20")]

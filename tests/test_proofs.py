@@ -134,8 +134,11 @@ def test_command_fails_when_a_proof_fails(monkeypatch, capsys):
 def test_command_rejects_unknown_ids_and_bad_timeout(capsys):
     assert main(["prove", "NOPE"]) == 2
     assert "no proof or family named 'NOPE'" in capsys.readouterr().err
-    assert main(["prove", "--timeout-s", "0", "AGING"]) == 2
-    assert "--timeout-s=0" in capsys.readouterr().err
+    for bad in ("0", "nan", "inf", "-1"):  # an argparse usage error: one line, exit 2
+        with pytest.raises(SystemExit) as e:
+            main(["prove", "--timeout-s", bad, "AGING"])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and f"--timeout-s: '{bad}'" in err
 
 
 def test_outcome_ok_requires_replay():

@@ -99,3 +99,23 @@ def test_bad_history_file_is_one_line_error(tmp_path, capsys):
     assert main(["verify", "--history", str(p), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("tenantry: error: ") and "bad.jsonl:2" in err and len(err.splitlines()) == 1
+
+
+def test_a_flood_of_findings_is_capped_when_printed_and_in_report_json(tmp_path, clean, capsys, monkeypatch):
+    from tenantry.commands import verify as verify_cmd
+    from tenantry.spec.invariants_core import Finding
+    from tenantry.verify import offline
+
+    flood = [Finding("KV-CONSERVE", k, message=f"step {k}") for k in range(250)] + [Finding("NO-LOSS", 3)]
+    monkeypatch.setattr(offline, "verify_history", lambda *a, **k: flood)
+    path = tmp_path / "h.jsonl"
+    write_history(clean, path)
+    assert main(["verify", "--history", str(path), "--out", str(tmp_path / "r")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("KV-CONSERVE") for line in out) == verify_cmd.PRINT_PER_INVARIANT == 10
+    assert f"... and 240 more KV-CONSERVE findings (report.json keeps the first 100 of each, and the counts)" in out
+    assert sum(line.startswith("NO-LOSS") for line in out) == 1 and f"{path}: {len(clean.steps)} steps, " \
+        f"{len(clean.requests)} requests, 251 findings" in out
+    rep = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert (rep["findings_total"], rep["findings_by_invariant"]) == (251, {"KV-CONSERVE": 250, "NO-LOSS": 1})
+    assert [f["step"] for f in rep["findings"]] == list(range(100)) + [3]

@@ -28,8 +28,17 @@ def _run(tmp_path, target, *extra):
 
 
 def test_clean_target_matrix(tmp_path, on_path, capsys):
-    (tmp_path / "out" / "cells" / "old").mkdir(parents=True)  # a previous run's leftovers must not survive
+    (tmp_path / "out" / "cells" / "old").mkdir(parents=True)  # not a tenantry report: refused, left as it is
     (tmp_path / "out" / "stale.png").write_bytes(b"old")
+    assert main(["verify", "--target", "minisched.tenantry_adapter:make_scheduler", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not a tenantry verify report" in err
+    assert (tmp_path / "out" / "stale.png").read_bytes() == b"old" and (tmp_path / "out" / "cells" / "old").is_dir()
+    (tmp_path / "out" / "stale.png").unlink()
+    (tmp_path / "out" / "cells" / "old").rmdir()
+    (tmp_path / "out" / "cells").rmdir()  # an empty folder is taken
+    code, rep, out = _run(tmp_path, "minisched.tenantry_adapter:make_scheduler", "--patterns", "flood")
+    assert code == 0 and (out / "cells" / "minisched.tenantry_adapter_make_scheduler" / "flood").is_dir()
     code, rep, out = _run(tmp_path, "minisched.tenantry_adapter:make_scheduler", "--patterns", "eviction_thrash,sybil")
     assert code == 0 and rep["findings"] == 0
     assert [c["pattern"] for c in rep["cells"]] == ["eviction_thrash", "sybil"]
@@ -39,8 +48,8 @@ def test_clean_target_matrix(tmp_path, on_path, capsys):
     cell = json.loads((out / "cells" / "minisched.tenantry_adapter_make_scheduler" / "sybil" / "cell.json").read_text())
     assert cell["findings"] == [] and cell["replay"].startswith("tenantry verify --target minisched.tenantry_adapter")
     assert "| minisched.tenantry_adapter_make_scheduler |" in (out / "report.md").read_text()
-    assert not (out / "stale.png").exists() and not (out / "cells" / "old").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder left behind
+    assert not (out / "cells" / "minisched.tenantry_adapter_make_scheduler" / "flood").exists()  # replaced whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder or lock left behind
     text = capsys.readouterr().out
     assert "2 patterns, 2 hurt the victims (*), 0 invariant findings (!)" in text and f"report: {out / 'report.md'}" in text
 

@@ -304,15 +304,29 @@ def plan_key(plan: Plan) -> tuple:
             tuple(sorted(plan.counters.items())), tuple(sorted(plan.deficits.items())), tuple(sorted(plan.freed.items())))
 
 
-def load_factory(spec: str) -> Any:
+def load_factory(spec: str, path: str | None = None) -> Any:
     """Import ``module:attribute`` (attribute may be dotted) and return it.
+
+    The module is looked up, before ``sys.path``, in ``path`` (default: the
+    current folder), as ``python -m pytest`` does: ``tenantry verify --target
+    mypkg.sched:make`` works from the folder holding ``mypkg`` without
+    ``PYTHONPATH=.``.
 
     Raises:
         ConfigError: naming the spec if it lacks a colon, the module does not
-            import, or the attribute is missing or not callable.
+            import, or the attribute is missing or not callable; naming ``path``
+            when it is not a folder.
     """
+    import os
+    import sys
+
     if not isinstance(spec, str) or spec.count(":") != 1:
         raise ConfigError("target", spec, "must be module:factory, e.g. mypkg.sched:make_scheduler")
+    folder = os.path.abspath(path if path is not None else os.getcwd())
+    if not os.path.isdir(folder):
+        raise ConfigError("--target-path", path, "is not a folder")
+    if folder not in (os.path.abspath(p or os.getcwd()) for p in sys.path):
+        sys.path.insert(0, folder)
     mod_name, attr = spec.split(":")
     try:
         obj: Any = importlib.import_module(mod_name)

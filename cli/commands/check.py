@@ -4,10 +4,16 @@ With no arguments: every pattern and search, with a modest budget, against
 every built-in setup, on the embedded default (the small replica and the
 default victims); then a short run of the proofs and the stateful suite when
 they exist.  Prints the setup x pattern matrix (each cell: the objective, a
-hurt mark "*", a broken-invariant mark "!"), one line per cell with the worst
+hurt mark "*", "?" when that verdict changes with the victims' seed, "~"
+when the pattern should hurt the setup and did not, a broken-invariant mark
+"!"), one line per cell with the worst
 workload's file, the wall time and evaluations per second, and writes the
-report folder (``--out``).  Exit status 1 when an invariant that a setup
-claims broke, else 0; 2 on bad input.
+report folder (``--out``, replaced only when it is a check report; the
+default folder never by a smaller run).  ``--budget`` is per cell,
+``--total-budget`` for the whole run.  Exit status 1 when an invariant that
+a setup claims broke (with ``--strict``, also when a pattern did not hurt a
+setup it is expected to hurt), else 0; 2 on bad input; 130 / 143 on Ctrl-C /
+SIGTERM (nothing written).
 
 ``--replay CELL`` re-runs one cell folder's workload file and prints its metrics.
 """
@@ -29,13 +35,27 @@ HELP = "Run every abusive-tenant pattern and search against every built-in polic
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", type=budget, default=None, help="per cell: N evaluations, Ns seconds, or N,Ns (default 12)")
+    from tenantry.model.setups import SETUPS
+    from tenantry.adversaries.patterns import PATTERNS
+
+    n = len(SETUPS) * len(PATTERNS)
+    p.add_argument("--budget", type=budget, default=None,
+                   help=f"PER CELL, shared by the cell's searches: N evaluations, Ns seconds, or N,Ns (default 12 "
+                        f"evaluations); the full matrix has {n} cells, so --budget 20s allows up to {n} x 20 s")
+    p.add_argument("--total-budget", type=budget, default=None, metavar="BUDGET",
+                   help="for the WHOLE run: N evaluations shared evenly by the cells, and/or Ns of wall time that "
+                        "the cells are paced to fit (the run ends somewhat after it: cells past it run one "
+                        "evaluation per search and do not shrink; the proofs and stateful extras are skipped)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 also when a pattern did not hurt a setup it is expected to hurt (marked ~)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the victims and the searches (default 0)")
     p.add_argument("--policy", nargs="+", default=None, metavar="SETUP", help="setups to run (default: all; see --list)")
     p.add_argument("--pattern", nargs="+", default=None, metavar="PATTERN", help="patterns to run (default: all)")
     p.add_argument("--search", nargs="+", default=None, metavar="SEARCH",
                    help="searches per cell: random evolution hypothesis z3 (default: all)")
-    p.add_argument("--out", type=Path, default=Path("tenantry-check"), help="report folder (default ./tenantry-check)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="report folder (default ./tenantry-check); an existing one is replaced only when it is a "
+                        "tenantry check report, and the default one never by a smaller run")
     p.add_argument("--victims", choices=("excerpt", "shared"), default="excerpt",
                    help="victim traffic from the packaged Azure excerpts (default) or the full traces in ../shared/traces")
     p.add_argument("--workers", type=positive_int, default=None, help="worker processes (default: CPU count; 1 runs inline)")
@@ -101,9 +121,15 @@ def replay(folder: Path) -> int:
     return 1 if ev.findings else 0
 
 
+DEFAULT_OUT = Path("tenantry-check")
+
+
 def run(args: argparse.Namespace) -> int:
     from tenantry.adversaries.check import DEFAULT_BUDGET, DEFAULT_SHRINK, run_check
-    from tenantry.adversaries.report import cell_lines, matrix_text
+    from tenantry.adversaries.outdir import check_out
+    from tenantry.adversaries.patterns import PATTERNS, get_pattern
+    from tenantry.adversaries.report import LEGEND, cell_lines, matrix_text
+    from tenantry.model.setups import SETUPS, get_setup
     from tenantry.adversaries.search import Budget, SEARCHES
 
     if args.list:
@@ -116,28 +142,53 @@ def run(args: argparse.Namespace) -> int:
         require_shared()  # before any worker starts: one line naming the flag
     setups = None if not args.policy or args.policy == ["all"] else args.policy
     patterns = None if not args.pattern or args.pattern == ["all"] else args.pattern
+    out = args.out if args.out is not None else DEFAULT_OUT
+    for name in setups or ():
+        get_setup(name)
+    for name in patterns or ():
+        get_pattern(name)
+    n = len(setups or SETUPS) * len(patterns or PATTERNS)
+    check_out(out, "check", default=args.out is None, size=n)  # refused before the plan line and any work
+    total = args.total_budget
+    if not args.quiet:
+        print(f"tenantry check: {n} cells, budget {_budget_words(budget)} per cell"
+              + (f", {_budget_words(total)} in total" if total else "") + f"; report: {out}", file=sys.stderr)
     t0 = time.monotonic()
     res = run_check(setups=setups, patterns=patterns, seed=args.seed, budget=budget,
-                    searches=tuple(args.search or SEARCHES), out=args.out, workers=args.workers,
+                    searches=tuple(args.search or SEARCHES), out=out, workers=args.workers,
                     shrink_evaluations=DEFAULT_SHRINK if args.shrink is None else args.shrink, plots=args.plots,
-                    extras=not args.no_extras, progress=not args.quiet, victims=args.victims)
+                    extras=not args.no_extras, progress=not args.quiet, victims=args.victims,
+                    total_budget=total, out_is_default=args.out is None)
     wall = time.monotonic() - t0
     s, cells = res["summary"], res["cells"]
     print(matrix_text(s["setups"], s["patterns"], cells))
     print()
     from tenantry.adversaries.report import ABBREV
     cols = ", ".join(f"{a}={p}" for p, a in ABBREV.items() if a != p and p in s["patterns"])
-    print("* hurt (objective at or above the pattern's hurt level)   ! a claimed invariant broke (a finding)"
-          + (f"\ncolumns: {cols}" if cols else ""))
+    print(LEGEND + (f"\ncolumns: {cols}" if cols else ""))
     print()
     for line in cell_lines(s["setups"], s["patterns"], cells):
         print(line)
     for k, v in sorted((s.get("extras") or {}).items()):
         secs = (res.get("extras_s") or {}).get(k)
         print(f"{k}: {v}" + (f" ({secs:.1f} s)" if secs is not None else ""))
-    n = res["evaluations"]
-    print(f"\n{len(cells)} cells, {n} evaluations in {wall:.1f} s ({n / wall:.2f} evaluations/s); report: {args.out / 'report.md'}")
+    unmet, unstable = res.get("unmet", []), res.get("seed_dependent", [])
+    print(f"expectations: {s.get('expected', 0) - len(unmet)} of {s.get('expected', 0)} \"should hurt\" met"
+          + (f"; not met (~): {', '.join(f'{a}/{b}' for a, b in unmet)}" if unmet else "")
+          + f"; {len(unstable)} verdicts change with the victims' seed (?)")
+    ev = res["evaluations"]
+    print(f"\n{len(cells)} cells, {ev} evaluations in {wall:.1f} s ({ev / wall:.2f} evaluations/s); report: {out / 'report.md'}")
+    code = 0
     if res["claimed_broken"]:
         print("a claimed invariant broke: exit 1", file=sys.stderr)
-        return 1
-    return 0
+        code = 1
+    if args.strict and unmet:
+        print(f"--strict: {len(unmet)} expected to hurt and did not: exit 1", file=sys.stderr)
+        code = 1
+    return code
+
+
+def _budget_words(b) -> str:
+    parts = ([f"{b.evaluations} evaluations"] if b.evaluations is not None else []) + (
+        [f"{b.seconds:g} s"] if b.seconds is not None else [])
+    return " and ".join(parts)

@@ -20,7 +20,7 @@ import attrs
 import numpy as np
 
 from tenantry.model.config import ConfigError
-from tenantry.model.setups import SETUPS, apply_setup, default_config, load_config_toml, seed001_config
+from tenantry.model.setups import SETUPS, apply_setup, default_config, get_setup, load_config_toml, seed001_config
 from tenantry.model.history import History, write_history
 from tenantry.model.simulate import simulate
 from tenantry.model.traces import azure_two_tenant_workload, read_azure_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
@@ -56,20 +56,24 @@ def _fmt_s(x: float) -> str:
 
 
 def format_table(results: list[tuple[str, list[dict[str, Any]]]], window_s: float) -> str:
-    """The printed table: one block of rows per policy."""
-    head = f"{'policy':<18}{'tenant':<10}{'sent':>6}{'429':>6}{f'done<={window_s:g}s':>14}{'TTFT p50':>10}{'p95':>10}{'p99':>10}{'wtok/s':>10}"
-    lines = [head, "-" * len(head)]
-    for policy, rows in results:
-        for r in rows:
-            lines.append(
-                f"{policy:<18}{r['tenant']:<10}{r['sent']:>6}{r['rejected']:>6}{r['finished_in_time']:>14.0%}"
-                f"{_fmt_s(r['ttft_p50_s']):>10}{_fmt_s(r['ttft_p95_s']):>10}{_fmt_s(r['ttft_p99_s']):>10}"
-                f"{r['weighted_tokens_per_s']:>10,.0f}"
-            )
-        total = sum(r["weighted_tokens_per_s"] for r in rows)
-        lines.append(f"{policy:<18}{'(total)':<10}{'':>6}{'':>6}{'':>14}{'':>10}{'':>10}{'':>10}{total:>10,.0f}")
-        lines.append("")
-    return "\n".join(lines)
+    """The printed table: one block of rows per policy; columns at least two spaces apart."""
+    heads = ["policy", "tenant", "sent", "429", f"done<={window_s:g}s", "TTFT p50", "p95", "p99", "wtok/s"]
+    rows: list[list[str] | None] = []
+    for policy, trows in results:
+        for r in trows:
+            rows.append([policy, r["tenant"], str(r["sent"]), str(r["rejected"]), f"{r['finished_in_time']:.0%}",
+                         _fmt_s(r["ttft_p50_s"]), _fmt_s(r["ttft_p95_s"]), _fmt_s(r["ttft_p99_s"]),
+                         f"{r['weighted_tokens_per_s']:,.0f}"])
+        total = sum(r["weighted_tokens_per_s"] for r in trows)
+        rows.append([policy, "(total)", "", "", "", "", "", "", f"{total:,.0f}"])
+        rows.append(None)
+    widths = [max([len(h)] + [len(r[i]) for r in rows if r is not None]) for i, h in enumerate(heads)]
+
+    def line(r: list[str]) -> str:
+        return "  ".join(x.ljust(w) if i < 2 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))).rstrip()
+
+    head = line(heads)
+    return "\n".join([head, "-" * len(head)] + ["" if r is None else line(r) for r in rows])
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -85,7 +89,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon", type=positive_float, default=None, help="stop the run at this time (seconds); default 3x the last arrival, at least 600 s after it")
     p.add_argument("--window", type=positive_float, default=None, help="'finished in time' and throughput window (seconds); default: the last arrival")
     p.add_argument("--seed", type=non_negative_int, default=9, help="seed of the synthetic default workload (default 9)")
-    p.add_argument("--history", type=Path, default=None, help="write each policy's history to PATH (one file per policy: PATH with the policy name inserted)")
+    p.add_argument("--history", type=Path, default=None,
+                   help="write the run's history to exactly PATH; with several policies, put {policy} in PATH "
+                        "(e.g. out/h.{policy}.jsonl) for one file per policy.  An existing file is replaced only "
+                        "when it is a tenantry history")
 
 
 def _split(arg: str, default: str) -> tuple[str, str]:
@@ -111,40 +118,99 @@ def load_workload(args: argparse.Namespace, block_size_tokens: int) -> Workload:
     return seed001_workload(seed=args.seed)
 
 
+def history_paths(template: Path, names: list[str]) -> dict[str, Path]:
+    """{policy name: history file}: ``template`` itself for one policy; with several, ``{policy}`` in it is
+    replaced by each policy's name.
+
+    Raises:
+        ConfigError: several policies and no ``{policy}`` in the path, or a bad ``{...}`` field.
+    """
+    text = str(template)
+    if "{policy}" not in text:
+        if len(names) > 1:
+            raise ConfigError("--history", text, f"{len(names)} policies ({', '.join(names)}) would each write a "
+                              "history: put {policy} in the path, e.g. out/h.{policy}.jsonl, or run one --policy")
+        return {names[0]: template}
+    try:
+        return {n: Path(text.format(policy=n.split(" ")[0])) for n in names}
+    except (KeyError, IndexError, ValueError) as e:
+        raise ConfigError("--history", text, f"only {{policy}} may be in braces ({e})") from None
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse (ConfigError) a file whose folder cannot be made or written, without making anything."""
+    import os
+
+    up = next(a for a in path.absolute().parents if a.exists())
+    if not up.is_dir():
+        raise ConfigError("--history", str(path), f"cannot be written: {up} is a file, not a folder")
+    if not os.access(up, os.W_OK | os.X_OK):
+        raise ConfigError("--history", str(path), f"cannot be written: no permission to write in {up}")
+
+
 def run(args: argparse.Namespace) -> int:
+    from tenantry.adversaries.outdir import Interrupted, check_output_file
+    from tqdm import tqdm
+
     if args.policy and "all" in args.policy and len(args.policy) > 1:
         raise ConfigError("--policy", " ".join(args.policy), "give 'all' alone, or a list of policy names")
     if args.history is not None and not args.history.name:
         raise ConfigError("--history", str(args.history), "give a file path, e.g. out/h.jsonl")
-    if args.history is not None:
-        args.history.parent.mkdir(parents=True, exist_ok=True)  # fail before the run, not after it
     base = load_config_toml(args.config) if args.config else None
+    if args.policy == ["all"]:
+        names = list(SETUPS)
+    elif args.policy:
+        names = list(args.policy)
+        for name in names:
+            get_setup(name)  # every name checked before any work
+    elif args.config:
+        names = [f"{base.order.policy} ({args.config.name})"]
+    else:
+        names = list(DEFAULT_SETUPS)
+    inputs = [args.config, args.workload] + [_split(a, "")[0] for a in (args.azure or []) + (args.mooncake or [])]
+    paths: dict[str, Path] = {}
+    if args.history is not None:
+        paths = history_paths(args.history, names)
+        if len(set(paths.values())) < len(paths):
+            raise ConfigError("--history", str(args.history), "two policies would write the same file")
+        for out in paths.values():
+            check_output_file(out, "--history", inputs=inputs)
+            _check_writable(out)  # fail before the run, not after it (folders are made when writing)
     workload = load_workload(args, base.block_size_tokens if base else 16)
     if not len(workload):
         raise ConfigError("workload", 0, "no requests to run (empty file, or --max-rows too small?)")
     if base is None:
         seed001 = not (args.workload or args.azure or args.mooncake or args.azure_pair)
         base = seed001_config(workload.tenants) if seed001 else default_config(workload.tenants)
-    if args.policy == ["all"]:
-        configs = [(name, apply_setup(base, name)) for name in SETUPS]
-    elif args.policy:
-        configs = [(name, apply_setup(base, name)) for name in args.policy]  # validate every name before running any
-    elif args.config:
-        configs = [(f"{base.order.policy} ({args.config.name})", base)]
+    if args.config and not args.policy:
+        configs = [(names[0], base)]
     else:
-        configs = [(name, apply_setup(base, name)) for name in DEFAULT_SETUPS]
+        configs = [(name, apply_setup(base, name)) for name in names]
     horizon = args.horizon or max(3 * workload.duration_s, workload.duration_s + 600.0)
     window = args.window or (workload.duration_s if workload.duration_s > 0 else horizon)
     print(f"workload: {len(workload)} requests from {len(workload.tenants)} tenants over {workload.duration_s:.1f}s; "
           f"horizon {horizon:g}s", file=sys.stderr)
     results = []
-    for name, cfg in configs:
-        hist = simulate(cfg, workload, horizon_s=horizon, record_steps=args.history is not None, header={"policy": name})
-        results.append((name, tenant_table(hist, window_s=window, w_in=cfg.order.w_in, w_out=cfg.order.w_out)))
-        if args.history is not None:
-            tag = name.split(" ")[0]
-            out = args.history.with_name(f"{args.history.stem}.{tag}{args.history.suffix or '.jsonl'}")
-            write_history(hist, out)
-            print(f"history: {out}", file=sys.stderr)
+    written: list[str] = []
+    doing = ""
+    bar = tqdm(configs, desc="simulate", unit="policy", leave=False, disable=None if len(configs) > 1 else True)
+    try:
+        for i, (name, cfg) in enumerate(bar):
+            bar.set_postfix_str(name)
+            doing = f"during policy {i + 1} of {len(configs)} ({name})"
+            hist = simulate(cfg, workload, horizon_s=horizon, record_steps=args.history is not None,
+                            header={"policy": name})
+            results.append((name, tenant_table(hist, window_s=window, w_in=cfg.order.w_in, w_out=cfg.order.w_out)))
+            if args.history is not None:
+                out = paths[name]
+                doing = f"while writing {out} (left as it was)"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                write_history(hist, out)
+                written.append(str(out))
+                print(f"history: {out}", file=sys.stderr)
+    except KeyboardInterrupt:
+        bar.close()
+        raise Interrupted(doing, "kept: " + (", ".join(written) if written else "no history written")) from None
+    bar.close()
     print(format_table(results, window))
     return 0

@@ -10,10 +10,17 @@ Two ways in (SPEC.md section 9, "Checking a scheduler someone else wrote"):
   checked after every step, the catalog over the history, a determinism
   re-run, and each pattern's objective against the victims' baseline.
 
-Both write ``report.json`` and ``report.md`` into ``--out``; the matrix uses
-``tenantry check``'s layout (``cells/<target>/<pattern>/`` with the workload
-in three formats, ``cell.json`` and the command that replays it).
-Exit status: 0 when nothing was found, 1 on a finding, 2 on bad input.
+Both write ``report.json`` and ``report.md`` into ``--out`` (replaced only when
+it is a tenantry verify report; the default ``verify-report`` never by a smaller
+run; see :mod:`tenantry.adversaries.outdir`); the matrix uses ``tenantry
+check``'s layout (``cells/<target>/<pattern>/`` with the workload in three
+formats, ``cell.json`` and the command that replays it, into ``<out>-replay``).
+A history naming tenants its header's configuration (or ``--config``) does
+not, or with no request records, is bad input.  At most
+:data:`PRINT_PER_INVARIANT` findings of one invariant are printed and
+:data:`KEEP_PER_INVARIANT` kept in ``report.json`` (with the counts).
+Exit status: 0 when nothing was found, 1 on a finding, 2 on bad input, 130 / 143
+on Ctrl-C / SIGTERM (nothing written).
 """
 
 from __future__ import annotations
@@ -29,6 +36,12 @@ from tenantry.model.config import ConfigError
 from tenantry.model.history import atomic_write_text, read_history
 
 HELP = "Check a scheduler tenantry did not write: a recorded history, or a module:factory adapter in step mode."
+
+#: The default report folder.
+DEFAULT_OUT = "verify-report"
+#: Findings of one invariant printed, and kept in report.json (the rest are counted).
+PRINT_PER_INVARIANT = 10
+KEEP_PER_INVARIANT = 100
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,120 +65,209 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(for a priority scheduler whose factory takes tenants=)")
     p.add_argument("--timeout-s", type=positive_float, default=10.0, help="per-call timeout for the scheduler (s, default 10)")
     p.add_argument("--no-determinism", action="store_true", help="skip the determinism re-run")
-    p.add_argument("--out", default="verify-report", metavar="DIR", help="report folder (default verify-report)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help=f"report folder (default {DEFAULT_OUT}); an existing one is replaced only when it is a tenantry "
+                        "verify report, and the default one never by a smaller run")
+    p.add_argument("--target-path", default=None, metavar="DIR",
+                   help="target mode: import the target from DIR first (default: the current folder, as pytest does)")
 
 
-def _write(out: Path, report: dict[str, Any], md: list[str]) -> None:
-    """Replace the folder ``out`` by a fresh one holding report.json and report.md; print where it is."""
-    from tenantry.adversaries.outdir import staged_folder
+def capped(findings: list, per_invariant: int) -> tuple[list, dict[str, int]]:
+    """(at most ``per_invariant`` findings of each invariant, in order; {invariant: total count})."""
+    counts: dict[str, int] = {}
+    kept = []
+    for f in findings:
+        counts[f.invariant] = counts.get(f.invariant, 0) + 1
+        if counts[f.invariant] <= per_invariant:
+            kept.append(f)
+    return kept, counts
 
-    with staged_folder(out) as tmp:
-        atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
-        atomic_write_text(tmp / "report.md", md)
-    print(f"report: {out}")
+
+def _more_lines(counts: dict[str, int], shown: int) -> list[str]:
+    return [f"... and {n - shown} more {inv} findings (report.json keeps the first {KEEP_PER_INVARIANT} of each, "
+            f"and the counts)" for inv, n in counts.items() if n > shown]
+
+
+def _findings_json(found: list) -> dict[str, Any]:
+    kept, counts = capped(found, KEEP_PER_INVARIANT)
+    return {"findings": [f.to_json() for f in kept], "findings_total": len(found), "findings_by_invariant": counts}
+
+
+def _out(args: argparse.Namespace) -> tuple[Path, bool]:
+    """The report folder and whether it is the default one."""
+    return (Path(args.out), False) if args.out is not None else (Path(DEFAULT_OUT), True)
+
+
+def _history_tenants(path: str, history: Any, config: Any, config_path: str | None) -> None:
+    """Refuse a history whose records name tenants the configuration does not, a --config that does not
+    match the header's tenants, or a history with no request records (one line naming the file)."""
+    from tenantry.model.history import json_lines
+
+    if not history.requests:
+        raise ConfigError("request records", 0, "none in this file: there is nothing to check (a history has "
+                          "a header line, optional step lines and one request line per request)", str(path))
+    header_cfg = history.header.get("config") if isinstance(history.header.get("config"), dict) else None
+    header_names = [t.get("name") for t in (header_cfg or {}).get("tenants", []) if isinstance(t, dict)]
+    names = [t.name for t in config.tenants] if config is not None else header_names
+    source = f"--config {config_path}" if config is not None else "the header's configuration"
+    if config is not None and header_names and sorted(header_names) != sorted(names):
+        raise ConfigError("--config", config_path, f"names tenants {', '.join(sorted(names))}, but the history's "
+                          f"header names {', '.join(sorted(header_names))}: not the configuration of this history",
+                          str(path))
+    if not names:
+        return
+    known = set(names)
+    bad = next((r for r in history.requests if r.tenant not in known), None)
+    if bad is not None:
+        where = str(path)
+        for w, obj in json_lines(path):  # find its line (only on this error path)
+            if obj.get("kind") == "request" and obj.get("request_id") == bad.request_id:
+                where = w
+                break
+        raise ConfigError("tenant", bad.tenant, f"request {bad.request_id} names a tenant that {source} does not "
+                          f"(tenants: {', '.join(sorted(known))})", where)
+    for s in history.steps:
+        extra = sorted(set(s.queued) - known)
+        if extra:
+            raise ConfigError("tenant", extra[0], f"step {s.step_index} names a tenant that {source} does not "
+                              f"(tenants: {', '.join(sorted(known))})", str(path))
 
 
 def run_history(args: argparse.Namespace) -> int:
     """History mode (see the module docstring)."""
+    from tenantry.adversaries.outdir import report_folder
     from tenantry.verify.offline import verify_history
 
-    history = read_history(args.history)
-    config = None
-    if args.config:
-        from tenantry.model.setups import load_config_toml
+    out, default = _out(args)
+    with report_folder(out, "verify", default=default, size=1, unit="history",
+                       inputs=[args.history, args.config]) as tmp:
+        history = read_history(args.history)
+        config = None
+        if args.config:
+            from tenantry.model.setups import load_config_toml
 
-        config = load_config_toml(args.config)
-    claimed = tuple(c.strip() for c in args.claims.split(",") if c.strip())
-    from tenantry.verify.protocol import Claims
+            config = load_config_toml(args.config)
+        _history_tenants(args.history, history, config, args.config)
+        claimed = tuple(c.strip() for c in args.claims.split(",") if c.strip())
+        from tenantry.verify.protocol import Claims
 
-    if config is not None:
-        Claims(config, invariants=claimed)  # validates the ids
-    try:
-        found = verify_history(history, config, claimed)
-    except ConfigError as e:  # the header's configuration: name the file
-        raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
-    lines = [f.render() for f in found]
-    for line in lines:
-        print(line)
-    print(f"{args.history}: {len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings")
-    report = {"kind": "verify-history", "history": str(args.history), "claimed": list(claimed),
-              "steps": len(history.steps), "requests": len(history.requests),
-              "findings": [f.to_json() for f in found]}
-    md = [f"# tenantry verify --history {args.history}", "",
-          f"{len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings.", ""]
-    md += [f"- {line}" for line in lines]
-    _write(Path(args.out), report, md)
+        if config is not None:
+            Claims(config, invariants=claimed)  # validates the ids
+        try:
+            found = verify_history(history, config, claimed)
+        except ConfigError as e:  # the header's configuration: name the file
+            raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
+        shown, counts = capped(found, PRINT_PER_INVARIANT)
+        lines = [f.render() for f in shown] + _more_lines(counts, PRINT_PER_INVARIANT)
+        for line in lines:
+            print(line)
+        print(f"{args.history}: {len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings")
+        report = {"kind": "verify-history", "history": str(args.history), "claimed": list(claimed),
+                  "steps": len(history.steps), "requests": len(history.requests), **_findings_json(found)}
+        md = [f"# tenantry verify --history {args.history}", "",
+              f"{len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings.", ""]
+        md += [f"- {line}" for line in lines]
+        atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
+        atomic_write_text(tmp / "report.md", md)
+    print(f"report: {out}")
     return 1 if found else 0
 
 
 def _cell_json(c: Any, replay: str | None) -> dict[str, Any]:
     return {"pattern": c.pattern, "objective": c.objective, "score": c.score, "threshold": c.threshold,
             "hurt": c.hurt, "metrics": c.metrics, "stats": c.verdict.stats,
-            "findings": [f.to_json() for f in c.verdict.findings], "replay": replay}
+            **_findings_json(list(c.verdict.findings)), "replay": replay}
 
 
 def run_target(args: argparse.Namespace) -> int:
     """Target mode (see the module docstring)."""
-    from tenantry.model.traces import read_workload_jsonl, write_workload_jsonl
+    from tenantry.adversaries.outdir import Interrupted, report_folder
+    from tenantry.model.traces import read_workload_jsonl
 
     from tenantry.verify.protocol import load_factory
     from tenantry.verify.matrix import bind, run_matrix, scenario_tenants
     from tenantry.verify.run import verify_workload
 
-    wl = read_workload_jsonl(args.workload) if args.workload else None  # bad input before importing the target
-    if wl is not None and len(wl) == 0:
-        raise ConfigError("--workload", args.workload, "no requests in this file", args.workload)
-    factory = load_factory(args.target)
-    out = Path(args.out)
-    det = not args.no_determinism
+    out, default = _out(args)
+    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] or None
+    if patterns is not None:
+        from tenantry.adversaries.patterns import get_pattern
+
+        for name in patterns:
+            get_pattern(name)
     if args.workload:
+        size, unit = 1, "workload"
+    else:
+        from tenantry.adversaries.patterns import PATTERNS
+
+        size, unit = len(patterns or PATTERNS), "pattern"
+    det = not args.no_determinism
+    with report_folder(out, "verify", default=default, size=size, unit=unit,
+                       inputs=[args.workload, args.cancellations]) as tmp:
+        wl = read_workload_jsonl(args.workload) if args.workload else None  # bad input before importing the target
+        if wl is not None and len(wl) == 0:
+            raise ConfigError("--workload", args.workload, "no requests in this file", args.workload)
         if args.cancellations:  # deprecated: workloads carry cancel_s
             wl = wl.with_cancellations(_read_cancellations(args.cancellations))
-        roles = [(n, "victim") for n in wl.tenants]
-        v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered)), wl,
-                            horizon_s=args.horizon_s, timeout_s=args.timeout_s, determinism=det)
-        for f in v.findings:
-            print(f.render())
-        print(f"{args.target} on {args.workload}: {v.stats.get('steps', 0)} steps, {len(v.findings)} findings")
-        report = {"kind": "verify-target", "target": args.target, "describe": v.describe, "claimed": list(v.claimed),
-                  "workload": str(args.workload), "stats": v.stats, "findings": [f.to_json() for f in v.findings]}
-        _write(out, report, [f"# tenantry verify --target {args.target} --workload {args.workload}", "",
-                             v.render(limit=50)])
-        return 1 if v.findings else 0
-    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] or None
-    cells = run_matrix(factory, patterns=patterns, seed=args.seed, tiered=args.tiered, timeout_s=args.timeout_s,
-                       determinism=det, progress=print)
-    return _matrix_report(args, out, cells)
+        factory = load_factory(args.target, path=args.target_path)
+        if args.workload:
+            roles = [(n, "victim") for n in wl.tenants]
+            v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered)), wl,
+                                horizon_s=args.horizon_s, timeout_s=args.timeout_s, determinism=det)
+            found = list(v.findings)
+            shown, counts = capped(found, PRINT_PER_INVARIANT)
+            for f in shown:
+                print(f.render())
+            for line in _more_lines(counts, PRINT_PER_INVARIANT):
+                print(line)
+            print(f"{args.target} on {args.workload}: {v.stats.get('steps', 0)} steps, {len(found)} findings")
+            report = {"kind": "verify-target", "target": args.target, "describe": v.describe,
+                      "claimed": list(v.claimed), "workload": str(args.workload), "stats": v.stats,
+                      **_findings_json(found)}
+            atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
+            atomic_write_text(tmp / "report.md", [f"# tenantry verify --target {args.target} --workload {args.workload}",
+                                                  "", v.render(limit=50)])
+            code = 1 if found else 0
+        else:
+            done: list[str] = []
 
+            def progress(line: str) -> None:
+                done.append(line)
+                print(line)
 
-def _matrix_report(args: argparse.Namespace, out: Path, cells: list) -> int:
-    """Write the matrix in ``tenantry check``'s report layout (one setup row: the target).
-
-    The folder ``out`` is replaced whole (staged beside it, renamed in at the end).
-    """
-    from tenantry.adversaries.outdir import staged_folder
-
-    with staged_folder(out) as tmp:
-        return _matrix_report_into(args, out, tmp, cells)
+            try:
+                cells = run_matrix(factory, patterns=patterns, seed=args.seed, tiered=args.tiered,
+                                   timeout_s=args.timeout_s, determinism=det, progress=progress)
+            except KeyboardInterrupt:
+                raise Interrupted(f"after {len(done)} of {size} patterns") from None
+            code = _matrix_report_into(args, out, tmp, cells)
+    print(f"report: {out}" if args.workload else f"report: {out / 'report.md'}")
+    return code
 
 
 def _matrix_report_into(args: argparse.Namespace, out: Path, tmp: Path, cells: list) -> int:
-    """:func:`_matrix_report` writing into the staging folder ``tmp``; paths shown name ``out``."""
-    from tenantry.adversaries.report import cell_lines, dump_json, matrix_text, write_report, write_workload_files
+    """Write the matrix in ``tenantry check``'s report layout (one setup row: the target) into the
+    staging folder ``tmp``; paths shown name ``out``; replay commands write to ``<out>-replay``."""
+    from tenantry.adversaries.report import LEGEND, cell_lines, dump_json, matrix_text, write_report, write_workload_files
 
     label = args.target.replace(":", "_").replace("/", "_")
+    replay_out = out.parent / f"{out.name}-replay"
     rows, table, total = [], {}, 0
     for c in cells:
         folder = out / "cells" / label / c.pattern
         files = write_workload_files(c.scenario, tmp / "cells" / label / c.pattern)
         replay = (f"tenantry verify --target {shlex.quote(args.target)} --workload "
                   f"{shlex.quote(str(folder / 'workload.jsonl'))} --horizon-s {c.scenario.horizon_s}"
-                  + (" --tiered" if args.tiered else ""))
+                  + (" --tiered" if args.tiered else "")
+                  + (f" --target-path {shlex.quote(args.target_path)}" if args.target_path else "")
+                  + f" --out {shlex.quote(str(replay_out))}")
+        kept, _ = capped(list(c.verdict.findings), KEEP_PER_INVARIANT)
         total += len(c.verdict.findings)
         adv = sum(1 for r in c.scenario.workload if r.tenant in set(c.scenario.adversaries))
         table[(label, c.pattern)] = {
             "setup": label, "pattern": c.pattern, "objective": c.objective, "score": c.score, "finding": c.hurt,
-            "findings": [f.to_json() for f in c.verdict.findings], "search": "default", "workload": str(folder / "workload.jsonl"),
+            "threshold": c.threshold, "findings": [f.to_json() for f in kept], "search": "default",
+            "workload": str(folder / "workload.jsonl"),
             "workload_name": "workload.jsonl", "metrics": c.metrics, "replay": replay, "files": files,
             "adversary_requests": adv, "stats": c.verdict.stats, "params": dict(c.scenario.params),
         }
@@ -177,7 +279,7 @@ def _matrix_report_into(args: argparse.Namespace, out: Path, tmp: Path, cells: l
                "searches": ["default"],
                "extras": {"target": f"{args.target} ({describe})",
                           "claimed": ", ".join(cells[0].verdict.claimed) if cells else ""}}
-    write_report(tmp, summary, table, {})
+    write_report(tmp, summary, table, {}, title=f"tenantry verify --target {args.target}")
     dump_json({"kind": "verify-target", "target": args.target, "describe": describe, "seed": args.seed,
                "tiered": args.tiered, "claimed": list(cells[0].verdict.claimed) if cells else [], "cells": rows,
                "findings": total}, tmp / "report.json")
@@ -185,9 +287,8 @@ def _matrix_report_into(args: argparse.Namespace, out: Path, tmp: Path, cells: l
     for line in cell_lines([label], pats, table):
         print(line)
     hurt = sum(1 for c in cells if c.hurt)
-    print("* hurt (objective at or above the pattern's hurt level)   ! an invariant broke (a finding)")
-    print(f"{args.target}: {len(cells)} patterns, {hurt} hurt the victims (*), {total} invariant findings (!); "
-          f"report: {out / 'report.md'}")
+    print(LEGEND)
+    print(f"{args.target}: {len(cells)} patterns, {hurt} hurt the victims (*), {total} invariant findings (!)")
     return 1 if total else 0
 
 
@@ -216,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--timeout-s", args.timeout_s, "must be > 0")
     if args.history:
         for flag, value in (("--workload", args.workload), ("--cancellations", args.cancellations),
-                            ("--patterns", args.patterns)):
+                            ("--patterns", args.patterns), ("--target-path", args.target_path)):
             if value:
                 raise ConfigError(flag, value, "only with --target (--history judges the recorded history as is)")
     else:
