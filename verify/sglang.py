@@ -319,6 +319,9 @@ class SglangScheduler:
         overlap: SGLang's overlap schedule (step N's result is processed after
             step N+1 is planned); off by default, as SGLang's non-overlap loop.
         max_model_len: the model's context length (``context_length``).
+        conservativeness: SGLang's ``schedule_conservativeness`` (scales the
+            share of ``max_new_tokens`` admission reserves; below 1 admits more
+            and retracts more).
 
     Raises:
         RuntimeError: if SGLang is not installed, not 0.5.23, or does not import.
@@ -327,7 +330,8 @@ class SglangScheduler:
 
     def __init__(self, *, num_blocks: int, block_size_tokens: int = 16, max_num_seqs: int = 8,
                  token_budget: int = 256, policy: str = "lpm", priority: bool = False,
-                 prefix_cache: bool = True, overlap: bool = False, max_model_len: int = 8192) -> None:
+                 prefix_cache: bool = True, overlap: bool = False, max_model_len: int = 8192,
+                 conservativeness: float = 1.0) -> None:
         ok, why = sglang_available()
         if not ok:
             raise RuntimeError(why)
@@ -358,7 +362,7 @@ class SglangScheduler:
                     max_total_tokens=pool_tokens, context_length=max_model_len,
                     disable_radix_cache=not prefix_cache, disable_overlap_schedule=not overlap,
                     enable_priority_scheduling=priority, schedule_low_priority_values_first=True,
-                    random_seed=0, dtype="float32")
+                    schedule_conservativeness=conservativeness, random_seed=0, dtype="float32")
                 self._ctx = rc.create_context(self.server_args, role="scheduler", ranks=rc.SpawnRanks(world_rank=0))
                 with self._context():
                     self.model_config = s["ModelConfig"].from_server_args(self.server_args)
@@ -528,7 +532,7 @@ class SglangScheduler:
 
         self._ids[rid] = request_id
         with self._context():
-            sp = s["SamplingParams"](max_new_tokens=output_tokens, ignore_eos=True)
+            sp = s["SamplingParams"](max_new_tokens=output_tokens)
             sp.normalize(None)
             sp.verify(self.model_config.vocab_size)
             ids = prompt_token_ids(request_id, prompt_tokens, tuple(prefix_ids), self.block_size_tokens)
@@ -546,6 +550,7 @@ class SglangScheduler:
             return
         self._aborted.add(rid)
         self._reported.add(rid)
+        self._running.pop(rid, None)
         with self._context():
             self._sched.abort_request(_sglang()["AbortReq"](rid=rid))
 
@@ -718,7 +723,7 @@ class SglangScheduler:
     def has_unfinished(self) -> bool:
         """Whether SGLang still holds a request that has not ended."""
         S = self._sched
-        return bool(S.waiting_queue or not S.running_batch.is_empty() or S.chunked_req is not None
+        return bool(S.waiting_queue or any(not r.finished() for r in S.running_batch.reqs) or S.chunked_req is not None
                     or bool(self.overlap and S.result_queue) or self._running)
 
     # -- extras for tests and benchmarks ------------------------------------------------------
@@ -797,7 +802,7 @@ class SglangAdapter:
         tenants = tuple(tenants) or (TenantConfig("default"),)
         B = replica["block_size_tokens"]
         priority = policy == "priority"
-        self.max_context_tokens = min(replica["max_context_tokens"], num_blocks * B)
+        self.max_context_tokens = replica["max_context_tokens"]  # the model's context_length
         self.s = SglangScheduler(num_blocks=num_blocks, block_size_tokens=B, max_num_seqs=replica["max_num_seqs"],
                                  token_budget=replica["token_budget"], policy="fcfs" if priority else policy,
                                  priority=priority, prefix_cache=cache != "off", overlap=overlap,
