@@ -760,7 +760,7 @@ ORDER_RATE_PER_S = 1e-3
 
 
 def _replica() -> tuple[dict[str, Any], Any]:
-    from tenantry.adversaries.configs import COST, REPLICA
+    from tenantry.model.setups import COST, REPLICA
 
     return dict(REPLICA), COST
 
