@@ -286,3 +286,31 @@ def test_verify_target_on_sglang_runs_end_to_end(tmp_path):
     assert rep["describe"].startswith("sglang 0.5.23")
     # SGLang promises no tenant fairness: under a flood, FCFS order makes the light tenant wait.
     assert cell["metrics"]["ttft_p99_inflation[chat]"] > 20
+
+
+@needs_sglang
+def test_sglang_aborts_every_request_whose_id_starts_with_the_aborted_id():
+    # SGLang's own behaviour (Scheduler.abort_request matches req.rid.startswith):
+    # an abort of "r1" also reaches a request whose id is "r10"; the driver's ids
+    # ("r1.", "r10.") are chosen so that it never does.
+    s = sg.SglangScheduler(num_blocks=64)
+    S = s.scheduler
+    for rid in ("r1", "r10", "r2"):
+        with s._context():
+            s._sched.handle_generate_request(_raw_request(s, rid))
+    with s._context():
+        S.abort_request(sg._sglang()["AbortReq"](rid="r1"))
+    assert [r.rid for r in S.waiting_queue] == ["r2"]
+
+
+def _raw_request(s, rid):
+    from array import array
+
+    m = sg._sglang()
+    sp = m["SamplingParams"](max_new_tokens=4)
+    sp.normalize(None)
+    sp.verify(s.model_config.vocab_size)
+    return m["TokenizedGenerateReqInput"](
+        rid=rid, input_text=None, input_ids=array("q", [5] * 20), input_embeds=None, mm_inputs=None,
+        token_type_ids=None, sampling_params=sp, return_logprob=False, logprob_start_len=-1, top_logprobs_num=0,
+        token_ids_logprob=None, stream=False)
