@@ -314,3 +314,21 @@ def _raw_request(s, rid):
         rid=rid, input_text=None, input_ids=array("q", [5] * 20), input_embeds=None, mm_inputs=None,
         token_type_ids=None, sampling_params=sp, return_logprob=False, logprob_start_len=-1, top_logprobs_num=0,
         token_ids_logprob=None, stream=False)
+
+
+@needs_sglang
+@pytest.mark.parametrize("policy", ["fcfs", "priority", "lpm"])
+def test_retraction_passes_the_harness_checks(policy):
+    import functools
+
+    from tenantry.model.workload import Request, Workload
+    from tenantry.verify.run import verify_workload
+
+    wl = Workload(tuple(Request(i, f"t{i % 2}", 0.4 * i, 40, 150) for i in range(8)))
+    fac = functools.partial(sg.SglangAdapter, policy=policy, num_blocks=40, conservativeness=0.3)
+    v = verify_workload(fac, wl, timeout_s=None)
+    assert v.ok, v.render()
+    assert v.stats["preemptions"] == 2  # retract_decode, seen as requests re-entering the queue
+    recs = v.history.requests
+    assert sum(r.preemptions for r in recs) == 2 and sum(r.wasted_prefill_tokens for r in recs) > 2 * 40
+    assert all(r.outcome == "finished" and r.tokens_generated == 150 for r in recs)

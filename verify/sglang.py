@@ -96,7 +96,7 @@ __all__ = [
     "SUPPORTED_SGLANG", "POLICIES", "sglang_available", "SglangScheduler", "SglangAdapter",
     "make_lpm", "make_fcfs", "make_priority", "make_dfs_weight", "make_lof",
     "make_lpm_small", "make_fcfs_small", "make_priority_small", "make_dfs_weight_small",
-    "make_shared_cache", "make_salted_cache", "make_lpm_overlap", "AMPLE_BLOCKS", "SMALL_BLOCKS",
+    "make_lpm_tight", "make_priority_tight", "make_shared_cache", "make_salted_cache", "make_lpm_overlap", "AMPLE_BLOCKS", "SMALL_BLOCKS",
 ]
 
 #: The one SGLang release this driver accepts (exact version).
@@ -791,13 +791,16 @@ class SglangAdapter:
             cache-aware policy as fcfs), ``shared`` (radix cache, no key) or
             ``salted`` (radix cache, ``extra_key`` = the tenant's salt).
         overlap: SGLang's overlap schedule (see :class:`SglangScheduler`).
+        conservativeness: SGLang's ``schedule_conservativeness`` (below 1:
+            admission reserves less for future tokens, and decode retracts).
 
     Raises:
         RuntimeError: if SGLang 0.5.23 is not installed or does not import.
     """
 
     def __init__(self, *, policy: str = "lpm", tenants: tuple[TenantConfig, ...] = (),
-                 num_blocks: int = AMPLE_BLOCKS, cache: str = "shared", overlap: bool = False) -> None:
+                 num_blocks: int = AMPLE_BLOCKS, cache: str = "shared", overlap: bool = False,
+                 conservativeness: float = 1.0) -> None:
         replica, cost = _replica()
         tenants = tuple(tenants) or (TenantConfig("default"),)
         B = replica["block_size_tokens"]
@@ -806,7 +809,7 @@ class SglangAdapter:
         self.s = SglangScheduler(num_blocks=num_blocks, block_size_tokens=B, max_num_seqs=replica["max_num_seqs"],
                                  token_budget=replica["token_budget"], policy="fcfs" if priority else policy,
                                  priority=priority, prefix_cache=cache != "off", overlap=overlap,
-                                 max_model_len=replica["max_context_tokens"])
+                                 max_model_len=replica["max_context_tokens"], conservativeness=conservativeness)
         ordered = policy in ("fcfs", "priority") or cache == "off"
         if not priority:
             tenants = tuple(attrs_evolve(t, tier=0) for t in tenants)  # SGLang ignores tiers here
@@ -825,7 +828,8 @@ class SglangAdapter:
                 claims.append("VICTIM")
         self.claims = Claims(config, invariants=claims,
                              describe=f"{sglang_available()[1]} scheduler, policy {policy}, {num_blocks} blocks, "
-                                      f"radix cache {cache}{', overlap schedule' if overlap else ''}")
+                                      f"radix cache {cache}{', overlap schedule' if overlap else ''}"
+                                      f"{f', conservativeness {conservativeness:g}' if conservativeness != 1.0 else ''}")
         self.cache = cache
         self.tiers = {t.name: t.tier for t in tenants}
         self.salts = {t.name: t.salt for t in tenants}
@@ -925,6 +929,16 @@ def make_priority_small(tenants: tuple[TenantConfig, ...] = ()) -> SglangAdapter
 def make_dfs_weight_small(tenants: tuple[TenantConfig, ...] = ()) -> SglangAdapter:
     """SGLang dfs-weight on the small pool."""
     return SglangAdapter(policy="dfs-weight", tenants=tenants, num_blocks=SMALL_BLOCKS)
+
+
+def make_lpm_tight(tenants: tuple[TenantConfig, ...] = ()) -> SglangAdapter:
+    """SGLang lpm on the small pool with ``schedule_conservativeness=0.3`` (decode retraction happens)."""
+    return SglangAdapter(policy="lpm", tenants=tenants, num_blocks=SMALL_BLOCKS, conservativeness=0.3)
+
+
+def make_priority_tight(tenants: tuple[TenantConfig, ...] = ()) -> SglangAdapter:
+    """SGLang priority on the small pool with ``schedule_conservativeness=0.3``."""
+    return SglangAdapter(policy="priority", tenants=tenants, num_blocks=SMALL_BLOCKS, conservativeness=0.3)
 
 
 def make_shared_cache(tenants: tuple[TenantConfig, ...] = ()) -> SglangAdapter:
