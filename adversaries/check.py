@@ -25,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import queue
+import re
 import shlex
 import threading
 import time
@@ -39,9 +40,9 @@ from tenantry.model.config import ConfigError
 
 from .outdir import Interrupted, report_folder, shielded
 from tenantry.model.setups import SETUPS, get_setup
-from .evaluate import Task, evaluate_batch, run_scenario, shrink_scenario
+from .evaluate import System, Task, evaluate_batch, run_scenario, shrink_scenario
 from .patterns import PATTERNS, get_pattern, make_scenario
-from .report import dump_json, matrix_text, plot_cell, write_report, write_workload_files
+from .report import dump_json, folder_name, matrix_text, plot_cell, write_report, write_workload_files
 from .space import freeze
 from .search import Budget, SearchResult, run_search
 from .z3search import supported as z3_supported
@@ -92,19 +93,25 @@ def sub_seed(seed: int, *names: str) -> int:
     return int(np.random.SeedSequence(words).generate_state(1)[0])
 
 
-def searches_for(setup: str, pattern: str, searches: Sequence[str]) -> list[str]:
-    """The searches a cell runs: ``searches``, with ``z3`` only where it applies."""
+def label(setup: "str | System") -> str:
+    """A setup's name, or a system's label (its row in the matrix, its folder under ``cells/``)."""
+    return setup if isinstance(setup, str) else setup.name
+
+
+def searches_for(setup: "str | System", pattern: str, searches: Sequence[str]) -> list[str]:
+    """The searches a cell runs: ``searches``, with ``z3`` only where it applies (a model
+    setup it has an abstract model of)."""
     out = [s for s in searches if s != "z3"]
-    if "z3" in searches and pattern == "timed_arrivals" and z3_supported(setup):
+    if "z3" in searches and pattern == "timed_arrivals" and isinstance(setup, str) and z3_supported(setup):
         out.append("z3")
     return out
 
 
-def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor, out: Path | None,
+def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, executor: cf.Executor, out: Path | None,
              searches: Sequence[str] = DEFAULT_SEARCHES, shrink_evaluations: int = DEFAULT_SHRINK,
              plots: bool = False, progress: bool = False, victims: str = "excerpt",
              replay_root: str | os.PathLike | None = None, spread_seeds: int = SPREAD_SEEDS,
-             gate: _Gate | None = None) -> dict[str, Any]:
+             gate: _Gate | None = None, depth: str = "full") -> dict[str, Any]:
     """Search, replay, shrink and write one cell; returns its record (JSON-able).
 
     ``replay_root``: the report folder as the user named it (``out`` may be a staging
@@ -119,10 +126,11 @@ def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: c
     ``gate``: writes happen inside ``gate.open()`` (closed on Ctrl-C: nothing is written after).
     """
     pat = get_pattern(pattern)
+    name_ = label(setup)
     names = searches_for(setup, pattern, searches)
     share = budget.split(len(names))
     results: list[SearchResult] = [
-        run_search(name, setup, pattern, seed=sub_seed(seed, setup, pattern, name), budget=share,
+        run_search(name, setup, pattern, seed=sub_seed(seed, name_, pattern, name), budget=share,
                    executor=executor, progress=progress, scenario_seed=seed, victims=victims)
         for name in names
     ]
@@ -130,7 +138,7 @@ def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: c
     best = max(found, key=lambda r: r.best.score) if found else None  # max keeps the first of equals
     params = dict(best.best.params) if best else pat.space.defaults()
     scenario = make_scenario(pattern, params, seed, victims=victims)
-    hist, base, twin, ev = run_scenario(setup, scenario, depth="full")
+    hist, base, twin, ev = run_scenario(setup, scenario, depth=depth)
     findings = [f.to_json() for f in ev.findings]
     seen = {f.invariant for f in ev.findings}
     for r in results:  # what broke during the search and did not show on the replayed worst workload
@@ -145,21 +153,24 @@ def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: c
         for k, e in enumerate(evaluate_batch(executor, tasks), 1):
             spread[str(seed + k)] = e.score
     verdict = verdict_of([v >= pat.finding for v in spread.values()])
-    expected = setup in pat.hurts
-    rel = Path("cells") / setup / pattern
+    expected = name_ in pat.hurts
+    rel = Path("cells") / folder_name(name_) / pattern
     rec: dict[str, Any] = {
-        "setup": setup, "pattern": pattern, "objective": pat.objective, "score": ev.score,
+        "setup": name_, "pattern": pattern, "objective": pat.objective, "score": ev.score,
         "finding": finding, "threshold": pat.finding, "spread": spread, "verdict": verdict,
         "expected_hurt": expected, "expectation_met": (finding if expected else None),
         "search": best.search if best else None, "params": params,
         "metrics": dict(ev.metrics), "findings": findings, "unchecked": list(ev.unchecked),
+        "coverage": dict(ev.coverage), "steps": len(hist.steps),
         "evaluations": sum(r.evaluations for r in results) + len(spread) - 1,
         "searches": {r.search: {"evaluations": r.evaluations, "best": r.best.score if r.best else None,
                                 "note": r.note} for r in results},
         "adversaries": list(scenario.adversaries), "victims": list(scenario.victims), "adversary_requests": sum(
             1 for x in scenario.workload if x.tenant in set(scenario.adversaries)),
         "workload": str(rel / "workload.jsonl"), "workload_name": "workload.jsonl",
-        "replay": f"tenantry check --replay {shlex.quote(str(Path(replay_root or '.') / rel))}", "shrunk": None,
+        "replay": (setup.replay_command(Path(replay_root or ".") / rel, scenario.horizon_s)
+                   if hasattr(setup, "replay_command")
+                   else f"tenantry check --replay {shlex.quote(str(Path(replay_root or '.') / rel))}"), "shrunk": None,
     }
     sh = None
     if finding and shrink_evaluations > 0:
@@ -175,7 +186,7 @@ def run_cell(setup: str, pattern: str, *, seed: int, budget: Budget, executor: c
             rec["files"] = write_workload_files(scenario, folder)
             if sh is not None:
                 write_workload_files(sh.scenario, folder, name="shrunk")
-            rec["plots"] = plot_cell(setup, scenario, hist, base, folder) if plots else []
+            rec["plots"] = plot_cell(name_, scenario, hist, base, folder) if plots else []
             dump_json(rec, folder / "cell.json")
     return rec
 
@@ -231,19 +242,27 @@ def _stateful(out: Path | None, setups: Sequence[str], max_examples: int) -> tup
 STATEFUL_SETUPS = ("protected", "hysteresis", "salted_cache")
 
 
-def _extras(out: Path | None, proof_timeout_s: float = 2.0,
+def _extras(out: Path | None, systems: Sequence = (), proof_timeout_s: float = 2.0,
             stateful_examples: int = 8) -> tuple[dict[str, str], bool, dict[str, float]]:
-    """A short run of the proofs and the stateful suite, when they can be imported.
+    """A short run of the proofs and the stateful suite of the model setups, and each
+    other system's own extras (``system.extras(out)``: a scheduler under test's
+    stateful run and its determinism across processes).
 
-    Returns ({name: one-line result}, whether the stateful suite found a broken invariant,
+    Returns ({name: one-line result}, whether an extra found a broken invariant,
     {name: wall seconds}); the seconds go to timing.json only, never into matrix.json or report.md.
     A failing proof is reported, not counted as a broken claim of a setup.
     """
     out_d: dict[str, str] = {}
     seconds: dict[str, float] = {}
     broke = False
-    for label, run in (("proofs", lambda: _proofs(proof_timeout_s)),
-                       ("stateful", lambda: _stateful(out, STATEFUL_SETUPS, stateful_examples))):
+    runs = []
+    if any(isinstance(s, str) for s in systems) or not systems:
+        runs += [("proofs", lambda: _proofs(proof_timeout_s)),
+                 ("stateful", lambda: _stateful(out, STATEFUL_SETUPS, stateful_examples))]
+    for sys_ in systems:
+        if not isinstance(sys_, str) and hasattr(sys_, "extras"):
+            runs += [(name, (lambda f=f: f())) for name, f in sys_.extras(out)]
+    for label, run in runs:
         t0 = time.monotonic()
         try:
             text, ok = run()
@@ -255,7 +274,7 @@ def _extras(out: Path | None, proof_timeout_s: float = 2.0,
             continue
         out_d[label] = text
         seconds[label] = round(time.monotonic() - t0, 1)
-        if label == "stateful" and not ok:
+        if label != "proofs" and not ok:
             broke = True
     return out_d, broke, seconds
 
@@ -346,11 +365,16 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
               shrink_evaluations: int = DEFAULT_SHRINK, plots: str = "findings", extras: bool = True,
               progress: bool = True, executor: cf.Executor | None = None, victims: str = "excerpt",
               log: Callable[[str], None] | None = None, total_budget: Budget | None = None,
-              spread_seeds: int = SPREAD_SEEDS, out_is_default: bool = False) -> dict[str, Any]:
+              spread_seeds: int = SPREAD_SEEDS, out_is_default: bool = False, kind: str = "check",
+              replay_depth: str = "full") -> dict[str, Any]:
     """Run the matrix.
 
     Args:
-        setups, patterns: names (default: all of :data:`SETUPS` / :data:`PATTERNS`).
+        setups: setup names or :class:`~tenantry.adversaries.evaluate.System` values
+            (default: all of :data:`SETUPS`); patterns: names (default: all of :data:`PATTERNS`).
+        kind: the report's kind (``check``; ``verify`` for a scheduler under test).
+        replay_depth: how deep each cell's worst workload is checked (``full``: with the
+            two-run forms; ``state`` skips them).
         budget: per cell (default :data:`DEFAULT_BUDGET` evaluations), shared by the cell's searches.
         total_budget: for the whole run (see :func:`cell_budget`); None: no limit.  Once its
             seconds are spent, the remaining cells skip shrinking and the extras are skipped.
@@ -377,10 +401,13 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
     from .evaluate import make_executor, terminate_executor
     from .search import private_hypothesis_home
 
-    setups = list(setups or SETUPS)
+    systems = list(setups or SETUPS)
+    for s in systems:
+        if isinstance(s, str):
+            get_setup(s)
+    setups = [label(s) for s in systems]
+    by_label = dict(zip(setups, systems))
     patterns = list(patterns or PATTERNS)
-    for s in setups:
-        get_setup(s)
     for p in patterns:
         get_pattern(p)
     from .search import SEARCHES
@@ -395,7 +422,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
     root = outp
     stage = ExitStack()
     if outp is not None:  # refused here, before any work, when it may not be replaced
-        outp = stage.enter_context(report_folder(outp, "check", default=out_is_default, size=len(keys)))
+        outp = stage.enter_context(report_folder(outp, kind, default=out_is_default, size=len(keys)))
     with stage, private_hypothesis_home():
         own = executor is None
         ex: cf.Executor | None = executor
@@ -406,7 +433,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         gate = _Gate()
         started = [0]
         start_lock = threading.Lock()
-        bar = tqdm(total=len(keys), desc="tenantry check", unit="cell", disable=not progress, dynamic_ncols=True)
+        bar = tqdm(total=len(keys), desc=f"tenantry {kind}", unit="cell", disable=not progress, dynamic_ncols=True)
 
         spent = {"seconds": 0.0, "evaluations": 0}  # cell-thread seconds and evaluations of the cells done
 
@@ -420,9 +447,9 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
                                       seconds_left=None if deadline is None else deadline - now,
                                       seconds_per_evaluation=per_eval, shrink_evaluations=shrink_evaluations)
             s, p = key
-            rec = run_cell(s, p, seed=seed, budget=b, executor=ex, out=outp, searches=searches,
+            rec = run_cell(by_label[s], p, seed=seed, budget=b, executor=ex, out=outp, searches=searches,
                            shrink_evaluations=shrink_n, plots=plots == "all", progress=False, victims=victims,
-                           replay_root=root, spread_seeds=spread_seeds, gate=gate)
+                           replay_root=root, spread_seeds=spread_seeds, gate=gate, depth=replay_depth)
             with start_lock:
                 spent["seconds"] += time.monotonic() - now
                 spent["evaluations"] += rec["evaluations"] + 1  # + the replay of the worst workload
@@ -446,12 +473,12 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
                 for (s, p), c in sorted(cells.items()):
                     if c["finding"]:
                         sc = make_scenario(p, c["params"], seed, victims=victims)
-                        h, b, _, _ = run_scenario(s, sc, depth=None)
-                        plotted[(s, p)] = plot_cell(s, sc, h, b, outp / "cells" / s / p)
+                        h, b, _, _ = run_scenario(by_label[s], sc, depth=None)
+                        plotted[(s, p)] = plot_cell(s, sc, h, b, outp / "cells" / folder_name(s) / p)
             elif plots == "all":
                 plotted = {k: c.get("plots", []) for k, c in cells.items()}
             skip_extras = deadline is not None and time.monotonic() >= deadline
-            extra, stateful_broke, extra_s = _extras(outp) if extras and not skip_extras else ({}, False, {})
+            extra, stateful_broke, extra_s = _extras(outp, systems) if extras and not skip_extras else ({}, False, {})
             if extras and skip_extras:
                 extra = {"proofs": "skipped: the total budget was spent", "stateful": "skipped: the total budget was spent"}
         except BaseException as e:
@@ -478,6 +505,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
                     f", {total_budget.seconds:g} s" if total_budget.seconds else "")),
             "spread_seeds": [seed + k for k in range(spread_seeds + 1)], "spread_band": SPREAD_BAND,
             "setups": setups, "patterns": patterns, "searches": list(searches), "victims": victims,
+            "describe": {label(s): s.describe() for s in systems if hasattr(s, "describe")},
             "extras": extra,
             "expected": sum(1 for k in keys if cells[k]["expected_hurt"]),
             "unmet": [list(k) for k in unmet], "seed_dependent": [list(k) for k in unstable],
@@ -488,7 +516,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             dump_json({"summary": summary, "cells": ordered, "claimed_broken": claimed_broken}, outp / "matrix.json")
             from tenantry.model.history import atomic_write_text
             atomic_write_text(outp / "matrix.md", [matrix_text(setups, patterns, cells, markdown=True)])
-            write_report(outp, summary, cells, plotted)
+            write_report(outp, summary, cells, plotted, title=f"tenantry {kind}" + (
+                f" --target {setups[0]}" if kind == "verify" else ""))
             dump_json({"wall_s": round(wall_s, 1), "evaluations": evaluations,
                        "evaluations_per_s": round(evaluations / wall_s, 2) if wall_s > 0 else None,
                        "workers": workers or os.cpu_count(), "extras_s": extra_s}, outp / "timing.json")

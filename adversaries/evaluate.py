@@ -1,5 +1,14 @@
-"""One evaluation: build a scenario, run it on a setup, score it; and the
+"""One evaluation: build a scenario, run it on a system, score it; and the
 executors that run many evaluations.
+
+A *system* is what an adversary is put against: a setup of the reference model
+(:class:`ModelSystem`, by name) or a scheduler under test behind its adapter
+(:class:`tenantry.verify.run.TargetSystem`).  Both give the same three things
+(:class:`System`): the configuration a scenario runs under, a checked run
+(history, findings, what was left unchecked) and a plain run, so every search,
+shrink and report of ``tenantry check`` serves ``tenantry verify --target``
+unchanged.  A system is a picklable value: a worker process rebuilds what it
+needs (a target's factory is imported in the worker).
 
 :func:`evaluate` is a top-level function of one picklable :class:`Task`, so
 it runs unchanged in any ``concurrent.futures`` executor: a process pool here,
@@ -21,12 +30,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
+from typing import Protocol, runtime_checkable
+
 from tenantry.model.config import Config
 from tenantry.model.history import History
 from tenantry.model.simulate import simulate
 from tenantry.model.workload import Workload, renumber
 from tenantry.spec.invariants_core import Finding
-from tenantry.spec.invariants_run import run_checked
+from tenantry.spec.invariants_run import CheckedRun, run_checked
 
 from tenantry.model.setups import build_config, get_setup
 from .objectives import all_metrics
@@ -34,12 +45,67 @@ from .patterns import PATTERNS, Scenario, get_pattern, make_scenario
 from .space import freeze
 
 
+@runtime_checkable
+class System(Protocol):
+    """What an adversary is put against (see the module docstring).
+
+    Attributes:
+        name: its label in reports and progress bars (a setup name, a target).
+    """
+
+    name: str
+
+    def config(self, roles: Iterable[tuple[str, str]]) -> Config:
+        """The configuration a scenario with these (tenant, role) pairs runs under."""
+
+    def checked(self, workload: Workload, horizon_s: float, depth: str,
+                roles: Sequence[tuple[str, str]]) -> CheckedRun:
+        """Run ``workload`` (tenants with these roles, in this order) and check what the
+        system claims, at ``depth`` (:data:`~tenantry.spec.invariants_run.DEPTHS`; the
+        adversaries observe for NONINTERFERENCE)."""
+
+    def plain(self, workload: Workload, horizon_s: float, roles: Sequence[tuple[str, str]]) -> History:
+        """Run ``workload`` with nothing checked (the baseline, the probe's control twin)."""
+
+
+@attrs.frozen
+class ModelSystem:
+    """A built-in setup of the reference model (:data:`tenantry.model.setups.SETUPS`),
+    checked for the invariants it claims (``Setup.all_claims``)."""
+
+    name: str
+
+    def config(self, roles: Iterable[tuple[str, str]]) -> Config:
+        return build_config(self.name, roles)
+
+    def checked(self, workload: Workload, horizon_s: float, depth: str,
+                roles: Sequence[tuple[str, str]]) -> CheckedRun:
+        observers = tuple(t for t, r in roles if r == "adversary")
+        return run_checked(self.config(roles), workload, ids=get_setup(self.name).all_claims, depth=depth,
+                           horizon_s=horizon_s, max_steps=None, observers=observers)
+
+    def plain(self, workload: Workload, horizon_s: float, roles: Sequence[tuple[str, str]]) -> History:
+        return simulate(self.config(roles), workload, horizon_s=horizon_s)
+
+
+def system_of(setup: "str | System") -> System:
+    """A system: a setup name becomes its :class:`ModelSystem`.
+
+    Raises:
+        ConfigError: on an unknown setup name.
+    """
+    if isinstance(setup, str):
+        get_setup(setup)
+        return ModelSystem(setup)
+    return setup
+
+
 @attrs.frozen
 class Task:
     """What to evaluate (picklable).
 
     Attributes:
-        setup: a built-in setup name.
+        setup: a built-in setup name, or a :class:`System`.
         pattern: a pattern name.
         params: the pattern's parameters, frozen (see :func:`~tenantry.adversaries.space.freeze`).
         seed: the victims' seed.
@@ -51,7 +117,7 @@ class Task:
             :data:`~tenantry.spec.invariants_run.DEPTHS`), or None for no checks.
     """
 
-    setup: str
+    setup: "str | System"
     pattern: str
     params: tuple = ()
     seed: int = 0
@@ -70,26 +136,28 @@ class Evaluation:
         metrics: every metric (:data:`~tenantry.adversaries.objectives.OBJECTIVES`).
         findings: the claimed invariants that broke, as data (deduplicated).
         unchecked: claimed ids that could not be checked.
+        coverage: every invariant id -> what was checked, or why not (SPEC.md 7).
     """
 
     score: float
     metrics: Mapping[str, float]
     findings: tuple[Finding, ...] = ()
     unchecked: tuple[str, ...] = ()
+    coverage: Mapping[str, str] = attrs.field(factory=dict, eq=False)
 
 
 _BASELINES: dict[tuple, History] = {}
 
 
-def _baseline(setup: str, config: Config, scenario: Scenario) -> History:
+def _baseline(system: System, scenario: Scenario) -> History:
     """The run without the adversary (memoised per process)."""
     victims = tuple(renumber(r for r in scenario.workload if r.tenant not in set(scenario.adversaries)))
-    key = (setup, scenario.roles, scenario.horizon_s, victims)
+    key = (system, scenario.roles, scenario.horizon_s, victims)
     h = _BASELINES.get(key)
     if h is None:
         if len(_BASELINES) > 256:
             _BASELINES.clear()
-        h = simulate(config, Workload(victims), horizon_s=scenario.horizon_s)
+        h = system.plain(Workload(victims), scenario.horizon_s, scenario.roles)
         _BASELINES[key] = h
     return h
 
@@ -114,28 +182,30 @@ def cached_before(scenario: Scenario) -> dict[int, bool]:
             for i, r in enumerate(probes)}
 
 
-def run_scenario(setup: str, scenario: Scenario, depth: str | None = "history",
+def run_scenario(setup: "str | System", scenario: Scenario, depth: str | None = "history",
                  ) -> tuple[History, History, History | None, Evaluation]:
-    """Run a scenario on a setup: (history, baseline history, twin history or None, evaluation).
+    """Run a scenario on a system: (history, baseline history, twin history or None, evaluation).
 
-    ``depth``: how deep to check the setup's claims (None: not at all).
+    ``depth``: how deep to check the system's claims (None: not at all).
 
     The evaluation's score is the pattern's objective (``replay`` scenarios:
     ``ttft_p99_inflation``).
     """
-    cfg = build_config(setup, scenario.roles)
-    ids = get_setup(setup).all_claims if depth is not None else ()
-    run = run_checked(cfg, scenario.workload, ids=ids, depth=depth or "history", horizon_s=scenario.horizon_s,
-                      max_steps=None, observers=scenario.adversaries)
+    system = system_of(setup)
+    cfg = system.config(scenario.roles)
+    if depth is None:
+        run = CheckedRun(system.plain(scenario.workload, scenario.horizon_s, scenario.roles), ())
+    else:
+        run = system.checked(scenario.workload, scenario.horizon_s, depth, scenario.roles)
     hist = run.history
-    base = _baseline(setup, cfg, scenario)
-    twin = simulate(cfg, scenario.twin.workload, horizon_s=scenario.horizon_s) if scenario.twin is not None else None
+    base = _baseline(system, scenario)
+    twin = system.plain(scenario.twin.workload, scenario.horizon_s, scenario.roles) if scenario.twin is not None else None
     unit = max((cfg.order.w_in * r.prompt_tokens + cfg.order.w_out * r.output_tokens for r in scenario.workload), default=1.0)
     m = all_metrics(hist, base, adversaries=scenario.adversaries, victims=scenario.victims,
                     horizon_s=scenario.horizon_s, unit_cost=unit, twin=twin,
                     cached_before=cached_before(scenario) if twin is not None else None)
     objective = PATTERNS[scenario.pattern].objective if scenario.pattern in PATTERNS else "ttft_p99_inflation"
-    ev = Evaluation(m[objective], m, run.findings, run.unchecked)
+    ev = Evaluation(m[objective], m, run.findings, run.unchecked, run.coverage)
     return hist, base, twin, ev
 
 
@@ -244,7 +314,7 @@ class ShrunkScenario:
     evaluations: int
 
 
-def shrink_scenario(setup: str, scenario: Scenario, threshold: float, *, executor: cf.Executor,
+def shrink_scenario(setup: "str | System", scenario: Scenario, threshold: float, *, executor: cf.Executor,
                     max_evaluations: int = 60, objective: str | None = None,
                     progress: bool = False) -> ShrunkScenario | None:
     """Reduce the adversary's part of ``scenario`` while its score stays at or above
@@ -284,11 +354,11 @@ def shrink_scenario(setup: str, scenario: Scenario, threshold: float, *, executo
 
     if test([scenario.workload]) is None:
         return None
-    block = build_config(setup, scenario.roles).block_size_tokens
+    block = system_of(setup).config(scenario.roles).block_size_tokens
     res = shrink(scenario.workload, test, fixed=lambda r: r.tenant not in adv, block_size_tokens=block,
                  phases=("requests", "output_tokens", "prompt_tokens"), min_prompt_tokens=block,
                  max_evaluations=max(0, max_evaluations - 1),
-                 progress=f"shrink     {setup}/{scenario.pattern}" if progress else None)
+                 progress=f"shrink     {system_of(setup).name}/{scenario.pattern}" if progress else None)
     n_adv = lambda wl: sum(1 for r in wl if r.tenant in adv)
     return ShrunkScenario(build(res.workload), best[-1], n_adv(scenario.workload), n_adv(res.workload),
                           res.evaluations + 1)

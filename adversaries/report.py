@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -203,6 +204,34 @@ def cell_lines(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[tu
             for r in rows]
 
 
+def folder_name(label: str) -> str:
+    """A setup's or target's label as a folder name under ``cells/`` (a target's ``module:factory`` has a colon)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", label)
+
+
+def coverage_lines(setups: Sequence[str], patterns: Sequence[str],
+                   cells: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
+    """The report's "What was checked" section: per setup, each invariant either checked
+    (in which forms, in how many cells) or the reason it was not (nothing is skipped silently)."""
+    out = ["## What was checked", ""]
+    for s in setups:
+        seen: dict[str, dict[str, int]] = {}
+        for p in patterns:
+            for inv, why in (cells.get((s, p)) or {}).get("coverage", {}).items():
+                seen.setdefault(inv, {})
+                seen[inv][why] = seen[inv].get(why, 0) + 1
+        if not seen:
+            continue
+        out.append(f"- `{s}`:")
+        for inv in sorted(seen):
+            whys = seen[inv]
+            checked = {w: n for w, n in whys.items() if w.startswith("checked")}
+            text = ("; ".join(f"{w} in {n} cells" for w, n in sorted(checked.items())) if checked
+                    else "; ".join(sorted(whys)))
+            out.append(f"  - {inv}: {text}")
+    return out + [""]
+
+
 def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: Mapping[tuple[str, str], Mapping[str, Any]],
                  plots: Mapping[tuple[str, str], Iterable[str]], title: str = "tenantry check") -> Path:
     """``report.md``: how the run went, the matrix, the expectations, the findings and their plots, the legend."""
@@ -268,7 +297,7 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
             c = cells.get((s, p))
             if c is None or not c["finding"]:
                 continue
-            d = f"cells/{s}/{p}"
+            d = f"cells/{folder_name(s)}/{p}"
             m = c["metrics"]
             lines.append(f"### {s} / {p}: {c['objective']} = {fmt(c['score'])}")
             lines.append("")
@@ -282,6 +311,7 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
             for png in plots.get((s, p), ()):
                 lines.append(f"![{png}]({d}/{png})")
             lines.append("")
+    lines += coverage_lines(setups, patterns, cells)
     extras = summary.get("extras") or {}
     if extras:
         lines += ["## Proofs and stateful suite", ""]

@@ -154,7 +154,8 @@ class Runner:
         self.best: Candidate | None = None
         self.broken: dict[str, tuple[int, Finding]] = {}
         self.t0 = time.monotonic()
-        self.bar = tqdm(total=budget.evaluations, desc=f"{search:<10} {setup}/{pattern}", disable=not progress,
+        name = setup if isinstance(setup, str) else setup.name
+        self.bar = tqdm(total=budget.evaluations, desc=f"{search:<10} {name}/{pattern}", disable=not progress,
                         leave=False, dynamic_ncols=True)
 
     def remaining(self) -> int | None:

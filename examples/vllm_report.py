@@ -31,19 +31,40 @@ import argparse
 import time
 from pathlib import Path
 
-from tenantry.model.setups import build_config
+import attrs
+
+from tenantry.adversaries.evaluate import ModelSystem, run_scenario
 from tenantry.adversaries.patterns import PATTERNS, make_scenario
 from tenantry.model.workload import Request, Workload
-from tenantry.spec import adapter_vllm as av
-from tenantry.verify.reference import ReferenceAdapter
-from tenantry.verify.matrix import bind, run_cell, scenario_tenants
-from tenantry.verify.run import verify_workload
+from tenantry.verify import vllm as av
+from tenantry.verify.run import TargetSystem, bind, scenario_tenants, verify_workload
 
 TIERED = {"priority", "aging", "floors"}
 
 
-def model_factory(setup: str, roles):
-    return lambda: ReferenceAdapter(build_config(setup, roles), reference=False)
+@attrs.frozen
+class Cell:
+    """One pattern's run on one system: its objective, score, metrics and findings."""
+
+    pattern: str
+    objective: str
+    score: float
+    hurt: bool
+    metrics: dict
+    findings: tuple
+    steps: int
+
+
+def run_cell(system, pattern: str, scenario=None, depth: str = "full") -> Cell:
+    sc = scenario if scenario is not None else make_scenario(pattern, None, 0)
+    hist, _, _, ev = run_scenario(system, sc, depth=depth)
+    pat = PATTERNS[pattern]
+    return Cell(pattern, pat.objective, ev.score, ev.score >= pat.finding, dict(ev.metrics), ev.findings,
+                len(hist.steps))
+
+
+def vllm(name: str, tiered: bool = False) -> TargetSystem:
+    return TargetSystem(f"tenantry.verify.vllm:{name}", tiered=tiered, timeout_s=None)
 
 
 def fmt(x: float) -> str:
@@ -57,13 +78,13 @@ def matrix(patterns: list[str], log) -> tuple[list[str], list]:
     for p in patterns:
         sc = make_scenario(p, None, 0)
         cells = {}
-        for name, fac, tiered in (("vllm_fcfs", av.make_fcfs, False), ("vllm_priority", av.make_priority, True)):
-            cells[name] = run_cell(fac, p, tiered=tiered, timeout_s=None)
+        for name, system in (("vllm_fcfs", vllm("make_fcfs")), ("vllm_priority", vllm("make_priority", True))):
+            cells[name] = run_cell(system, p, scenario=sc)
             runs.append((name, p, cells[name]))
         for setup in ("fcfs", "priority", "vtc"):
-            cells[setup] = run_cell(model_factory(setup, sc.roles), p, timeout_s=None, determinism=False, scenario=sc)
+            cells[setup] = run_cell(ModelSystem(setup), p, scenario=sc, depth="history")
         chat = lambda c: c.metrics.get("ttft_p99_inflation[chat]", float("nan"))
-        mark = lambda c: fmt(c.score) + ("*" if c.hurt else "") + ("!" if c.verdict.findings else "")
+        mark = lambda c: fmt(c.score) + ("*" if c.hurt else "") + ("!" if c.findings else "")
         rows.append(f"| {p} | {cells['vllm_fcfs'].objective} | {mark(cells['vllm_fcfs'])} | "
                     f"{mark(cells['vllm_priority'])} | {mark(cells['fcfs'])} | {mark(cells['priority'])} | "
                     f"{mark(cells['vtc'])} | {fmt(chat(cells['vllm_fcfs']))} / {fmt(chat(cells['vllm_priority']))} / "
@@ -77,18 +98,17 @@ def thrash(log) -> tuple[list[str], list]:
             "| victim TTFT p99 x | findings |", "|---|---|---|---|---|---|"]
     runs = []
     sc = make_scenario("eviction_thrash", None, 0)
-    for name, fac in (("vLLM fcfs, 512 blocks", av.make_fcfs_small),
-                      ("vLLM priority, 512 blocks", av.make_priority_small),
-                      ("model no_hysteresis (newest victim)", model_factory("no_hysteresis", sc.roles)),
-                      ("model hysteresis (min 4 freed, cooldown 4, reject after 3)",
-                       model_factory("hysteresis", sc.roles))):
-        c = run_cell(fac, "eviction_thrash", timeout_s=None, determinism=name.startswith("vLLM"), scenario=sc)
+    for name, system in (("vLLM fcfs, 512 blocks", vllm("make_fcfs_small")),
+                         ("vLLM priority, 512 blocks", vllm("make_priority_small")),
+                         ("model no_hysteresis (newest victim)", ModelSystem("no_hysteresis")),
+                         ("model hysteresis (min 4 freed, cooldown 4, reject after 3)", ModelSystem("hysteresis"))):
+        c = run_cell(system, "eviction_thrash", scenario=sc, depth="full" if name.startswith("vLLM") else "history")
         if name.startswith("vLLM"):
             runs.append((name, "eviction_thrash", c))
         m = c.metrics
         rows.append(f"| {name} | {fmt(m['max_evictions'])} | {fmt(m['evictions_per_seq'])} | "
                     f"{fmt(m['wasted_prefill_tokens'])} | {fmt(m['ttft_p99_inflation'])} | "
-                    f"{len(c.verdict.findings)} |")
+                    f"{len(c.findings)} |")
         log(rows[-1])
     return rows, runs
 
@@ -162,9 +182,9 @@ def main() -> None:
     l_rows = lockstep(pats, log)
     safety = {}
     for name, p, c in m_runs + t_runs:
-        for f in c.verdict.findings:
+        for f in c.findings:
             safety.setdefault(f.invariant, []).append(f"{name} / {p}: {f.render()}")
-    steps = sum(c.verdict.stats.get("steps", 0) for _, _, c in m_runs + t_runs)
+    steps = sum(c.steps for _, _, c in m_runs + t_runs)
     lines = [f"# vLLM's scheduler under tenantry ({version})", "",
              "Generated by `python examples/vllm_report.py` (seed 0, one scenario per pattern, step mode; "
              "vLLM driven on CPU without a model through `tenantry.verify.vllm`).", "",

@@ -41,11 +41,14 @@ class CheckedRun:
         unchecked: requested ids that were not checked: not applicable to the
             configuration, or with no form at this depth (NONINTERFERENCE
             without observers).
+        coverage: every invariant id -> ``checked (<forms>)`` or why it was not
+            (not asked for, not applicable, no form at this depth).
     """
 
     history: History
     findings: tuple[Finding, ...]
     unchecked: tuple[str, ...] = ()
+    coverage: dict = attrs.field(factory=dict, eq=False)
 
     def by_invariant(self) -> dict[str, list[Finding]]:
         """Findings grouped by invariant id, in order of first appearance."""
@@ -110,4 +113,11 @@ def run_checked(config: Config, workload: Workload | Iterable[Request], *, ids: 
         for obs in observers:
             findings += check_pair("NONINTERFERENCE", history, h2, observer=obs)
     done = set(state_ids) | set(hist_ids) | set(pair_ids)
-    return CheckedRun(history, tuple(dedup(findings)), tuple(i for i in wanted if i not in done))
+    cov = {}
+    for i, inv in INVARIANTS.items():
+        forms = [f for f, ids_ in (("state", state_ids), ("history", hist_ids), ("two-run", pair_ids)) if i in ids_]
+        cov[i] = (f"checked ({', '.join(forms)})" if forms else "not claimed" if i not in wanted
+                  else "not applicable to this configuration" if i not in live
+                  else "two-run property: checked at depth full with observers" if inv.check_pair else
+                  f"no form at depth {depth}")
+    return CheckedRun(history, tuple(dedup(findings)), tuple(i for i in wanted if i not in done), cov)

@@ -19,15 +19,16 @@ pytestmark = pytest.mark.skipif(not _OK, reason=f"vLLM scheduler unavailable: {_
 def test_verify_target_on_vllm_runs_end_to_end(tmp_path):
     from tenantry.cli import main
 
-    code = main(["verify", "--target", "tenantry.verify.vllm:make_fcfs", "--patterns", "flood",
-                 "--out", str(tmp_path)])
-    rep = json.loads((tmp_path / "report.json").read_text())
+    out = tmp_path / "rep"
+    code = main(["verify", "--target", "tenantry.verify.vllm:make_fcfs", "--patterns", "flood", "--quick",
+                 "--budget", "2", "--workers", "1", "--out", str(out)])
+    rep = json.loads((out / "matrix.json").read_text())
     (cell,) = rep["cells"]
     assert code == 0 and cell["findings"] == []
-    assert rep["describe"].startswith("vllm 0.33")
+    assert rep["summary"]["describe"]["tenantry.verify.vllm:make_fcfs"].startswith("vllm 0.33")
     # vLLM promises no tenant fairness: under a flood, FCFS order makes the light tenant wait.
     assert cell["metrics"]["ttft_p99_inflation[chat]"] > 20
-    assert cell["stats"]["steps"] > 100
+    assert cell["steps"] > 100 and cell["coverage"]["KV-CONSERVE"].startswith("checked")
 
 
 def test_cache_salt_isolation_seen_from_outside():
@@ -48,10 +49,12 @@ def test_cache_salt_isolation_seen_from_outside():
 
 
 def test_thrash_on_small_pool_preempts_and_keeps_kv_invariants():
-    from tenantry.verify import vllm as av
-    from tenantry.verify.matrix import run_cell
+    from tenantry.adversaries.evaluate import run_scenario
+    from tenantry.adversaries.patterns import make_scenario
+    from tenantry.verify.run import TargetSystem
 
-    c = run_cell(av.make_fcfs_small, "eviction_thrash", timeout_s=None)
-    assert c.verdict.ok, c.verdict.render()
-    assert c.verdict.stats["preemptions"] > 0
-    assert c.metrics["wasted_prefill_tokens"] > 0
+    system = TargetSystem("tenantry.verify.vllm:make_fcfs_small", timeout_s=None)
+    hist, _, _, ev = run_scenario(system, make_scenario("eviction_thrash", None, 0), depth="full")
+    assert not ev.findings, [f.render() for f in ev.findings]
+    assert sum(len(s.preempted) for s in hist.steps) > 0
+    assert ev.metrics["wasted_prefill_tokens"] > 0

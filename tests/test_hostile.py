@@ -264,8 +264,11 @@ def test_a_signal_stops_check_workers_included_and_keeps_the_old_report(sig, gro
 def test_a_signal_stops_verify_target(sig, status, word, tmp_path):
     shutil.copytree(REPO / "examples" / "minisched", tmp_path / "minisched")  # imported from the current folder
     before = snapshot(tmp_path)
-    p = _tenantry(["verify", "--target", "minisched.tenantry_adapter:make_scheduler", "--out", "vr"], tmp_path)
-    assert p.stdout.readline().strip()  # the first pattern is done: the matrix is under way
+    p = _tenantry(["verify", "--target", "minisched.tenantry_adapter:make_scheduler", "--quiet", "--out", "vr"],
+                  tmp_path)
+    _wait_for(lambda: (tmp_path / ".vr.lock").exists() or p.poll() is not None)  # the matrix is under way
+    time.sleep(2.0)
+    assert p.poll() is None
     os.killpg(p.pid, sig)
     out, err = p.communicate(timeout=30)
     assert p.returncode == status, err

@@ -207,13 +207,15 @@ class Harness:
                                observed=repr(e.value)[:200]))
             return None
         self.plans.append(("plan", k, plan_key(plan)))
+        live, preemptions = len(self.live), self.stats["preemptions"]
         entries = self._apply(plan, arrived, events)
         if self.ref_state is not None and not self.diverged:
             self._compare_reference(inputs, plan, entries, arrived)
         rec = self._execute(plan, entries, events)
         if rec is None:
             return None
-        progress = bool(plan.batch or plan.preempted or plan.rejected)
+        # progress is what the plan did, not what it named: a plan of ended requests is no progress
+        progress = bool(entries) or len(self.live) < live or self.stats["preemptions"] > preemptions
         self.idle_steps = 0 if progress else self.idle_steps + 1
         if self.idle_steps > self.config.eviction.cooldown_steps + 1 and self.has_work():
             head = min(self.live.values(), key=lambda q: q.r.request_id)

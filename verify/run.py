@@ -6,9 +6,19 @@ Used by ``tenantry verify --target``, the pytest plugin and the vLLM report.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import attrs
+
+from tenantry.model.config import TenantConfig
 
 from tenantry.model.history import History
 from tenantry.model.workload import Request, Workload, as_workload
@@ -16,7 +26,7 @@ from tenantry.model.workload import Request, Workload, as_workload
 from .harness import Harness
 from tenantry.spec.invariants_core import Finding
 
-from .protocol import PROTOCOL, finding
+from .protocol import PROTOCOL, Claims, finding
 
 
 @attrs.frozen
@@ -142,3 +152,180 @@ def verify_workload(factory: Callable[[], Any], workload: Workload | Iterable[Re
             findings.append(finding("DETERMINISM", first.step, "a second run on the same inputs ended "
                                     f"differently: {first.render()}", call=first.call))
     return Verdict(h.claims.describe, tuple(findings), history, dict(h.stats), tuple(sorted(h.claimed)))
+
+
+# --- a scheduler under test as a system of the adversary searches ---------------------------
+
+
+def scenario_tenants(roles: Iterable[tuple[str, str]], tiered: bool) -> tuple[TenantConfig, ...]:
+    """Tenants of a scenario: weight 1; tiers per role when ``tiered`` (adversary 0, victims 1)."""
+    return tuple(TenantConfig(n, tier=(0 if r == "adversary" else 1) if tiered else 0) for n, r in roles)
+
+
+def bind(factory: Callable[..., Any], tenants: tuple[TenantConfig, ...]) -> Callable[[], Any]:
+    """A zero-argument factory: ``factory(tenants=tenants)`` if it takes ``tenants``, else ``factory``.
+
+    A factory that takes a keyword ``tenants`` learns each scenario's tenants (the
+    adversary in tier 0 and the victims in tier 1 when the run is ``tiered``), so a
+    priority scheduler can map tiers to its own priorities.
+    """
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return factory
+    if "tenants" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return functools.partial(factory, tenants=tenants)
+    return factory
+
+
+#: PYTHONHASHSEED of the fresh process that re-runs a workload for DETERMINISM.
+RERUN_HASH_SEEDS = ("1", "2")
+
+
+@attrs.frozen
+class TargetSystem:
+    """A scheduler under test as a system of ``tenantry check``'s searches
+    (:class:`tenantry.adversaries.evaluate.System`): every evaluation drives a fresh
+    adapter from ``target`` (``module:factory``) through the harness and judges the
+    run with the invariant catalog under the adapter's claims.  At depth ``full`` the
+    run is repeated in a fresh Python process with another ``PYTHONHASHSEED`` and the
+    two histories must be equal byte for byte (DETERMINISM): a scheduler whose
+    decisions follow string hashing, set order or a wall clock differs there.
+
+    Attributes:
+        target: ``module:factory``; tiered: tenants' tiers by role (adversary 0,
+            victims 1); timeout_s: per call (seconds); path: import the target from
+            this folder first (None: the current folder).
+    """
+
+    target: str
+    tiered: bool = False
+    timeout_s: float | None = 10.0
+    path: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.target
+
+    def factory(self, roles: Iterable[tuple[str, str]]) -> Callable[[], Any]:
+        from .protocol import load_factory
+
+        return bind(load_factory(self.target, path=self.path), scenario_tenants(roles, self.tiered))
+
+    def config(self, roles: Iterable[tuple[str, str]]) -> Any:
+        return self._claims(roles)[0]
+
+    def describe(self, roles: Iterable[tuple[str, str]] = (("probe", "victim"),)) -> str:
+        """The adapter's own one-line description (``Claims.describe``)."""
+        return self._claims(roles)[1]
+
+    def _claims(self, roles: Iterable[tuple[str, str]]) -> tuple[Any, str]:
+        key = (self, tuple(roles))
+        got = _CONFIGS.get(key)
+        if got is None:
+            h = Harness.start(self.factory(key[1]), [n for n, _ in key[1]], timeout_s=self.timeout_s)
+            h.close()
+            got = _CONFIGS[key] = (h.config, h.claims.describe)
+        return got
+
+    def checked(self, workload: Workload, horizon_s: float, depth: str, roles) -> Any:
+        from tenantry.spec.invariants import coverage
+        from tenantry.spec.invariants_run import CheckedRun
+
+        v = verify_workload(self.factory(roles), workload, horizon_s=horizon_s, timeout_s=self.timeout_s,
+                            determinism=False)
+        findings = list(v.findings)
+        cov = coverage(v.history, Claims(self.config(roles), invariants=tuple(i for i in v.claimed)))
+        if depth == "full" and not any(f.invariant in ("ADAPTER-HANG", "ADAPTER-RAISED") for f in findings):
+            d, why = self.rerun_differs(workload, horizon_s, roles, v.history)
+            if d is not None:
+                findings.append(d)
+            cov["DETERMINISM"] = why
+        unchecked = tuple(i for i, why in cov.items() if why.startswith("skipped"))
+        return CheckedRun(v.history, tuple(findings), unchecked, cov)
+
+    def plain(self, workload: Workload, horizon_s: float, roles) -> History:
+        return verify_workload(self.factory(roles), workload, horizon_s=horizon_s, timeout_s=self.timeout_s,
+                               determinism=False, catalog=False).history
+
+    def rerun_differs(self, workload: Workload, horizon_s: float | None, roles,
+                      history: History) -> tuple[Finding | None, str]:
+        """DETERMINISM across processes: the run again in a fresh process (the same import
+        path, another ``PYTHONHASHSEED``).  Returns (a finding naming the first history
+        line that differs, or None; what was checked, or why not)."""
+        from tenantry.model.history import history_lines, read_history
+        from tenantry.model.traces import write_workload_jsonl
+
+        seed = RERUN_HASH_SEEDS[1] if os.environ.get("PYTHONHASHSEED") == RERUN_HASH_SEEDS[0] else RERUN_HASH_SEEDS[0]
+        with tempfile.TemporaryDirectory(prefix="tenantry-rerun-") as tmp:
+            wl_path, h_path = Path(tmp) / "workload.jsonl", Path(tmp) / "history.jsonl"
+            write_workload_jsonl(workload, wl_path)
+            args = [sys.executable, "-c", "from tenantry.verify.run import _rerun_main; _rerun_main()", self.target,
+                    str(wl_path), str(h_path), json.dumps([horizon_s, self.tiered, self.timeout_s, self.path,
+                                                           [list(r) for r in roles]])]
+            env = {**os.environ, "PYTHONHASHSEED": seed,
+                   "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # imports what this process imports
+            p = subprocess.run(args, env=env, capture_output=True, text=True, cwd=os.getcwd())
+            if p.returncode != 0 or not h_path.exists():
+                why = (p.stderr.strip().splitlines() or ["no history written"])[-1][:200]
+                return None, f"skipped: the fresh process could not run the target ({why})"
+            other = list(history_lines(read_history(h_path)))
+        checked = f"checked (a fresh process with PYTHONHASHSEED={seed}, byte for byte)"
+        mine = list(history_lines(history))
+        for n, (a, b) in enumerate(zip(mine, other)):
+            if a != b:
+                step = n - 1 if 0 < n <= len(history.steps) else None
+                return finding("DETERMINISM", step, f"a fresh process with PYTHONHASHSEED={seed} recorded another "
+                               f"history, first at line {n + 1}", observed=a[:120], allowed=b[:120]), checked
+        if len(mine) != len(other):
+            return finding("DETERMINISM", None, f"a fresh process with PYTHONHASHSEED={seed} recorded "
+                           f"{len(other)} history lines, this one {len(mine)}", observed=len(mine),
+                           allowed=len(other)), checked
+        return None, checked
+
+    def replay_command(self, cell: Path, horizon_s: float) -> str:
+        """The command that re-runs a cell's workload on the target (into ``<cell>-replay``)."""
+        import shlex
+
+        return (f"tenantry verify --target {shlex.quote(self.target)} --workload "
+                f"{shlex.quote(str(cell / 'workload.jsonl'))} --horizon-s {horizon_s}"
+                + (" --tiered" if self.tiered else "")
+                + (f" --target-path {shlex.quote(self.path)}" if self.path else "")
+                + f" --out {shlex.quote(str(cell) + '-replay')}")
+
+    def extras(self, out: Path | None):
+        """The target's own extras in ``tenantry check``'s report: a short stateful run."""
+        def stateful() -> tuple[str, bool]:
+            from .suite import TenantryFailure, stateful_check
+
+            try:
+                stateful_check(_load(self), target=self.target, out_dir=(out or Path(".")) / "stateful",
+                               max_examples=10, timeout_s=self.timeout_s)
+            except TenantryFailure as e:
+                return f"{e.title}; replay: {e.replay}", False
+            return "10 stateful examples passed", True
+
+        return [("stateful", stateful)]
+
+
+def _load(system: TargetSystem) -> Callable[..., Any]:
+    from .protocol import load_factory
+
+    return load_factory(system.target, path=system.path)
+
+
+#: (system, roles) -> (the claimed configuration, the description): one adapter built per process to read them.
+_CONFIGS: dict[tuple, Any] = {}
+
+
+def _rerun_main() -> None:
+    """Entry of the fresh process of :meth:`TargetSystem.rerun_differs`: run the workload, write the history."""
+    from tenantry.model.history import write_history
+    from tenantry.model.traces import read_workload_jsonl
+
+    target, wl_path, h_path, extra = sys.argv[1:5]
+    horizon_s, tiered, timeout_s, path, roles = json.loads(extra)
+    system = TargetSystem(target, tiered, timeout_s, path)
+    v = verify_workload(system.factory([tuple(r) for r in roles]), read_workload_jsonl(wl_path), horizon_s=horizon_s,
+                        timeout_s=timeout_s, determinism=False, catalog=False)
+    write_history(v.history, h_path)

@@ -104,7 +104,7 @@ def pattern_check(factory: Callable[[], Any], pattern: str, *, target: str, out_
     """Run one adversary pattern against the scheduler; raise :class:`TenantryFailure` (shrunk) on a finding."""
     from tenantry.adversaries.patterns import make_scenario
 
-    from .matrix import bind, scenario_tenants
+    from .run import bind, scenario_tenants
 
     sc = make_scenario(pattern, None, seed)
     fac = bind(factory, scenario_tenants(sc.roles, tiered))
@@ -144,7 +144,7 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
 
     from tenantry.testing.stateful import StatefulFinding
 
-    from .matrix import bind
+    from .run import bind
 
     names = tuple(tenants)
     fac = bind(factory, tuple(TenantConfig(n) for n in names))

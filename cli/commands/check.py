@@ -159,11 +159,18 @@ def run(args: argparse.Namespace) -> int:
                     shrink_evaluations=DEFAULT_SHRINK if args.shrink is None else args.shrink, plots=args.plots,
                     extras=not args.no_extras, progress=not args.quiet, victims=args.victims,
                     total_budget=total, out_is_default=args.out is None)
-    wall = time.monotonic() - t0
+    return report(res, out, time.monotonic() - t0, strict=args.strict)
+
+
+def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str = "a claimed invariant broke") -> int:
+    """Print a matrix run (:func:`~tenantry.adversaries.check.run_check`'s result) as ``check``
+    does, and return the exit status: 1 when an invariant broke (or, ``strict``, an
+    expectation was not met), else 0.  ``tenantry verify --target`` prints the same."""
+    from tenantry.adversaries.report import ABBREV, LEGEND, cell_lines, matrix_text
+
     s, cells = res["summary"], res["cells"]
     print(matrix_text(s["setups"], s["patterns"], cells))
     print()
-    from tenantry.adversaries.report import ABBREV
     cols = ", ".join(f"{a}={p}" for p, a in ABBREV.items() if a != p and p in s["patterns"])
     print(LEGEND + (f"\ncolumns: {cols}" if cols else ""))
     print()
@@ -173,16 +180,17 @@ def run(args: argparse.Namespace) -> int:
         secs = (res.get("extras_s") or {}).get(k)
         print(f"{k}: {v}" + (f" ({secs:.1f} s)" if secs is not None else ""))
     unmet, unstable = res.get("unmet", []), res.get("seed_dependent", [])
-    print(f"expectations: {s.get('expected', 0) - len(unmet)} of {s.get('expected', 0)} \"should hurt\" met"
-          + (f"; not met (~): {', '.join(f'{a}/{b}' for a, b in unmet)}" if unmet else "")
-          + f"; {len(unstable)} verdicts change with the victims' seed (?)")
+    if s.get("expected"):
+        print(f"expectations: {s.get('expected', 0) - len(unmet)} of {s.get('expected', 0)} \"should hurt\" met"
+              + (f"; not met (~): {', '.join(f'{a}/{b}' for a, b in unmet)}" if unmet else "")
+              + f"; {len(unstable)} verdicts change with the victims' seed (?)")
     ev = res["evaluations"]
     print(f"\n{len(cells)} cells, {ev} evaluations in {wall:.1f} s ({ev / wall:.2f} evaluations/s); report: {out / 'report.md'}")
     code = 0
     if res["claimed_broken"]:
-        print("a claimed invariant broke: exit 1", file=sys.stderr)
+        print(f"{what}: exit 1", file=sys.stderr)
         code = 1
-    if args.strict and unmet:
+    if strict and unmet:
         print(f"--strict: {len(unmet)} expected to hurt and did not: exit 1", file=sys.stderr)
         code = 1
     return code

@@ -31,7 +31,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .args import non_negative_int, positive_float
+from .args import budget, non_negative_int, positive_float, positive_int
 from tenantry.model.config import ConfigError
 from tenantry.model.history import atomic_write_text, read_history
 
@@ -39,6 +39,8 @@ HELP = "Check a scheduler tenantry did not write: a recorded history, or a modul
 
 #: The default report folder.
 DEFAULT_OUT = "verify-report"
+#: Evaluations per pattern of the target matrix (default, and with --quick).
+DEFAULT_TARGET_BUDGET, QUICK_BUDGET = 12, 4
 #: Findings of one invariant printed, and kept in report.json (the rest are counted).
 PRINT_PER_INVARIANT = 10
 KEEP_PER_INVARIANT = 100
@@ -60,10 +62,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon-s", type=positive_float, default=None, help="target mode with --workload: stop at this time (s)")
     p.add_argument("--patterns", default="", metavar="NAMES", help="target mode: comma-separated patterns "
                    "(default: all)")
+    p.add_argument("--budget", type=budget, default=None,
+                   help="target mode: PER PATTERN, shared by its searches: N evaluations, Ns seconds or N,Ns "
+                        f"(default {DEFAULT_TARGET_BUDGET} evaluations; --quick: {QUICK_BUDGET})")
+    p.add_argument("--total-budget", type=budget, default=None, metavar="BUDGET",
+                   help="target mode: for the whole matrix (as tenantry check's)")
+    p.add_argument("--search", nargs="+", default=None, metavar="SEARCH",
+                   help="target mode: searches per pattern: random evolution hypothesis (default: all three)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"target mode: a short run (about a minute on a fast scheduler): {QUICK_BUDGET} evaluations per "
+                        "pattern, random and evolution searches, smaller shrinks, no stateful extra")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="target mode: worker processes (default: CPU count; 1 runs inline)")
+    p.add_argument("--shrink", type=non_negative_int, default=None, metavar="N",
+                   help="target mode: evaluations per shrink of a finding (default 16; --quick: 8; 0: off)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="victims' seed of the matrix scenarios (default 0)")
     p.add_argument("--tiered", action="store_true", help="give the adversary tier 0 and the victims tier 1 "
                    "(for a priority scheduler whose factory takes tenants=)")
     p.add_argument("--timeout-s", type=positive_float, default=10.0, help="per-call timeout for the scheduler (s, default 10)")
+    p.add_argument("--quiet", action="store_true", help="target mode: no progress bar")
     p.add_argument("--no-determinism", action="store_true", help="skip the determinism re-run")
     p.add_argument("--out", default=None, metavar="DIR",
                    help=f"report folder (default {DEFAULT_OUT}); an existing one is replaced only when it is a tenantry "
@@ -180,116 +197,75 @@ def _cell_json(c: Any, replay: str | None) -> dict[str, Any]:
 
 
 def run_target(args: argparse.Namespace) -> int:
-    """Target mode (see the module docstring)."""
-    from tenantry.adversaries.outdir import Interrupted, report_folder
+    """Target mode (see the module docstring): one workload, or the adversary matrix."""
+    from tenantry.adversaries.outdir import check_out, report_folder
+    from tenantry.adversaries.patterns import PATTERNS, get_pattern
     from tenantry.model.traces import read_workload_jsonl
-
     from tenantry.verify.protocol import load_factory
-    from tenantry.verify.matrix import bind, run_matrix, scenario_tenants
-    from tenantry.verify.run import verify_workload
+    from tenantry.verify.run import bind, scenario_tenants, verify_workload
 
     out, default = _out(args)
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] or None
-    if patterns is not None:
-        from tenantry.adversaries.patterns import get_pattern
-
-        for name in patterns:
-            get_pattern(name)
-    if args.workload:
-        size, unit = 1, "workload"
-    else:
-        from tenantry.adversaries.patterns import PATTERNS
-
-        size, unit = len(patterns or PATTERNS), "pattern"
-    det = not args.no_determinism
-    with report_folder(out, "verify", default=default, size=size, unit=unit,
+    for name in patterns or ():
+        get_pattern(name)
+    if not args.workload:
+        check_out(out, "verify", default=default, size=len(patterns or PATTERNS))  # refused before any work
+        load_factory(args.target, path=args.target_path)  # a bad target is one line before any work
+        code = run_target_matrix(args, out, default, patterns)
+        print(f"report: {out / 'report.md'}")
+        return code
+    with report_folder(out, "verify", default=default, size=1, unit="workload",
                        inputs=[args.workload, args.cancellations]) as tmp:
-        wl = read_workload_jsonl(args.workload) if args.workload else None  # bad input before importing the target
-        if wl is not None and len(wl) == 0:
+        wl = read_workload_jsonl(args.workload)  # bad input before importing the target
+        if len(wl) == 0:
             raise ConfigError("--workload", args.workload, "no requests in this file", args.workload)
         if args.cancellations:  # deprecated: workloads carry cancel_s
             wl = wl.with_cancellations(_read_cancellations(args.cancellations))
         factory = load_factory(args.target, path=args.target_path)
-        if args.workload:
-            roles = [(n, "victim") for n in wl.tenants]
-            v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered)), wl,
-                                horizon_s=args.horizon_s, timeout_s=args.timeout_s, determinism=det)
-            found = list(v.findings)
-            shown, counts = capped(found, PRINT_PER_INVARIANT)
-            for f in shown:
-                print(f.render())
-            for line in _more_lines(counts, PRINT_PER_INVARIANT):
-                print(line)
-            print(f"{args.target} on {args.workload}: {v.stats.get('steps', 0)} steps, {len(found)} findings")
-            report = {"kind": "verify-target", "target": args.target, "describe": v.describe,
-                      "claimed": list(v.claimed), "workload": str(args.workload), "stats": v.stats,
-                      **_findings_json(found)}
-            atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
-            atomic_write_text(tmp / "report.md", [f"# tenantry verify --target {args.target} --workload {args.workload}",
-                                                  "", v.render(limit=50)])
-            code = 1 if found else 0
-        else:
-            done: list[str] = []
-
-            def progress(line: str) -> None:
-                done.append(line)
-                print(line)
-
-            try:
-                cells = run_matrix(factory, patterns=patterns, seed=args.seed, tiered=args.tiered,
-                                   timeout_s=args.timeout_s, determinism=det, progress=progress)
-            except KeyboardInterrupt:
-                raise Interrupted(f"after {len(done)} of {size} patterns") from None
-            code = _matrix_report_into(args, out, tmp, cells)
-    print(f"report: {out}" if args.workload else f"report: {out / 'report.md'}")
-    return code
+        roles = [(n, "victim") for n in wl.tenants]
+        v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered)), wl,
+                            horizon_s=args.horizon_s, timeout_s=args.timeout_s, determinism=not args.no_determinism)
+        found = list(v.findings)
+        shown, counts = capped(found, PRINT_PER_INVARIANT)
+        for f in shown:
+            print(f.render())
+        for line in _more_lines(counts, PRINT_PER_INVARIANT):
+            print(line)
+        print(f"{args.target} on {args.workload}: {v.stats.get('steps', 0)} steps, {len(found)} findings")
+        report = {"kind": "verify-target", "target": args.target, "describe": v.describe,
+                  "claimed": list(v.claimed), "workload": str(args.workload), "stats": v.stats,
+                  **_findings_json(found)}
+        atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
+        atomic_write_text(tmp / "report.md", [f"# tenantry verify --target {args.target} --workload {args.workload}",
+                                              "", v.render(limit=50)])
+    print(f"report: {out}")
+    return 1 if found else 0
 
 
-def _matrix_report_into(args: argparse.Namespace, out: Path, tmp: Path, cells: list) -> int:
-    """Write the matrix in ``tenantry check``'s report layout (one setup row: the target) into the
-    staging folder ``tmp``; paths shown name ``out``; replay commands write to ``<out>-replay``."""
-    from tenantry.adversaries.report import LEGEND, cell_lines, dump_json, matrix_text, write_report, write_workload_files
+def run_target_matrix(args: argparse.Namespace, out: Path, default: bool, patterns: list[str] | None) -> int:
+    """The adversary matrix on the target: ``tenantry check``'s engine (searches over each
+    pattern's parameters, the worst workload replayed with every check, shrinking, the
+    same report layout) with the target as its one system
+    (:class:`tenantry.verify.run.TargetSystem`)."""
+    import time
 
-    label = args.target.replace(":", "_").replace("/", "_")
-    replay_out = out.parent / f"{out.name}-replay"
-    rows, table, total = [], {}, 0
-    for c in cells:
-        folder = out / "cells" / label / c.pattern
-        files = write_workload_files(c.scenario, tmp / "cells" / label / c.pattern)
-        replay = (f"tenantry verify --target {shlex.quote(args.target)} --workload "
-                  f"{shlex.quote(str(folder / 'workload.jsonl'))} --horizon-s {c.scenario.horizon_s}"
-                  + (" --tiered" if args.tiered else "")
-                  + (f" --target-path {shlex.quote(args.target_path)}" if args.target_path else "")
-                  + f" --out {shlex.quote(str(replay_out))}")
-        kept, _ = capped(list(c.verdict.findings), KEEP_PER_INVARIANT)
-        total += len(c.verdict.findings)
-        adv = sum(1 for r in c.scenario.workload if r.tenant in set(c.scenario.adversaries))
-        table[(label, c.pattern)] = {
-            "setup": label, "pattern": c.pattern, "objective": c.objective, "score": c.score, "finding": c.hurt,
-            "threshold": c.threshold, "findings": [f.to_json() for f in kept], "search": "default",
-            "workload": str(folder / "workload.jsonl"),
-            "workload_name": "workload.jsonl", "metrics": c.metrics, "replay": replay, "files": files,
-            "adversary_requests": adv, "stats": c.verdict.stats, "params": dict(c.scenario.params),
-        }
-        dump_json(table[(label, c.pattern)], tmp / "cells" / label / c.pattern / "cell.json")
-        rows.append(_cell_json(c, replay))
-    pats = [c.pattern for c in cells]
-    describe = cells[0].verdict.describe if cells else ""
-    summary = {"setups": [label], "patterns": pats, "seed": args.seed, "budget": "1 scenario (step mode)",
-               "searches": ["default"],
-               "extras": {"target": f"{args.target} ({describe})",
-                          "claimed": ", ".join(cells[0].verdict.claimed) if cells else ""}}
-    write_report(tmp, summary, table, {}, title=f"tenantry verify --target {args.target}")
-    dump_json({"kind": "verify-target", "target": args.target, "describe": describe, "seed": args.seed,
-               "tiered": args.tiered, "claimed": list(cells[0].verdict.claimed) if cells else [], "cells": rows,
-               "findings": total}, tmp / "report.json")
-    print(matrix_text([label], pats, table))
-    for line in cell_lines([label], pats, table):
-        print(line)
-    hurt = sum(1 for c in cells if c.hurt)
-    print(LEGEND)
-    print(f"{args.target}: {len(cells)} patterns, {hurt} hurt the victims (*), {total} invariant findings (!)")
-    return 1 if total else 0
+    from tenantry.adversaries.check import DEFAULT_SHRINK, run_check
+    from tenantry.adversaries.search import Budget
+    from tenantry.verify.run import TargetSystem
+
+    from .check import report
+
+    system = TargetSystem(args.target, tiered=args.tiered, timeout_s=args.timeout_s, path=args.target_path)
+    system.config([("probe", "victim")])  # the adapter is built once before any worker: a bad one is a finding now
+    b = args.budget or Budget(QUICK_BUDGET if args.quick else DEFAULT_TARGET_BUDGET)
+    searches = tuple(args.search or (("random", "evolution") if args.quick else ("random", "evolution", "hypothesis")))
+    shrink = args.shrink if args.shrink is not None else (8 if args.quick else DEFAULT_SHRINK)
+    t0 = time.monotonic()
+    res = run_check(setups=[system], patterns=patterns, seed=args.seed, budget=b, searches=searches, out=out,
+                    workers=args.workers, shrink_evaluations=shrink, extras=not args.quick,
+                    progress=not args.quiet, total_budget=args.total_budget, out_is_default=default, kind="verify",
+                    replay_depth="full" if not args.no_determinism else "state")
+    return report(res, out, time.monotonic() - t0, what=f"{args.target}: an invariant broke or the protocol was broken")
 
 
 def _read_cancellations(path: str) -> tuple[tuple[float, int], ...]:
