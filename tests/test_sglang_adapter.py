@@ -278,12 +278,14 @@ def test_identical_drives_give_identical_steps():
 def test_verify_target_on_sglang_runs_end_to_end(tmp_path):
     from tenantry.cli import main
 
-    code = main(["verify", "--target", "tenantry.verify.sglang:make_fcfs", "--patterns", "flood",
-                 "--out", str(tmp_path)])
-    rep = json.loads((tmp_path / "report.json").read_text())
+    out = tmp_path / "rep"
+    code = main(["verify", "--target", "tenantry.verify.sglang:make_fcfs", "--patterns", "flood", "--quick",
+                 "--budget", "2", "--workers", "1", "--out", str(out)])
+    rep = json.loads((out / "matrix.json").read_text())
     (cell,) = rep["cells"]
     assert code == 0 and cell["findings"] == []
-    assert rep["describe"].startswith("sglang 0.5.23")
+    assert rep["summary"]["describe"]["tenantry.verify.sglang:make_fcfs"].startswith("sglang 0.5.23")
+    assert cell["steps"] > 100 and cell["coverage"]["KV-CONSERVE"].startswith("checked")
     # SGLang promises no tenant fairness: under a flood, FCFS order makes the light tenant wait.
     assert cell["metrics"]["ttft_p99_inflation[chat]"] > 20
 
