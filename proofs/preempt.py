@@ -59,7 +59,7 @@ from tenantry.testing.mutants import EvictsOneMore, EvictsWithoutNeed
 
 from .checks import catalog_history, verdict
 from .concrete import run_workload
-from .core import Domain, Proof, Replay, Twin, bool_array, implies_all, int_array, val, zmax
+from .core import Domain, Proof, Replay, Twin, bool_array, implies_all, int_array, zmax
 
 FAMILY = "evict"
 

@@ -50,7 +50,7 @@ from tenantry.model.workload import Request
 from . import order
 from .checks import EPS, catalog_history, verdict
 from .concrete import run_workload
-from .core import Domain, Proof, Replay, Twin, implies_all, int_array, val
+from .core import Domain, Proof, Replay, Twin, implies_all, int_array
 
 FAMILY = "wait"
 
