@@ -572,3 +572,22 @@ def test_catalog_evict_progress_on_a_cancelled_request_sharing_blocks():
     # evicts itself: the batch needed 2 blocks and 1 was free
     assert step5.preempted == (2,) and h.steps[4].used_blocks == 6
     assert catalog_history("EVICT-PROGRESS", cfg, h) == []
+
+
+def test_bounded_wait_is_kept_only_with_a_bound_the_policy_can_keep():
+    """SPEC.md 8.12 on the model: the configuration that kills the mutant skips_last_tenant promises 0.3 s
+    without queue bounds, and 60 requests at once break the promise on the model itself (no bound exists);
+    with queue bounds of 2 and the promise set to wait_bound_s, the same flood keeps it."""
+    from tenantry.model.simulate import simulate
+    from tenantry.proofs.checks import catalog_history
+    from tenantry.testing.mutants import MUTANTS
+    cfg = MUTANTS["skips_last_tenant"].config
+    flood = [Request(k, "abc"[k % 3], 0.0, 200, 40) for k in range(60)]
+    assert wait.wait_bound_s(cfg) is None
+    assert catalog_history("BOUNDED-WAIT", cfg, simulate(cfg, flood, max_steps=5000))
+    bounded = attrs.evolve(cfg, tenants=tuple(attrs.evolve(t, queue_bound=2) for t in cfg.tenants))
+    promise = wait.wait_bound_s(bounded)
+    kept = attrs.evolve(bounded, tenants=tuple(attrs.evolve(t, max_wait_s=promise) for t in bounded.tenants))
+    h = simulate(kept, flood, max_steps=5000)
+    assert any(r.reason == "queue_full" for r in h.requests)
+    assert catalog_history("BOUNDED-WAIT", kept, h) == []
