@@ -103,6 +103,26 @@ class HistoryContext:
         return {r.request_id: starts[r.first_scheduled_s] for r in self.history.requests
                 if r.first_scheduled_s is not None and r.first_scheduled_s in starts}
 
+    def cancel_freed(self, v: StepView, prev) -> int:
+        """KV blocks the cancellations of running requests at the start of step ``v`` surely
+        freed: with block ids in the previous step record (``prev``), the cancelled
+        requests' blocks that no other running request holds; without them, the blocks
+        they held when no block can be shared, else 0 (a shared prefix block may stay in
+        use: counting it freed would make an eviction or a ``kv_watermark`` refusal look
+        needless).  Counting at least what was surely freed keeps the forms that read it
+        from false alarms."""
+        gone = {rid: c for rid, c in v.cancelled if c is not None}
+        if not gone:
+            return 0
+        ids = (prev.block_ids or {}) if prev is not None else {}
+        if all(rid in ids for rid in gone):
+            stay = {b for rid, blocks in ids.items() if rid not in gone for b in blocks}
+            return len({b for rid in gone for b in ids[rid]} - stay)
+        if self.shareable:
+            return 0
+        held = (prev.held or {}) if prev is not None else {}
+        return sum(held.get(rid, self.config.blocks_for(c)) for rid, c in gone.items())
+
     @cached_property
     def shareable(self) -> bool:
         """Blocks could be shared: a prefix cache is on and some request has prefix content ids."""

@@ -543,8 +543,6 @@ def _shared_prefix_cancel(extra, **cfg_kw):
     return cfg, [Request(0, "a", 0.0, 8, 10, prefix_ids=(7, 8)), *extra]
 
 
-@pytest.mark.xfail(strict=True, reason="catalog: REFUSAL-TRUTH subtracts every block a cancelled running request "
-                   "held from the blocks in use, shared prefix blocks still held by others included (SPEC.md 8.10)")
 def test_catalog_refusal_truth_on_a_cancelled_request_sharing_blocks():
     from tenantry.model.simulate import simulate
     from tenantry.proofs.checks import catalog_history
@@ -558,8 +556,6 @@ def test_catalog_refusal_truth_on_a_cancelled_request_sharing_blocks():
     assert catalog_history("REFUSAL-TRUTH", cfg, h) == []
 
 
-@pytest.mark.xfail(strict=True, reason="catalog: EVICT-PROGRESS counts a cancelled running request's shared prefix "
-                   "blocks as freed, so the step's free blocks look larger than the pool's (SPEC.md 8.13)")
 def test_catalog_evict_progress_on_a_cancelled_request_sharing_blocks():
     from tenantry.model.simulate import simulate
     from tenantry.proofs.checks import catalog_history

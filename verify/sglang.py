@@ -83,6 +83,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import types
 import warnings
 from typing import Any
@@ -106,6 +107,10 @@ SUPPORTED_SGLANG = "0.5.23"
 POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random", "hrrn", "shortest-prefill-first", "routing-key")
 
 _TAG_SAMPLE = 0x5341_4D50
+
+
+#: Serialises every entry into SGLang in this process (see SglangScheduler._context).
+_SGLANG_LOCK = threading.RLock()
 
 
 def _rid(request_id: int) -> str:
@@ -353,7 +358,7 @@ class SglangScheduler:
         try:
             with open(os.path.join(model_dir, "config.json"), "w") as f:
                 json.dump(_tiny_llama_config(max_model_len), f)
-            with warnings.catch_warnings():
+            with _SGLANG_LOCK, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.server_args = s["ServerArgs"](
                     model_path=model_dir, device="cpu", load_format="dummy", skip_tokenizer_init=True,
@@ -377,7 +382,9 @@ class SglangScheduler:
 
     @contextlib.contextmanager
     def _context(self) -> Any:
-        with _sglang()["rc"].use_context(self._ctx):
+        # SGLang's use_context swaps process globals and "does not isolate concurrent threads":
+        # instances driven from several threads (the matrix runs cells in threads) take turns.
+        with _SGLANG_LOCK, _sglang()["rc"].use_context(self._ctx):
             yield
 
     def _build(self, pool_tokens: int) -> None:
