@@ -514,10 +514,12 @@ class SglangScheduler:
 
     @property
     def max_request_tokens(self) -> int:
-        """The most prompt + output tokens SGLang runs without clipping the output:
-        ``max_req_len - 1`` (``Scheduler.init_req_max_new_tokens`` keeps one token of
-        ``max_req_len`` back), one less than the context length given to it."""
-        return int(self._sched.max_req_len) - 1
+        """The most prompt + output tokens SGLang runs without clipping the output to
+        the context: ``context_len - 2`` (``max_req_len`` is at most ``context_len - 1``,
+        ``TpModelWorker``, and ``Scheduler.init_req_max_new_tokens`` keeps one more token
+        back).  A smaller pool lowers ``max_req_len`` too: that part is ``too_large``
+        (:meth:`max_output_tokens`)."""
+        return int(self.model_config.context_len) - 2
 
     def max_output_tokens(self, prompt_tokens: int, output_tokens: int) -> int | None:
         """What SGLang's admission leaves of ``output_tokens`` (its own
@@ -817,7 +819,7 @@ class SglangAdapter:
                                  token_budget=replica["token_budget"], policy="fcfs" if priority else policy,
                                  priority=priority, prefix_cache=cache != "off", overlap=overlap,
                                  max_model_len=replica["max_context_tokens"], conservativeness=conservativeness)
-        # the context the claims state is the one SGLang enforces (its context length less one token)
+        # the context the claims state is the one SGLang enforces (its context length less two tokens)
         self.max_context_tokens = self.s.max_request_tokens
         ordered = policy in ("fcfs", "priority") or cache == "off"
         if not priority:
