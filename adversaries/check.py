@@ -205,8 +205,8 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
 #: Findings not shrunk to a witness: DETERMINISM compares whole runs in fresh processes; a
 #: hang costs the call timeout per evaluation.
 NOT_SHRUNK = ("DETERMINISM", "ADAPTER-HANG")
-#: Most findings of one cell shrunk to a witness (the others keep the workload they came from).
-MAX_WITNESSES = 6
+#: Most findings of one cell given a witness (the others keep the workload they came from).
+MAX_WITNESSES = 4
 
 
 def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: list[tuple[Scenario, History | None]],
@@ -221,22 +221,29 @@ def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: l
     the invariant broke again (False: the finding depends on something the workload does not fix,
     e.g. timing or hash seed, or on a race in the scheduler); it is then shrunk with
     :func:`~tenantry.adversaries.evaluate.shrink_scenario` (``invariant=``; cut after the step it
-    showed at).  A finding gets ``witness`` (file), ``witness_requests``, ``reproduced``,
-    ``witness_finding`` (the finding on the witness) and ``replay`` (a command).
+    showed at).  One witness per invariant (the first finding's; the invariant's other findings
+    name the same file), at most :data:`MAX_WITNESSES` per cell, sharing ``2 x shrink_evaluations``
+    evaluations (at least 4 each; with ``shrink_evaluations`` 0, one: the replay).  A finding
+    gets ``witness`` (file), ``witness_requests``, ``reproduced``, ``witness_finding`` (the
+    finding on the witness) and ``replay`` (a command).
 
     Returns [(file stem, scenario, evaluations spent)] to write.
     """
     out: list[tuple[str, Scenario, int]] = []
-    for f, (src, hist) in zip(findings, sources):
+    first: dict[str, int] = {}
+    for i, f in enumerate(findings):
+        if f["invariant"] not in NOT_SHRUNK and len(first) < MAX_WITNESSES:
+            first.setdefault(f["invariant"], i)
+    todo = [(findings[i], sources[i]) for i in first.values()]
+    each = max(4, 2 * shrink_evaluations // max(1, len(todo)))  # the cell's witnesses share 2 x --shrink
+    for f, (src, hist) in todo:
         inv = f["invariant"]
-        if inv in NOT_SHRUNK or len(out) >= MAX_WITNESSES:
-            continue
         cut = None
         if hist is not None and f.get("step") is not None and 0 <= f["step"] < len(hist.steps):
             s = hist.steps[f["step"]]
             cut = s.start_s + s.duration_s
         sh = (shrink_scenario(setup, src, invariant=inv, depth=depth, executor=executor, cut_after_s=cut,
-                              max_evaluations=max(1, shrink_evaluations), progress=progress))
+                              max_evaluations=each if shrink_evaluations > 0 else 1, progress=progress))
         stem = f"finding-{inv}"
         sc = sh.scenario if sh is not None else src
         out.append((stem, sc, sh.evaluations if sh is not None else 1))
@@ -246,6 +253,11 @@ def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: l
         cell = Path(replay_root or ".") / rel
         f["replay"] = (setup.replay_command(cell, sc.horizon_s, sc.roles, name=stem) if hasattr(setup, "replay_command")
                        else f"tenantry check --replay {shlex.quote(str(cell / f'{stem}.jsonl'))}")
+    for i, f in enumerate(findings):  # the invariant's other findings name the same witness
+        j = first.get(f["invariant"])
+        if j is not None and j != i:
+            f.update({k: v for k, v in findings[j].items()
+                      if k in ("reproduced", "witness", "witness_requests", "witness_finding", "replay")})
     return out
 
 
