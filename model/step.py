@@ -400,19 +400,23 @@ class Step:
         bs = self.cfg.block_size_tokens
         running, planned = self.running, self.planned
         get = running.get
+        budget = self.budget  # kept in step with self.budget around anything that may evict
         for rid in list(running):
-            if self.budget <= 0:
+            if budget <= 0:
                 break
             s = get(rid)
             if s is None:  # evicted earlier in this loop
                 continue
             computed = s.computed_tokens
             n = s.request.prompt_tokens + s.output_done - computed
-            if n > self.budget:
-                n = self.budget
+            if n > budget:
+                n = budget
             need = -(-(computed + n) // bs) - len(s.shared_keys) - s.private_blocks
             if need > 0:
-                if not self._make_room(s, need):
+                self.budget = budget
+                room = self._make_room(s, need)
+                budget = self.budget  # an eviction gives back what its victim had planned
+                if not room:
                     continue
                 self._reclaim(need)
                 self.used += need
@@ -420,7 +424,8 @@ class Step:
                 self._set(s.tenant, blocks=t.blocks + need)
                 running[rid] = s._replace(private_blocks=s.private_blocks + need)
             planned[rid] = n
-            self.budget -= n
+            budget -= n
+        self.budget = budget
 
     def _make_room(self, s: Sequence, need: int) -> bool:
         """Evict victims until s can allocate ``need`` blocks.  False if s stalls or is evicted itself."""
