@@ -12,7 +12,8 @@ needs (a target's factory is imported in the worker).
 
 :func:`evaluate` is a top-level function of one picklable :class:`Task`, so
 it runs unchanged in any ``concurrent.futures`` executor: a process pool here,
-a Ray or Dask executor on a cluster.  :func:`evaluate_batch` submits a batch
+or a Ray instance or cluster (:class:`RayExecutor`; :func:`make_executor` makes
+either).  :func:`evaluate_batch` submits a batch
 and returns results in task order, so a search that evaluates fixed batches
 and reduces them in order gets the same answer with any number of workers.
 
@@ -256,10 +257,6 @@ def _ready() -> int:
     return os.getpid()
 
 
-#: Executor kinds of :func:`make_executor` (``--executor`` on ``check`` and ``verify --target``).
-EXECUTOR_KINDS = ("process", "ray", "ray:ADDRESS")
-
-
 def make_executor(workers: int | None = None, kind: str = "process") -> cf.Executor:
     """The executor that runs a matrix's evaluations.
 
@@ -281,7 +278,7 @@ def make_executor(workers: int | None = None, kind: str = "process") -> cf.Execu
     if kind == "ray" or kind.startswith("ray:"):
         return RayExecutor(address=kind[4:] or None, num_cpus=workers)
     if kind != "process":
-        raise ConfigError("--executor", kind, f"unknown executor; choose process, ray or ray:ADDRESS")
+        raise ConfigError("--executor", kind, "unknown executor; choose process, ray or ray:ADDRESS")
     n = (os.cpu_count() or 1) if workers is None else workers
     if n <= 1:
         return InlineExecutor()

@@ -7,7 +7,8 @@ and once through the frozen copy's own ``step`` function, with the same driver
 blocks held and block ids too), and the two histories' JSON Lines must be equal.
 
 Workloads: the seed-001 default of ``tenantry simulate`` under its three policies,
-the packaged Azure pair excerpt under every setup, and Hypothesis-drawn
+the packaged Azure pair excerpt under every setup, each adversary pattern's
+default check-cell scenario (on one setup each; every setup under FULL), and Hypothesis-drawn
 workloads across every setup (:data:`~tenantry.model.setups.SETUPS`) and
 every policy family (:func:`~tenantry.testing.strategies.configs`).  By
 default the two trace workloads are cut at a horizon that keeps the test to
@@ -96,6 +97,22 @@ def test_hypothesis_workloads_on_every_policy_family(data):
     wl = data.draw(workloads(cfg, max_requests=20, big=data.draw(st.booleans()), long_outputs=True,
                              shared_prefixes=cfg.prefix_cache != "off", cancels=True, idle_gaps=True))
     assert_same_history(cfg, wl, horizon_s=60.0)
+
+
+@pytest.mark.parametrize("k", range(14))
+def test_check_cell_workloads(k):
+    """Each adversary pattern's default scenario (a check cell's workload, with its victims),
+    each on another setup in turn (every setup under FULL)."""
+    from tenantry.adversaries.evaluate import scenario_of, Task
+    from tenantry.adversaries.patterns import PATTERNS
+
+    patterns, setups = sorted(PATTERNS), sorted(SETUPS)
+    if k >= len(patterns):
+        pytest.skip(f"{len(patterns)} patterns")
+    cells = [(patterns[k], s) for s in setups] if FULL else [(patterns[k], setups[k % len(setups)])]
+    for pattern, setup in cells:
+        sc = scenario_of(Task(setup, pattern, (), 0))
+        assert_same_history(build_config(setup, sc.roles), sc.workload, sc.horizon_s if FULL else min(sc.horizon_s, 8.0))
 
 
 def test_the_frozen_copy_is_not_the_model():
