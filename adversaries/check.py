@@ -37,11 +37,12 @@ import numpy as np
 from tqdm import tqdm
 
 from tenantry.model.config import ConfigError
+from tenantry.model.history import History
 
 from .outdir import Interrupted, report_folder, shielded
 from tenantry.model.setups import SETUPS, get_setup
 from .evaluate import System, Task, evaluate_batch, run_scenario, scenario_of, shrink_scenario
-from .patterns import PATTERNS, get_pattern
+from .patterns import PATTERNS, Scenario, get_pattern
 from .report import dump_json, folder_name, matrix_text, plot_cell, write_report, write_workload_files
 from .space import freeze
 from .search import Budget, SearchResult, run_search
@@ -140,12 +141,14 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
     scenario = scenario_of(Task(setup, pattern, freeze(params), seed, victims=victims))
     hist, base, twin, ev = run_scenario(setup, scenario, depth=depth)
     findings = [f.to_json() for f in ev.findings]
+    sources: list[tuple[Scenario, History | None]] = [(scenario, hist) for _ in findings]
     seen = {f.invariant for f in ev.findings}
     for r in results:  # what broke during the search and did not show on the replayed worst workload
-        for inv, (idx, f) in r.broken.items():
+        for inv, (idx, f, cand) in r.broken.items():
             if inv not in seen:
                 seen.add(inv)
                 findings.append({**f.to_json(), "search": r.search, "candidate": idx})
+                sources.append((scenario_of(Task(setup, pattern, freeze(cand), seed, victims=victims)), None))
     finding = ev.score >= pat.finding
     spread = {str(seed): ev.score}
     if spread_seeds > 0 and near_threshold(ev.score, pat.finding):
@@ -183,15 +186,67 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
             if hasattr(setup, "replay_command"):
                 rec["shrunk_replay"] = setup.replay_command(Path(replay_root or ".") / rel, scenario.horizon_s,
                                                             scenario.roles, name="shrunk")
+    witnesses = _witnesses(setup, findings, sources, rel=rel, replay_root=replay_root, depth=depth,
+                           executor=executor, shrink_evaluations=shrink_evaluations, progress=progress)
+    rec["evaluations"] += sum(w[2] for w in witnesses)
     if out is not None:
         with gate.open() if gate is not None else nullcontext():
             folder = out / rel
             rec["files"] = write_workload_files(scenario, folder)
             if sh is not None:
                 write_workload_files(sh.scenario, folder, name="shrunk")
+            for name, sc, _ in witnesses:
+                write_workload_files(sc, folder, name=name)
             rec["plots"] = plot_cell(name_, scenario, hist, base, folder) if plots else []
             dump_json(rec, folder / "cell.json")
     return rec
+
+
+#: Findings not shrunk to a witness: DETERMINISM compares whole runs in fresh processes; a
+#: hang costs the call timeout per evaluation.
+NOT_SHRUNK = ("DETERMINISM", "ADAPTER-HANG")
+#: Most findings of one cell shrunk to a witness (the others keep the workload they came from).
+MAX_WITNESSES = 6
+
+
+def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: list[tuple[Scenario, History | None]],
+               *, rel: Path, replay_root: "str | os.PathLike | None", depth: str, executor: cf.Executor,
+               shrink_evaluations: int, progress: bool) -> list[tuple[str, Scenario, int]]:
+    """Give each finding (in place) a witness: the smallest workload found on which its invariant
+    still breaks, written as ``finding-<ID>.jsonl`` beside the cell's workload, with the command
+    that replays it.
+
+    Each finding's source is the workload it showed on (the cell's replayed worst workload, or
+    the search candidate's).  That workload is evaluated again first: ``reproduced`` says whether
+    the invariant broke again (False: the finding depends on something the workload does not fix,
+    e.g. timing or hash seed, or on a race in the scheduler); it is then shrunk with
+    :func:`~tenantry.adversaries.evaluate.shrink_scenario` (``invariant=``; cut after the step it
+    showed at).  A finding gets ``witness`` (file), ``witness_requests``, ``reproduced``,
+    ``witness_finding`` (the finding on the witness) and ``replay`` (a command).
+
+    Returns [(file stem, scenario, evaluations spent)] to write.
+    """
+    out: list[tuple[str, Scenario, int]] = []
+    for f, (src, hist) in zip(findings, sources):
+        inv = f["invariant"]
+        if inv in NOT_SHRUNK or len(out) >= MAX_WITNESSES:
+            continue
+        cut = None
+        if hist is not None and f.get("step") is not None and 0 <= f["step"] < len(hist.steps):
+            s = hist.steps[f["step"]]
+            cut = s.start_s + s.duration_s
+        sh = (shrink_scenario(setup, src, invariant=inv, depth=depth, executor=executor, cut_after_s=cut,
+                              max_evaluations=max(1, shrink_evaluations), progress=progress))
+        stem = f"finding-{inv}"
+        sc = sh.scenario if sh is not None else src
+        out.append((stem, sc, sh.evaluations if sh is not None else 1))
+        f.update(reproduced=sh is not None, witness=str(rel / f"{stem}.jsonl"), witness_requests=len(sc.workload))
+        if sh is not None and sh.finding is not None:
+            f["witness_finding"] = sh.finding.to_json()
+        cell = Path(replay_root or ".") / rel
+        f["replay"] = (setup.replay_command(cell, sc.horizon_s, sc.roles, name=stem) if hasattr(setup, "replay_command")
+                       else f"tenantry check --replay {shlex.quote(str(cell / f'{stem}.jsonl'))}")
+    return out
 
 
 def _proofs(timeout_s: float) -> tuple[str, bool]:

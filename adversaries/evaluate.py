@@ -404,8 +404,9 @@ class ShrunkScenario:
 
     Attributes:
         scenario: the reduced scenario (ids renumbered 0..n-1).
-        evaluation: its evaluation (score at or above the threshold).
-        original_requests, requests: adversary requests before and after.
+        evaluation: its evaluation (score at or above the threshold, or the invariant broken).
+        original_requests, requests: requests that could go (the adversary's, or every
+            request when shrinking an invariant's finding) before and after.
         evaluations: evaluations spent.
     """
 
@@ -415,20 +416,41 @@ class ShrunkScenario:
     requests: int
     evaluations: int
 
+    @property
+    def finding(self) -> "Finding | None":
+        """The first finding of the evaluation (of the invariant shrunk for, if any was)."""
+        return self.evaluation.findings[0] if self.evaluation.findings else None
 
-def shrink_scenario(setup: "str | System", scenario: Scenario, threshold: float, *, executor: cf.Executor,
-                    max_evaluations: int = 60, objective: str | None = None,
-                    progress: bool = False) -> ShrunkScenario | None:
-    """Reduce the adversary's part of ``scenario`` while its score stays at or above
-    ``threshold``, with the one shrinker (:func:`tenantry.testing.shrink.shrink`):
-    the victims stay as they are; candidates are evaluated in batches through
-    ``executor``.  The prefix probe's control twin follows the same request slots
-    (each kept probe keeps its decoy prefix, trimmed like the probe's).
 
-    Returns None when the scenario itself does not reach ``threshold``.
+def shrink_scenario(setup: "str | System", scenario: Scenario, threshold: float | None = None, *,
+                    executor: cf.Executor, max_evaluations: int = 60, objective: str | None = None,
+                    progress: bool = False, invariant: str | None = None, depth: str = "history",
+                    cut_after_s: float | None = None) -> ShrunkScenario | None:
+    """Reduce ``scenario`` while it still fails, with the one shrinker
+    (:func:`tenantry.testing.shrink.shrink`); candidates are evaluated in batches
+    through ``executor``.
+
+    Two tests:
+
+    - ``threshold`` (a hurt adversary): the score stays at or above it; only the
+      adversary's requests shrink, the victims stay as they are;
+    - ``invariant`` (a broken invariant, checked at ``depth``): a finding of that
+      invariant still shows; every request may go, from those arriving after
+      ``cut_after_s`` (seconds) on; the evaluation kept has that invariant's
+      finding first.
+
+    The prefix probe's control twin follows the same request slots (each kept probe
+    keeps its decoy prefix, trimmed like the probe's).
+
+    Returns None when the scenario itself does not fail.
+
+    Raises:
+        ValueError: if neither or both of ``threshold`` and ``invariant`` are given.
     """
-    from tenantry.testing.shrink import shrink
+    from tenantry.testing.shrink import PHASES, shrink
 
+    if (threshold is None) == (invariant is None):
+        raise ValueError("shrink_scenario: give threshold or invariant, not both or neither")
     adv = set(scenario.adversaries)
     twin_of: dict[int, tuple[int, ...]] = {}
     if scenario.twin is not None:
@@ -439,28 +461,40 @@ def shrink_scenario(setup: "str | System", scenario: Scenario, threshold: float,
     def build(wl: Workload) -> Scenario:
         twin = None
         if scenario.twin is not None:
-            decoys = [attrs.evolve(r, prefix_ids=twin_of[r.request_id][:len(r.prefix_ids)]) if r.tenant in adv else r
-                      for r in wl]
+            decoys = [attrs.evolve(r, prefix_ids=twin_of[r.request_id][:len(r.prefix_ids)])
+                      if r.request_id in twin_of else r for r in wl]
             twin = scenario.twin.with_workload(Workload(renumber(decoys)))
         return scenario.with_workload(Workload(renumber(wl.requests)), twin)
+
+    def fails(ev: Evaluation) -> Evaluation | None:
+        if invariant is None:
+            return ev if ev.score >= threshold else None
+        hit = [f for f in ev.findings if f.invariant == invariant]
+        return attrs.evolve(ev, findings=tuple(hit + [f for f in ev.findings if f.invariant != invariant])) if hit else None
 
     best: list[Evaluation] = []
 
     def test(cands) -> int | None:
-        tasks = [Task(setup, scenario.pattern, (), scenario.seed, objective, build(c)) for c in cands]
+        tasks = [Task(setup, scenario.pattern, (), scenario.seed, objective, build(c),
+                      depth=depth if invariant is not None else "history") for c in cands]
         for i, ev in enumerate(evaluate_batch(executor, tasks)):
-            if ev.score >= threshold:
-                best.append(ev)
+            kept = fails(ev)
+            if kept is not None:
+                best.append(kept)
                 return i
         return None
 
     if test([scenario.workload]) is None:
         return None
     block = system_of(setup).config(scenario.roles).block_size_tokens
-    res = shrink(scenario.workload, test, fixed=lambda r: r.tenant not in adv, block_size_tokens=block,
-                 phases=("requests", "output_tokens", "prompt_tokens"), min_prompt_tokens=block,
-                 max_evaluations=max(0, max_evaluations - 1),
-                 progress=f"shrink     {system_of(setup).name}/{scenario.pattern}" if progress else None)
-    n_adv = lambda wl: sum(1 for r in wl if r.tenant in adv)
+    if invariant is None:
+        fixed, phases = (lambda r: r.tenant not in adv), ("requests", "output_tokens", "prompt_tokens")
+        n_adv = lambda wl: sum(1 for r in wl if r.tenant in adv)
+    else:
+        fixed, phases, n_adv = (lambda r: False), PHASES, len
+    res = shrink(scenario.workload, test, fixed=fixed, block_size_tokens=block, phases=phases,
+                 min_prompt_tokens=block, max_evaluations=max(0, max_evaluations - 1), cut_after_s=cut_after_s,
+                 progress=(f"shrink     {system_of(setup).name}/{scenario.pattern}"
+                           + (f" {invariant}" if invariant else "")) if progress else None)
     return ShrunkScenario(build(res.workload), best[-1], n_adv(scenario.workload), n_adv(res.workload),
                           res.evaluations + 1)

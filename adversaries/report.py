@@ -291,6 +291,13 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
         for f in c["findings"]:
             during = f" (during the {f['search']} search, candidate {f['candidate']})" if "search" in f else ""
             lines.append(f"- `{s}` / `{p}`{during}: {Finding.from_json(f).render()}")
+            if "witness" in f:
+                d = f"cells/{folder_name(s)}/{p}"
+                w = Path(f["witness"]).name
+                lines.append(f"  Witness: [{d}/{w}]({d}/{w}), {f['witness_requests']} requests"
+                             + ("" if f["reproduced"] else "; the invariant did NOT break again when this workload "
+                                "was replayed: the finding depends on more than the workload (timing, hash seed, "
+                                "a race, state left by earlier runs)") + f". Replay: `{f['replay']}`")
     lines += ["", "## Cells where the victims were hurt", ""]
     for s in setups:
         for p in patterns:

@@ -120,8 +120,8 @@ class SearchResult:
         best: the worst workload found (largest score, earliest on ties).
         evaluations: evaluations spent.
         scores: every candidate's score, in candidate order.
-        broken: {invariant id: (candidate index, first finding)} for claimed
-            invariants that broke in any candidate (the finding as data).
+        broken: {invariant id: (candidate index, first finding, candidate params)} for
+            claimed invariants that broke in any candidate (the finding as data).
         note: why the search did less than asked, or "".
     """
 
@@ -132,7 +132,7 @@ class SearchResult:
     best: Candidate | None
     evaluations: int
     scores: tuple[float, ...] = ()
-    broken: Mapping[str, tuple[int, Finding]] = attrs.field(factory=dict)
+    broken: Mapping[str, tuple[int, Finding, Mapping[str, Any]]] = attrs.field(factory=dict)
     note: str = ""
 
 
@@ -152,7 +152,7 @@ class Runner:
         self.space: Space = get_pattern(pattern).space
         self.candidates: list[Candidate] = []
         self.best: Candidate | None = None
-        self.broken: dict[str, tuple[int, Finding]] = {}
+        self.broken: dict[str, tuple[int, Finding, Mapping[str, Any]]] = {}
         self.t0 = time.monotonic()
         name = setup if isinstance(setup, str) else setup.name
         self.bar = tqdm(total=budget.evaluations, desc=f"{search:<10} {name}/{pattern}", disable=not progress,
@@ -184,7 +184,7 @@ class Runner:
             if self.best is None or c.score > self.best.score:
                 self.best = c
             for f in ev.findings:
-                self.broken.setdefault(f.invariant, (c.index, f))
+                self.broken.setdefault(f.invariant, (c.index, f, p))
         self.bar.update(len(out))
         self.bar.set_postfix_str(f"best={self.best.score:.3g}")
         return out

@@ -265,6 +265,10 @@ def test_command_prints_the_matrix_writes_the_report_and_replays(tmp_path, capsy
     replayed = capsys.readouterr().out
     assert f"(recorded {recorded['score']:.6g}: same)" in replayed
     cell_dir = out / "cells" / "fcfs" / "flood"
+    witness = cell_dir / "finding-X.jsonl"  # a file of the cell (a finding's witness): run with the cell's roles
+    witness.write_text("\n".join((cell_dir / "workload.jsonl").read_text().splitlines()[:3]) + "\n")
+    assert main(["check", "--replay", str(witness)]) == 0
+    assert "(finding-X.jsonl, 3 requests)" in capsys.readouterr().out
     (cell_dir / "workload.jsonl").write_text("")
     assert _code(["check", "--replay", str(cell_dir)]) == 2
     err = capsys.readouterr().err.strip()

@@ -239,6 +239,10 @@ def test_too_large_for_the_pool_is_refused_not_clipped():
     assert a.add_request(Request(1, "t", 0.0, 900, 60)) is None
     assert a.add_request(Request(2, "t", 0.0, 1010, 14)) == "too_large"  # SGLang keeps a page + 1 token
     assert a.add_request(Request(3, "t", 0.0, 8000, 500)) == "too_long"  # over the 8,192-token context
+    big = sg.SglangAdapter(policy="lpm")  # an ample pool: the context binds, two tokens short of 8,192
+    assert big.claims.config.max_context_tokens == big.s.max_request_tokens == 8190
+    assert big.add_request(Request(4, "t", 0.0, 8000, 191)) == "too_long"
+    assert big.add_request(Request(5, "t", 0.0, 8000, 190)) is None
 
 
 @needs_sglang

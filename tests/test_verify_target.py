@@ -2,6 +2,7 @@
 ``tenantry check``'s report layout; a hostile target still gets its report."""
 
 import json
+import shlex
 import sys
 import textwrap
 
@@ -72,6 +73,20 @@ def test_buggy_target_matrix_and_replay(tmp_path, on_path):
     again = json.loads((tmp_path / "r2" / "report.json").read_text())
     assert code2 == 1
     assert next(f for f in again["findings"] if f["invariant"] == "KV-CONSERVE")["step"] == first["step"]
+    # the finding's witness: shrunk on the invariant (not on the hurt score), replayed by its own command
+    assert first["reproduced"] is True and first["witness"].endswith("eviction_thrash/finding-KV-CONSERVE.jsonl")
+    assert first["witness_requests"] < first_requests(wl) and first["witness_finding"]["invariant"] == "KV-CONSERVE"
+    argv = shlex.split(first["replay"])
+    assert argv[:2] == ["tenantry", "verify"] and "--adversaries" in argv
+    argv[argv.index("--workload") + 1] = str(out / first["witness"])
+    argv[argv.index("--out") + 1] = str(tmp_path / "r3")
+    assert main(argv[1:]) == 1
+    again = json.loads((tmp_path / "r3" / "report.json").read_text())
+    assert next(f for f in again["findings"] if f["invariant"] == "KV-CONSERVE")["step"] == first["witness_finding"]["step"]
+
+
+def first_requests(path):
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
 
 
 HOSTILE = '''

@@ -359,7 +359,7 @@ class TargetSystem:
                 + (f" --adversaries {shlex.quote(','.join(adv))} --victims {shlex.quote(','.join(vic))}" if adv else "")
                 + (" --tiered" if self.tiered else "")
                 + (f" --target-path {shlex.quote(self.path)}" if self.path else "")
-                + f" --out {shlex.quote(str(cell) + '-replay')}")
+                + f" --out {shlex.quote(str(cell) + ('' if name == 'workload' else '-' + name) + '-replay')}")
 
     def extras(self, out: Path | None):
         """The target's own extras in ``tenantry check``'s report: a short stateful run."""

@@ -512,6 +512,15 @@ class SglangScheduler:
 
     # -- the adapter calls --------------------------------------------------------------
 
+    @property
+    def max_request_tokens(self) -> int:
+        """The most prompt + output tokens SGLang runs without clipping the output to
+        the context: ``context_len - 2`` (``max_req_len`` is at most ``context_len - 1``,
+        ``TpModelWorker``, and ``Scheduler.init_req_max_new_tokens`` keeps one more token
+        back).  A smaller pool lowers ``max_req_len`` too: that part is ``too_large``
+        (:meth:`max_output_tokens`)."""
+        return int(self.model_config.context_len) - 2
+
     def max_output_tokens(self, prompt_tokens: int, output_tokens: int) -> int | None:
         """What SGLang's admission leaves of ``output_tokens`` (its own
         ``max_new_tokens`` clipping to the context and the pool,
@@ -806,11 +815,12 @@ class SglangAdapter:
         tenants = tuple(tenants) or (TenantConfig("default"),)
         B = replica["block_size_tokens"]
         priority = policy == "priority"
-        self.max_context_tokens = replica["max_context_tokens"]  # the model's context_length
         self.s = SglangScheduler(num_blocks=num_blocks, block_size_tokens=B, max_num_seqs=replica["max_num_seqs"],
                                  token_budget=replica["token_budget"], policy="fcfs" if priority else policy,
                                  priority=priority, prefix_cache=cache != "off", overlap=overlap,
                                  max_model_len=replica["max_context_tokens"], conservativeness=conservativeness)
+        # the context the claims state is the one SGLang enforces (its context length less two tokens)
+        self.max_context_tokens = self.s.max_request_tokens
         ordered = policy in ("fcfs", "priority") or cache == "off"
         if not priority:
             tenants = tuple(attrs_evolve(t, tier=0) for t in tenants)  # SGLang ignores tiers here
@@ -838,8 +848,8 @@ class SglangAdapter:
 
     def add_request(self, request: Any) -> str | None:
         """Queue the request; refuse what SGLang's front end and admission would
-        cut short: longer than the context (``too_long``, as the tokenizer
-        manager refuses), or an output SGLang would clip to fit the empty pool
+        cut short: longer than the context SGLang enforces (``too_long``, as the
+        tokenizer manager refuses; :attr:`SglangScheduler.max_request_tokens`), or an output SGLang would clip to fit the empty pool
         (``too_large``; SGLang would silently stop it early)."""
         if request.prompt_tokens + request.output_tokens > self.max_context_tokens:
             return "too_long"

@@ -67,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-extras", action="store_true", help="skip the short run of the proofs and the stateful suite")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the setups and patterns and exit")
-    p.add_argument("--replay", type=Path, default=None, metavar="CELL", help="re-run a cell folder's workload and print its metrics")
+    p.add_argument("--replay", type=Path, default=None, metavar="CELL", help="re-run a cell folder's workload (or a "
+                   "file in it: a finding's finding-<ID>.jsonl witness, shrunk.jsonl) and print its metrics and findings")
 
 
 def _list() -> int:
@@ -83,15 +84,20 @@ def _list() -> int:
 
 
 def replay(folder: Path) -> int:
-    """Re-run a cell folder's workload (and the probe's twin) on its setup; print the metrics.
+    """Re-run a cell folder's workload (and the probe's twin) on its setup, or one of its files
+    (``cells/<setup>/<pattern>/finding-<ID>.jsonl``: a finding's witness, ``shrunk.jsonl``);
+    print the metrics and the invariants broken.
 
     Raises:
-        ConfigError: if the folder has no cell.json, a truncated or incomplete one, or an empty workload.jsonl.
-        OSError: if workload.jsonl cannot be read.
+        ConfigError: if the folder has no cell.json, a truncated or incomplete one, or an empty workload file.
+        OSError: if the workload file cannot be read.
     """
     from tenantry.adversaries.evaluate import run_scenario
     from tenantry.adversaries.patterns import scenario_from_workload
 
+    wl_path = folder / "workload.jsonl"
+    if folder.is_file() or folder.suffix == ".jsonl":
+        folder, wl_path = folder.parent, folder
     cell_path = folder / "cell.json"
     if not cell_path.exists():
         raise ConfigError("--replay", str(folder), "no cell.json in this folder (give a cells/<setup>/<pattern> folder)")
@@ -105,18 +111,18 @@ def replay(folder: Path) -> int:
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError("--replay", str(folder), f"cell.json lacks a valid {e} entry; re-run tenantry check",
                           str(cell_path)) from None
-    wl_path = folder / "workload.jsonl"
     wl = read_workload_jsonl(wl_path)
     if len(wl) == 0:
         raise ConfigError("--replay", str(folder), "no requests in this file; re-run tenantry check", str(wl_path))
     sc = scenario_from_workload(wl, adv, victims=vic, pattern=cell["pattern"])
-    if (folder / "twin.jsonl").exists():
+    if wl_path.name == "workload.jsonl" and (folder / "twin.jsonl").exists():
         twin = scenario_from_workload(read_workload_jsonl(folder / "twin.jsonl"), adv, victims=vic,
                                       pattern=cell["pattern"])
         sc = sc.with_workload(sc.workload, twin)
     _, _, _, ev = run_scenario(cell["setup"], sc, depth="full")
-    print(f"{cell['setup']} / {cell['pattern']}: {cell['objective']} = {ev.score:.6g} "
-          f"(recorded {cell['score']:.6g}: {'same' if ev.score == cell['score'] else 'DIFFERENT'})")
+    recorded = (f"recorded {cell['score']:.6g}: {'same' if ev.score == cell['score'] else 'DIFFERENT'}"
+                if wl_path.name == "workload.jsonl" else f"{wl_path.name}, {len(wl)} requests")
+    print(f"{cell['setup']} / {cell['pattern']}: {cell['objective']} = {ev.score:.6g} ({recorded})")
     for k in sorted(ev.metrics):
         print(f"  {k:<32} {ev.metrics[k]:.6g}")
     print("invariants: " + ("; ".join(f.render() for f in ev.findings) or "none broken")
