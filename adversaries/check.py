@@ -433,7 +433,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
               budget: Budget | None = None, searches: Sequence[str] = DEFAULT_SEARCHES + ("z3",),
               out: str | os.PathLike | None = None, workers: int | None = None, cell_threads: int | None = None,
               shrink_evaluations: int = DEFAULT_SHRINK, plots: str = "findings", extras: bool = True,
-              progress: bool = True, executor: cf.Executor | None = None, victims: str = "excerpt",
+              progress: bool = True, executor: cf.Executor | None = None, executor_kind: str = "process",
+              victims: str = "excerpt",
               log: Callable[[str], None] | None = None, total_budget: Budget | None = None,
               spread_seeds: int = SPREAD_SEEDS, out_is_default: bool = False, kind: str = "check",
               replay_depth: str = "full") -> dict[str, Any]:
@@ -457,7 +458,9 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         extras: run the proofs and stateful suite briefly when available.
         victims: the victims' trace source, ``excerpt`` (packaged) or ``shared`` (../shared/traces).
         spread_seeds: extra victim seeds for verdicts near the hurt level (see :func:`run_cell`).
-        executor: use this executor instead of making a process pool.
+        executor: use this executor instead of making one.
+        executor_kind: the executor to make (:func:`~tenantry.adversaries.evaluate.make_executor`:
+            ``process``, ``ray`` or ``ray:ADDRESS``); results do not depend on it.
 
     Returns:
         {"summary": ..., "cells": {(setup, pattern): record}, "claimed_broken": bool,
@@ -468,7 +471,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         Interrupted: on Ctrl-C (or SIGTERM through the CLI): worker processes killed,
             nothing written, ``out`` as it was.
     """
-    from .evaluate import make_executor, terminate_executor
+    from .evaluate import executor_slots, make_executor, terminate_executor
     from .search import private_hypothesis_home
 
     systems = list(setups or SETUPS)
@@ -496,7 +499,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
     with stage, private_hypothesis_home():
         own = executor is None
         ex: cf.Executor | None = executor
-        n_threads = cell_threads or max(1, workers if workers is not None else (os.cpu_count() or 1))
+        n_threads = [cell_threads or max(1, workers if workers is not None else (os.cpu_count() or 1))]
         t0 = time.monotonic()
         deadline = t0 + total_budget.seconds if total_budget is not None and total_budget.seconds else None
         cells: dict[tuple[str, str], dict[str, Any]] = {}
@@ -513,7 +516,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
                 started[0] += 1
                 per_eval = spent["seconds"] / spent["evaluations"] if spent["evaluations"] else None
             now = time.monotonic()
-            b, shrink_n = cell_budget(budget, total_budget, cells_left=left, n_cells=len(keys), threads=n_threads,
+            b, shrink_n = cell_budget(budget, total_budget, cells_left=left, n_cells=len(keys), threads=n_threads[0],
                                       seconds_left=None if deadline is None else deadline - now,
                                       seconds_per_evaluation=per_eval, shrink_evaluations=shrink_evaluations)
             s, p = key
@@ -533,9 +536,11 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
 
         try:
             if ex is None:
-                ex = make_executor(workers)
+                ex = make_executor(workers, executor_kind)
+            if cell_threads is None and workers is None and executor_slots(ex):  # a cluster: as many cells as CPUs
+                n_threads[0] = max(n_threads[0], executor_slots(ex))
             try:
-                _cells_in_threads(keys, one, n_threads, done)
+                _cells_in_threads(keys, one, n_threads[0], done)
             finally:
                 bar.close()
             plotted: dict[tuple[str, str], list[str]] = {}

@@ -12,7 +12,8 @@ needs (a target's factory is imported in the worker).
 
 :func:`evaluate` is a top-level function of one picklable :class:`Task`, so
 it runs unchanged in any ``concurrent.futures`` executor: a process pool here,
-a Ray or Dask executor on a cluster.  :func:`evaluate_batch` submits a batch
+or a Ray instance or cluster (:class:`RayExecutor`; :func:`make_executor` makes
+either).  :func:`evaluate_batch` submits a batch
 and returns results in task order, so a search that evaluates fixed batches
 and reduces them in order gets the same answer with any number of workers.
 
@@ -26,13 +27,14 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import threading
 from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
 from typing import Protocol, runtime_checkable
 
-from tenantry.model.config import Config
+from tenantry.model.config import Config, ConfigError
 from tenantry.model.history import History
 from tenantry.model.simulate import simulate
 from tenantry.model.workload import Workload, renumber
@@ -255,12 +257,28 @@ def _ready() -> int:
     return os.getpid()
 
 
-def make_executor(workers: int | None = None) -> cf.Executor:
-    """A process pool of ``workers`` processes (default: the CPU count); 0 or 1 runs inline.
+def make_executor(workers: int | None = None, kind: str = "process") -> cf.Executor:
+    """The executor that runs a matrix's evaluations.
 
-    The workers are started at once, from the calling thread (the parent-death
-    signal is tied to the thread that starts a process): call it from the main thread.
+    Args:
+        workers: processes (default: the CPU count); with ``process``, 0 or 1
+            runs inline.  With ``ray`` (a local Ray instance started for the run)
+            the CPUs it may use; with ``ray:ADDRESS`` ignored (the cluster's CPUs).
+        kind: ``process`` (a process pool on this machine), ``ray`` (a local Ray
+            instance) or ``ray:ADDRESS`` (an existing Ray cluster, e.g.
+            ``ray:auto`` or ``ray:10.0.0.5:6379``; see :class:`RayExecutor`).
+
+    The pool's workers are started at once, from the calling thread (the
+    parent-death signal is tied to the thread that starts a process): call it
+    from the main thread.
+
+    Raises:
+        ConfigError: on an unknown kind, or ``ray`` when Ray is not installed.
     """
+    if kind == "ray" or kind.startswith("ray:"):
+        return RayExecutor(address=kind[4:] or None, num_cpus=workers)
+    if kind != "process":
+        raise ConfigError("--executor", kind, "unknown executor; choose process, ray or ray:ADDRESS")
     n = (os.cpu_count() or 1) if workers is None else workers
     if n <= 1:
         return InlineExecutor()
@@ -273,8 +291,86 @@ def make_executor(workers: int | None = None) -> cf.Executor:
     return ex
 
 
+def executor_slots(executor: cf.Executor) -> int | None:
+    """How many evaluations ``executor`` runs at once (None: not known; a
+    :class:`RayExecutor`: the cluster's CPUs), to size how many cells run at once."""
+    return getattr(executor, "slots", None)
+
+
+def _call(fn, args, kwargs):
+    """Run ``fn(*args, **kwargs)`` (a Ray task's body)."""
+    return fn(*args, **kwargs)
+
+
+class RayExecutor(cf.Executor):
+    """Runs each call as a Ray task: on a local Ray instance it starts, or on an
+    existing cluster.
+
+    Results are the same values as a process pool's (each call is one pure
+    :func:`evaluate` of a picklable :class:`Task`; results come back in task
+    order through :func:`evaluate_batch`), so a matrix's ``matrix.json`` is the
+    same bytes on either.  Every node of a cluster needs tenantry installed
+    (the same version) and, for ``verify --target``, the target's module
+    importable.
+
+    Args:
+        address: a cluster to join (``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``);
+            None starts a local instance that :meth:`shutdown` stops.
+        num_cpus: CPUs of the local instance (default: the CPU count).
+
+    Raises:
+        ConfigError: when Ray is not installed (``pip install 'tenantry[ray]'``).
+    """
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--executor", "ray" if address is None else f"ray:{address}",
+                              "Ray is not installed: pip install 'tenantry[ray]'") from None
+        self._ray = ray
+        self._own = not ray.is_initialized()
+        if self._own:
+            opts = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+            if address is None:
+                opts["num_cpus"] = num_cpus or os.cpu_count() or 1
+            ray.init(address=address, **opts)
+        self.slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._task = ray.remote(num_cpus=1, max_retries=0)(_call)
+        self._refs: set = set()  # tasks not finished yet (what a shutdown cancels)
+        self._lock = threading.Lock()
+
+    def submit(self, fn, /, *args, **kwargs):  # noqa: D102
+        ref = self._task.remote(fn, args, kwargs)
+        with self._lock:
+            self._refs.add(ref)
+        fut = ref.future()
+        fut.add_done_callback(lambda _f, ref=ref: self._forget(ref))
+        return fut
+
+    def _forget(self, ref) -> None:
+        with self._lock:
+            self._refs.discard(ref)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Cancel what is left when asked (killing its worker processes), and stop
+        the local instance this executor started (a joined cluster keeps running)."""
+        with self._lock:
+            refs, self._refs = list(self._refs), set()
+        if cancel_futures:
+            for ref in refs:
+                try:
+                    self._ray.cancel(ref, force=True)
+                except Exception:  # already finished or gone
+                    pass
+        if self._own and self._ray.is_initialized():
+            self._ray.shutdown()
+            self._own = False
+
+
 def terminate_executor(executor: cf.Executor, timeout_s: float = 3.0) -> None:
-    """Stop an executor now: cancel what is queued and kill its worker processes (a process pool's).
+    """Stop an executor now: cancel what is queued and kill its worker processes (a process pool's;
+    a :class:`RayExecutor`'s tasks, and the local Ray instance it started).
 
     Used on Ctrl-C and SIGTERM, so that a run stops within seconds instead of
     finishing the evaluations already queued.

@@ -8,7 +8,7 @@ no random state.
 
 from __future__ import annotations
 
-from operator import itemgetter
+from operator import attrgetter
 from typing import Any, Iterable, Iterator, NamedTuple, Protocol
 
 import attrs
@@ -21,7 +21,7 @@ from .step import Step, StepOutput, idle, step
 from .workload import Request, StepInput, Workload, as_workload
 
 
-_queue_of = itemgetter(0)  # TenantState.queue
+_request_id_of = attrgetter("request.request_id")  # Sequence.request_id, without the property call
 
 
 def check_workload(config: Config, workload: Workload) -> None:
@@ -41,7 +41,7 @@ def check_workload(config: Config, workload: Workload) -> None:
 
 def has_work(state: State) -> bool:
     """True while some sequence is running or queued."""
-    return bool(state.running) or any(map(_queue_of, state.tenants))
+    return bool(state.running) or bool(state.backlogged())
 
 
 class Recorder:
@@ -134,7 +134,7 @@ def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False
         duration_s=out.duration_s,
         batch=out.batch,
         preempted=out.preempted,
-        running=tuple(s.request_id for s in state.running),
+        running=tuple(map(_request_id_of, state.running)),
         queued={n: len(t.queue) for n, t in zip(names, ts)},
         blocks_in_use={n: t.blocks for n, t in zip(names, ts)},
         free_blocks=free_blocks(config, state),

@@ -175,6 +175,11 @@ class State:
             tenant (and the tier counter of the last tier) whose queue emptied;
             the lift for a tenant (tier) that becomes backlogged while no other
             is (Sheng et al., OSDI 2024, Algorithm 2, variable l).
+        backlog: not a field of the state but a cache derived from ``tenants``
+            (:meth:`backlogged`): the indices of the tenants with a non-empty
+            queue, as the step that built this state left them, so the next step
+            need not scan every tenant; None (the default, and after
+            ``attrs.evolve``) until computed.  Not compared, not given to ``__init__``.
     """
 
     step_index: int
@@ -188,6 +193,15 @@ class State:
     tier_counters: tuple[float, ...] = ()
     last_left_counter: float = 0.0
     last_left_tier_counter: float = 0.0
+    backlog: frozenset[int] | None = attrs.field(default=None, init=False, eq=False, repr=False)
+
+    def backlogged(self) -> frozenset[int]:
+        """Indices of the tenants with a non-empty queue (cached: :attr:`backlog`)."""
+        b = self.backlog
+        if b is None:
+            b = frozenset(i for i, t in enumerate(self.tenants) if t.queue)
+            object.__setattr__(self, "backlog", b)
+        return b
 
     def sequences(self) -> Iterator[Sequence]:
         """Every admitted sequence: running first, then each tenant's queue."""

@@ -30,18 +30,22 @@ on it.
 from __future__ import annotations
 
 import math
-from itertools import compress
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 import attrs
 
 from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS
 from .policies import ORDER, VICTIM, KeyMemo, SelectView, VictimView, step_duration_s
-from .state import KVPool, Sequence, State, TenantState, advanced, prefix_keys
+from .state import KVPool, Sequence, State, TenantState, prefix_keys
 from .workload import Request, StepInput
 
-_queue_of = itemgetter(0)  # TenantState.queue
+_tenant_of = itemgetter(1)  # Sequence.tenant
+_computed_of = itemgetter(5)  # Sequence.computed_tokens
+_request_id_of = attrgetter("request.request_id")  # Sequence.request_id, without the property call
+_TENANT_FIELDS = TenantState._fields
+_TENANT_FIELD_SET = frozenset(_TENANT_FIELDS)
+_new_tuple = tuple.__new__
 
 #: Event kinds (SPEC.md 5.2): one flat table, the history's
 #: (:data:`tenantry.model.history.EVENT_KINDS`).  Every request ends in exactly
@@ -106,7 +110,9 @@ def idle(config: Config, state: State, until_s: float) -> State:
     """
     if until_s < state.t_s:
         raise ValueError(f"idle until_s={until_s!r} is before the clock t_s={state.t_s!r}")
-    return attrs.evolve(state, t_s=until_s)
+    new = attrs.evolve(state, t_s=until_s)
+    object.__setattr__(new, "backlog", state.backlog)  # the tenants are the same
+    return new
 
 
 def step(config: Config, state: State, inputs: StepInput = StepInput(),
@@ -161,7 +167,7 @@ class Step:
         self.t = st.t_s
         self.policy = self.ORDER[cfg.order.policy]
         self.tenants: list[TenantState] = list(st.tenants)
-        self.running: dict[int, Sequence] = {s.request_id: s for s in st.running}
+        self.running: dict[int, Sequence] = dict(zip(map(_request_id_of, st.running), st.running))
         self.used = st.kv.used_blocks
         self.refs, self.retained, self.key_salt = st.kv.refs, st.kv.retained, st.kv.key_salt
         self._kv_copied = False
@@ -176,7 +182,7 @@ class Step:
         self.touched: set[int] = set()
         self.provisional: dict[int, float] = {}
         self.duration_s = 0.0
-        self.backlogged: set[int] = set(compress(range(len(st.tenants)), map(_queue_of, st.tenants)))
+        self.backlogged: set[int] = set(st.backlogged())
         self._min_counter: float | None = None
         self._cancel_left: dict[int, float] = {}  # tenant -> counter, queue emptied by cancellation this step
         self._cancel_left_tier: dict[int, float] = {}
@@ -193,7 +199,9 @@ class Step:
     def _set(self, i: int, **changes) -> TenantState:
         """Replace fields of tenant i's record, keeping the backlog set and the
         cached least counter (see :meth:`_on_backlogged`) in step."""
-        t = self.tenants[i]._replace(**changes)
+        if not changes.keys() <= _TENANT_FIELD_SET:
+            raise TypeError(f"TenantState has no field {sorted(set(changes) - _TENANT_FIELD_SET)}")
+        t = _new_tuple(TenantState, map(changes.get, _TENANT_FIELDS, self.tenants[i]))  # a cheap _replace
         self.tenants[i] = t
         self.touched.add(i)
         self._keys.invalidate(i)
@@ -391,18 +399,24 @@ class Step:
         """Each running sequence, in batch order, gets its next chunk or token."""
         bs = self.cfg.block_size_tokens
         running, planned = self.running, self.planned
+        get = running.get
+        budget = self.budget  # kept in step with self.budget around anything that may evict
         for rid in list(running):
-            if self.budget <= 0:
+            if budget <= 0:
                 break
-            s = running.get(rid)
+            s = get(rid)
             if s is None:  # evicted earlier in this loop
                 continue
-            n = s.request.prompt_tokens + s.output_done - s.computed_tokens
-            if n > self.budget:
-                n = self.budget
-            need = -(-(s.computed_tokens + n) // bs) - len(s.shared_keys) - s.private_blocks
+            computed = s.computed_tokens
+            n = s.request.prompt_tokens + s.output_done - computed
+            if n > budget:
+                n = budget
+            need = -(-(computed + n) // bs) - len(s.shared_keys) - s.private_blocks
             if need > 0:
-                if not self._make_room(s, need):
+                self.budget = budget
+                room = self._make_room(s, need)
+                budget = self.budget  # an eviction gives back what its victim had planned
+                if not room:
                     continue
                 self._reclaim(need)
                 self.used += need
@@ -410,7 +424,8 @@ class Step:
                 self._set(s.tenant, blocks=t.blocks + need)
                 running[rid] = s._replace(private_blocks=s.private_blocks + need)
             planned[rid] = n
-            self.budget -= n
+            budget -= n
+        self.budget = budget
 
     def _make_room(self, s: Sequence, need: int) -> bool:
         """Evict victims until s can allocate ``need`` blocks.  False if s stalls or is evicted itself."""
@@ -567,38 +582,41 @@ class Step:
     def execute(self) -> None:
         """The batch runs: tokens advance, outputs are produced, the accounting is charged."""
         cfg, o = self.cfg, self.cfg.order
-        batched = sum(self.planned.values())
-        kv_tokens = sum(self.running[rid].computed_tokens + n for rid, n in self.planned.items())
+        running, planned, tenants = self.running, self.planned, self.tenants
+        batched = sum(planned.values())
+        kv_tokens = batched + sum(map(_computed_of, map(running.__getitem__, planned)))
         dur = step_duration_s(cfg, batched, kv_tokens)
         self.duration_s = dur
         end = self.t + dur
-        # Block-seconds for every tenant holding blocks during the step (charged below).
-        held = {s.tenant: self.tenants[s.tenant].blocks * dur for s in self.running.values()}
-        B = cfg.block_size_tokens
+        # Block-seconds for every tenant holding blocks during the step (charged below), in batch order.
+        held = {i: tenants[i].blocks * dur for i in dict.fromkeys(map(_tenant_of, running.values()))}
         produced: dict[int, list[int]] = {}  # tenant -> [tokens produced, tokens to charge to the counter]
-        running = self.running
-        for rid, n in self.planned.items():
-            s = running[rid]
-            computed = s.computed_tokens + n
-            shared, private = s.shared_keys, s.private_blocks
-            if s.prefix_keys:
-                shared, private = self._register(s, computed, shared, private)
-            output_done, predicted, first = s.output_done, s.predicted_charge, s.first_token_s
-            if computed == s.request.prompt_tokens + output_done:  # every known token computed: sample one
+        events = self.events
+        for rid, n in planned.items():
+            (request, tenant, arrival_seq, admitted_step, prefix_keys, computed, output_done, shared, private,
+             preemptions, wasted_tokens, ready_step, charged_prompt_tokens, predicted, first_scheduled_s, first,
+             cached_tokens) = running[rid]
+            computed += n
+            if prefix_keys:
+                shared, private = self._register(running[rid], computed, shared, private)
+            if computed == request.prompt_tokens + output_done:  # every known token computed: sample one
                 output_done += 1
                 if first is None:
                     first = end
-                    self.events.append(Event("first_token", rid, s.tenant, end))
-                acc = produced.get(s.tenant)
+                    events.append(Event("first_token", rid, tenant, end))
+                acc = produced.get(tenant)
                 if acc is None:
-                    acc = produced[s.tenant] = [0, 0]
+                    acc = produced[tenant] = [0, 0]
                 acc[0] += 1
                 if predicted <= 0:
                     acc[1] += 1
                 else:
                     predicted -= 1
-            s = advanced(s, computed, output_done, shared, private, predicted, first)
-            if output_done == s.request.output_tokens:
+            s = _new_tuple(Sequence, (  # advanced(s, ...) inlined: the hot path
+                request, tenant, arrival_seq, admitted_step, prefix_keys, computed, output_done, shared, private,
+                preemptions, wasted_tokens, ready_step, charged_prompt_tokens, predicted, first_scheduled_s, first,
+                cached_tokens))
+            if output_done == request.output_tokens:
                 del running[rid]
                 self._release(s)
                 self._drop(s, "finished")
@@ -678,6 +696,7 @@ class Step:
             last_left_counter=self.last_left,
             last_left_tier_counter=self.last_left_tier,
         )
+        object.__setattr__(new, "backlog", frozenset(self.backlogged))  # kept by _set, so the next step need not scan
         out = StepOutput(
             step_index=self.k,
             start_s=self.t,

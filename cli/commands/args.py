@@ -52,3 +52,16 @@ def budget(text: str):
     if b.evaluations == 0 or b.seconds == 0:
         raise argparse.ArgumentTypeError(f"{text}: must be positive (at least 1 evaluation, more than 0 s)")
     return b
+
+
+def executor(text: str) -> str:
+    """An executor kind for the searches: ``process``, ``ray`` (a local Ray instance) or
+    ``ray:ADDRESS`` (an existing cluster); ``ray`` only when Ray is installed."""
+    import importlib.util
+
+    if text != "process" and text != "ray" and not (text.startswith("ray:") and len(text) > 4):
+        raise argparse.ArgumentTypeError(f"{text!r}: write process, ray (a local Ray instance) or ray:ADDRESS "
+                                         "(an existing cluster, e.g. ray:auto or ray:10.0.0.5:6379)")
+    if text.startswith("ray") and importlib.util.find_spec("ray") is None:
+        raise argparse.ArgumentTypeError(f"{text}: Ray is not installed; pip install 'tenantry[ray]'")
+    return text

@@ -29,7 +29,7 @@ from pathlib import Path
 from tenantry.model.config import ConfigError
 from tenantry.model.traces import read_workload_jsonl
 
-from .args import budget, non_negative_int, positive_int
+from .args import budget, executor, non_negative_int, positive_int
 
 HELP = "Run every abusive-tenant pattern and search against every built-in policy setup; print the matrix."
 
@@ -59,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--victims", choices=("excerpt", "shared"), default="excerpt",
                    help="victim traffic from the packaged Azure excerpts (default) or the full traces in ../shared/traces")
     p.add_argument("--workers", type=positive_int, default=None, help="worker processes (default: CPU count; 1 runs inline)")
+    p.add_argument("--executor", type=executor, default="process", metavar="KIND",
+                   help="where evaluations run: process (a process pool here, default), ray (a local Ray instance "
+                        "of --workers CPUs) or ray:ADDRESS (an existing Ray cluster, e.g. ray:auto); same results")
     p.add_argument("--shrink", type=non_negative_int, default=None, metavar="N", help="evaluations per shrink of a finding (default 16; 0: off)")
     p.add_argument("--plots", choices=("findings", "all", "none"), default="findings", help="which cells get plots")
     p.add_argument("--no-extras", action="store_true", help="skip the short run of the proofs and the stateful suite")
@@ -161,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
               + (f", {_budget_words(total)} in total" if total else "") + f"; report: {out}", file=sys.stderr)
     t0 = time.monotonic()
     res = run_check(setups=setups, patterns=patterns, seed=args.seed, budget=budget,
-                    searches=tuple(args.search or SEARCHES), out=out, workers=args.workers,
+                    searches=tuple(args.search or SEARCHES), out=out, workers=args.workers, executor_kind=args.executor,
                     shrink_evaluations=DEFAULT_SHRINK if args.shrink is None else args.shrink, plots=args.plots,
                     extras=not args.no_extras, progress=not args.quiet, victims=args.victims,
                     total_budget=total, out_is_default=args.out is None)

@@ -32,7 +32,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .args import budget, non_negative_int, positive_float, positive_int
+from .args import budget, executor, non_negative_int, positive_float, positive_int
 from tenantry.model.config import ConfigError
 from tenantry.model.history import atomic_write_text, read_history
 
@@ -80,6 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "pattern, random and evolution searches, smaller shrinks, no stateful extra")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="target mode: worker processes (default: CPU count; 1 runs inline)")
+    p.add_argument("--executor", type=executor, default="process", metavar="KIND",
+                   help="target mode: where evaluations run: process (default), ray (a local Ray instance) or "
+                        "ray:ADDRESS (an existing cluster whose nodes can import the target); same results")
     p.add_argument("--shrink", type=non_negative_int, default=None, metavar="N",
                    help="target mode: evaluations per shrink of a finding (default 16; --quick: 8; 0: off)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="victims' seed of the matrix scenarios (default 0)")
@@ -298,7 +301,8 @@ def run_target_matrix(args: argparse.Namespace, out: Path, default: bool, patter
     shrink = args.shrink if args.shrink is not None else (8 if args.quick else DEFAULT_SHRINK)
     t0 = time.monotonic()
     res = run_check(setups=[system], patterns=patterns, seed=args.seed, budget=b, searches=searches, out=out,
-                    workers=args.workers, shrink_evaluations=shrink, extras=not args.quick,
+                    workers=args.workers, executor_kind=args.executor, shrink_evaluations=shrink,
+                    extras=not args.quick,
                     progress=not args.quiet, total_budget=args.total_budget, out_is_default=default, kind="verify",
                     replay_depth="full" if not args.no_determinism else "state")
     return report(res, out, time.monotonic() - t0, what=f"{args.target}: an invariant broke or the protocol was broken")

@@ -1,0 +1,64 @@
+"""The searches on Ray give the same matrix as on the process pool (issue 13).
+
+A local Ray instance of 2 CPUs runs a tiny matrix; ``matrix.json`` must be the
+same bytes as the process pool's with the same seed, and terminating the
+executor (what Ctrl-C does) stops the instance within seconds.  Skipped when
+Ray is not installed (``pip install -e '.[ray]'``; CI installs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+
+import pytest
+
+from tenantry.adversaries.check import run_check
+from tenantry.adversaries.evaluate import RayExecutor, make_executor, terminate_executor
+from tenantry.adversaries.search import Budget
+from tenantry.model.config import ConfigError
+
+TINY = dict(setups=["fcfs", "vtc"], patterns=["flood"], seed=3, budget=Budget(4), searches=("random", "evolution"),
+            shrink_evaluations=2, plots="none", extras=False, progress=False)
+
+
+def _matrix(out, **kw) -> bytes:
+    run_check(out=out, **TINY, **kw)
+    data = (out / "matrix.json").read_bytes()
+    shutil.rmtree(out)
+    return data
+
+
+def test_ray_gives_the_process_pools_matrix_bytes_and_stops_within_seconds(tmp_path):
+    """One local Ray instance (2 CPUs): the same matrix.json bytes as the process pool;
+    then Ctrl-C's path: terminating cancels a running task and stops the instance it started."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("a Ray instance is already running in this process")
+    out = tmp_path / "rep"
+    on_pool = _matrix(out, workers=2)
+    ex = make_executor(2, "ray")
+    try:
+        assert isinstance(ex, RayExecutor) and ray.is_initialized() and ex.slots == 2
+        on_ray = _matrix(out, executor=ex)
+        assert on_ray == on_pool
+        slow = ex.submit(time.sleep, 60)
+        t0 = time.monotonic()
+    finally:
+        terminate_executor(ex)
+    assert time.monotonic() - t0 < 15
+    assert not ray.is_initialized()
+    with pytest.raises(BaseException):
+        slow.result(timeout=5)
+
+
+def test_the_executor_flag_is_checked_before_any_work():
+    from tenantry.commands.args import executor
+
+    assert executor("process") == "process"
+    for bad in ("dask", "ray:", "threads"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            executor(bad)
+    with pytest.raises(ConfigError):
+        make_executor(1, "dask:1.2.3.4")

@@ -1,0 +1,125 @@
+"""The fast step against a frozen copy of the step as it was (tests/frozen_step.py):
+histories byte for byte (issue 13).
+
+Each workload runs twice, once through the model's :func:`~tenantry.model.step.step`
+and once through the frozen copy's own ``step`` function, with the same driver
+(:func:`~tenantry.model.simulate.drive`) and recorder (detailed step records:
+blocks held and block ids too), and the two histories' JSON Lines must be equal.
+
+Workloads: the seed-001 default of ``tenantry simulate`` under its three policies,
+the packaged Azure pair excerpt under every setup, each adversary pattern's
+default check-cell scenario (on one setup each; every setup under FULL), and Hypothesis-drawn
+workloads across every setup (:data:`~tenantry.model.setups.SETUPS`) and
+every policy family (:func:`~tenantry.testing.strategies.configs`).  By
+default the two trace workloads are cut at a horizon that keeps the test to
+seconds; ``TENANTRY_DIFFERENTIAL=full`` runs them whole.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import frozen_step
+from tenantry.model.config import Config
+from tenantry.model.history import history_lines
+from tenantry.model.setups import SETUPS, apply_setup, build_config, default_config, seed001_config
+from tenantry.model.simulate import ModelReplica, Recorder, Transition, check_workload, drive
+from tenantry.model.state import initial_state
+from tenantry.model.traces import azure_two_tenant_workload, seed001_workload
+from tenantry.model.workload import Workload
+from tenantry.testing.strategies import configs, workloads
+
+FULL = os.environ.get("TENANTRY_DIFFERENTIAL") == "full"
+
+
+class _FrozenReplica(ModelReplica):
+    """The model replica, stepping with the frozen copy's own ``step`` function."""
+
+    def step(self, inputs):
+        new, out = frozen_step.step(self.config, self.state, inputs)
+        self.last = Transition(self.state, inputs, new, out)
+        self.state = new
+        return self.last
+
+
+def _history_text(config: Config, workload: Workload, replica_cls, horizon_s: float | None) -> str:
+    check_workload(config, workload)
+    rec = Recorder(config, record_steps=True, detail=True)
+    for r in workload.requests:
+        rec.offered(r)
+    rep = replica_cls(config)
+    for _ in drive(rep, workload, horizon_s=horizon_s):
+        rec.observe(rep.state, rep.last.output)
+    return "\n".join(history_lines(rec.history(rep.state, {"requests": len(workload)})))
+
+
+def assert_same_history(config: Config, workload: Workload, horizon_s: float | None = None) -> None:
+    """The fast step and the frozen one record byte-identical histories."""
+    fast = _history_text(config, workload, ModelReplica, horizon_s)
+    frozen = _history_text(config, workload, _FrozenReplica, horizon_s)
+    if fast != frozen:
+        a, b = fast.splitlines(), frozen.splitlines()
+        first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        pytest.fail(f"histories differ first at line {first} of {len(b)}:\n fast:   "
+                    f"{a[first] if first < len(a) else '<end>'}\n frozen: {b[first] if first < len(b) else '<end>'}")
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "rate_limit", "vtc"])
+def test_seed001_default_workload(policy):
+    wl = seed001_workload(seed=9)
+    horizon = max(3 * wl.duration_s, wl.duration_s + 600.0) if FULL else 15.0
+    assert_same_history(apply_setup(seed001_config(wl.tenants), policy), wl, horizon)
+
+
+@pytest.mark.parametrize("setup", sorted(SETUPS))
+def test_azure_pair_excerpt(setup):
+    wl = azure_two_tenant_workload(speedup=5.0, use_shared=False, max_rows=None if FULL else 60)
+    assert_same_history(apply_setup(default_config(wl.tenants), setup), wl, None if FULL else 30.0)
+
+
+@settings(max_examples=60 if FULL else 12)
+@given(data=st.data(), setup=st.sampled_from(sorted(SETUPS)))
+def test_hypothesis_workloads_on_every_setup(data, setup):
+    roles = (("a", "adversary"), ("b", "victim"), ("c", "victim"))
+    cfg = build_config(setup, roles)
+    wl = data.draw(workloads(cfg, max_requests=25, long_outputs=True, shared_prefixes=True, cancels=True,
+                             bursty=data.draw(st.booleans())))
+    assert_same_history(cfg, wl, horizon_s=120.0)
+
+
+@settings(max_examples=200 if FULL else 40)
+@given(data=st.data())
+def test_hypothesis_workloads_on_every_policy_family(data):
+    cfg = data.draw(configs())
+    wl = data.draw(workloads(cfg, max_requests=20, big=data.draw(st.booleans()), long_outputs=True,
+                             shared_prefixes=cfg.prefix_cache != "off", cancels=True, idle_gaps=True))
+    assert_same_history(cfg, wl, horizon_s=60.0)
+
+
+@pytest.mark.parametrize("k", range(14))
+def test_check_cell_workloads(k):
+    """Each adversary pattern's default scenario (a check cell's workload, with its victims),
+    each on another setup in turn (every setup under FULL)."""
+    from tenantry.adversaries.evaluate import scenario_of, Task
+    from tenantry.adversaries.patterns import PATTERNS
+
+    patterns, setups = sorted(PATTERNS), sorted(SETUPS)
+    if k >= len(patterns):
+        pytest.skip(f"{len(patterns)} patterns")
+    cells = [(patterns[k], s) for s in setups] if FULL else [(patterns[k], setups[k % len(setups)])]
+    for pattern, setup in cells:
+        sc = scenario_of(Task(setup, pattern, (), 0))
+        assert_same_history(build_config(setup, sc.roles), sc.workload, sc.horizon_s if FULL else min(sc.horizon_s, 8.0))
+
+
+def test_the_frozen_copy_is_not_the_model():
+    """The comparison is not vacuous: the reference is its own code, not the model's step."""
+    from tenantry.model import step as model_step
+
+    assert frozen_step.Step is not model_step.Step
+    assert frozen_step.step is not model_step.step
+    cfg = seed001_config()
+    assert frozen_step.step(cfg, initial_state(cfg))[0] == model_step.step(cfg, initial_state(cfg))[0]
