@@ -363,3 +363,95 @@ def step_duration_s(config: Config, batched_tokens: int, kv_tokens: int) -> floa
         return c.empty_step_s
     memory = c.weight_read_s + kv_tokens * c.kv_read_s_per_token
     return max(memory, batched_tokens * c.flop_s_per_token) + c.overhead_s
+
+
+# --- preemption for priority (SPEC.md 4.5) ---------------------------------------------------
+
+
+@attrs.frozen
+class PriorityView:
+    """What the priority-preemption plan may look at, at the start of the waiting phase.
+
+    Attributes:
+        config: the configuration.
+        tenants: per-tenant records (running counts for the slot caps).
+        heads: each backlogged tenant's first ready queued sequence, as
+            (tenant index, sequence).
+        running: the running sequences, in batch order.
+        freeable: request id -> blocks its eviction would free now (blocks).
+        free_blocks: free blocks of the pool now (blocks).
+    """
+
+    config: Config
+    tenants: Seq[TenantState]
+    heads: Seq[tuple[int, Sequence]]
+    running: Seq[Sequence]
+    freeable: Mapping[int, int]
+    free_blocks: int
+
+
+def plan_priority_preemption(view: PriorityView) -> list[int]:
+    """The running sequences to evict so that waiting higher tiers get in (request ids, in order).
+
+    Heads are taken in strict-priority order (tier, then ``arrival_seq``), one
+    per tenant.  Each head claims a batch slot and the blocks of its first
+    chunk at the whole token budget (``blocks_for(min(target, token_budget))``,
+    counting no prefix-cache hit: an upper bound).  A head whose own tenant's
+    KV cap or slot cap refuses it is passed over (evicting others cannot help).
+    When the slots or blocks left do not hold it, the victims are running
+    sequences of a strictly lower tier (larger tier number) that free at least
+    ``min_free_blocks`` and have been evicted fewer than ``max_evictions``
+    times, in the order of the victim policy; they are taken until the head
+    fits, and only if it can be made to fit.  Pure: reads the view only.
+    """
+    cfg = view.config
+    key = VICTIM[cfg.eviction.victim]
+    vv = VictimView(cfg, view.tenants)
+    k_max, min_free = cfg.eviction.max_evictions, cfg.eviction.min_free_blocks
+    seats = cfg.max_num_seqs - len(view.running)
+    free = view.free_blocks
+    alive = {s.request_id: s for s in view.running}
+    victims: list[int] = []
+    for i, h in sorted(view.heads, key=lambda p: (cfg.tenants[p[0]].tier, p[1].arrival_seq)):
+        tier = cfg.tenants[i].tier
+        need = cfg.blocks_for(min(h.target_tokens, cfg.token_budget))
+        cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
+        if cap is not None and view.tenants[i].blocks + need > cap:
+            continue
+        if not slot_room(cfg, view.tenants, i):
+            continue
+        cands = sorted((s for s in alive.values() if cfg.tenants[s.tenant].tier > tier
+                        and (k_max is None or s.preemptions < k_max) and view.freeable[s.request_id] >= min_free),
+                       key=lambda s: key(vv, s))
+        take: list[Sequence] = []
+        s_left, f_left = seats, free
+        for c in cands:
+            if s_left >= 1 and need <= f_left:
+                break
+            take.append(c)
+            s_left += 1
+            f_left += view.freeable[c.request_id]
+        if s_left < 1 or need > f_left:
+            continue
+        for c in take:
+            del alive[c.request_id]
+            victims.append(c.request_id)
+        seats, free = s_left - 1, f_left - need
+    return victims
+
+
+def slot_room(config: Config, tenants: Seq[TenantState], i: int) -> bool:
+    """Tenant i may put one more sequence in the batch under the slot caps
+    (its ``max_running_seqs`` and its tier's ``tier_slot_caps``, when
+    ``admission.slot_cap``; SPEC.md 4.3)."""
+    adm = config.admission
+    if not adm.slot_cap:
+        return True
+    tc = config.tenants[i]
+    if tc.max_running_seqs is not None and tenants[i].running >= tc.max_running_seqs:
+        return False
+    if adm.tier_slot_caps:
+        cap = adm.tier_slot_caps[min(tc.tier, len(adm.tier_slot_caps) - 1)]
+        if sum(t.running for j, t in enumerate(tenants) if config.tenants[j].tier == tc.tier) >= cap:
+            return False
+    return True
