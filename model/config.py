@@ -181,6 +181,13 @@ class OrderConfig:
         aging_rate_per_s: tiers gained per second of waiting (policy ``aging``).
         tier_floors: for ``floors``, the guaranteed share of each tier, as a
             tuple indexed by tier (sums to at most 1).
+        guard_steps, guard_wait_s: the starvation guard (SPEC.md 4.3).  A ready
+            queue head is *overdue* once it has waited ``guard_steps`` steps
+            since it became ready, or (never scheduled) ``guard_wait_s``
+            seconds since its arrival.  While an overdue head, within its own
+            tenant's caps, does not fit in the free blocks at the start of the
+            waiting phase, the step admits nothing (it stops filling and
+            reserves the pool for it).  None (both): no guard.
     """
 
     policy: str = attrs.field(default="vtc", validator=_one_of(ORDER_POLICIES))
@@ -192,6 +199,8 @@ class OrderConfig:
     drr_reset_when_idle: bool = True
     aging_rate_per_s: float = attrs.field(default=1.0, validator=_positive)
     tier_floors: tuple[float, ...] = attrs.field(default=(0.8, 0.2), converter=tuple)
+    guard_steps: int | None = attrs.field(default=None, validator=_positive_int)
+    guard_wait_s: float | None = attrs.field(default=None, validator=_positive)
 
     @tier_floors.validator
     def _check_floors(self, attribute: attrs.Attribute, value: tuple) -> None:

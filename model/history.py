@@ -174,6 +174,8 @@ class StepRecord:
             where the source knows them (an adapter's block ids; the model's
             prefix-cache keys, private blocks left out): what salt isolation
             follows from block to block.
+        reserved: the request the step's starvation guard stopped admitting for
+            (an overdue queue head that did not fit), or None.
     """
 
     step_index: int
@@ -193,6 +195,7 @@ class StepRecord:
     used_blocks: int | None = None
     held: dict[int, int] | None = None
     block_ids: dict[int, tuple] | None = None
+    reserved: int | None = None
 
 
 @attrs.frozen
@@ -224,7 +227,7 @@ class History:
 
 #: Optional fields left out of a line when they hold their default (format 2's additions).
 _OPTIONAL = {
-    StepRecord: ("events", "used_blocks", "held", "block_ids"),
+    StepRecord: ("events", "used_blocks", "held", "block_ids", "reserved"),
     RequestRecord: ("prefix_ids",),
     StepEvent: ("reason", "retry_after_s", "tokens", "blocks"),
 }

@@ -455,3 +455,56 @@ def slot_room(config: Config, tenants: Seq[TenantState], i: int) -> bool:
         if sum(t.running for j, t in enumerate(tenants) if config.tenants[j].tier == tc.tier) >= cap:
             return False
     return True
+
+
+# --- starvation guard (SPEC.md 4.3) ----------------------------------------------------------
+
+
+@attrs.frozen
+class GuardView:
+    """What the starvation guard may look at, at the start of the waiting phase.
+
+    Attributes:
+        config: the configuration.
+        tenants: per-tenant records (blocks and running counts for the caps).
+        heads: each backlogged tenant's first ready queued sequence, as (tenant index, sequence).
+        free_blocks: free blocks of the pool now (blocks).
+        step_index: the step; t_s: its start (seconds).
+    """
+
+    config: Config
+    tenants: Seq[TenantState]
+    heads: Seq[tuple[int, Sequence]]
+    free_blocks: int
+    step_index: int
+    t_s: float
+
+
+def overdue(config: Config, s: Sequence, step_index: int, t_s: float) -> bool:
+    """A ready head is overdue: it has waited ``guard_steps`` steps since it became
+    ready (``ready_step``), or, never scheduled, ``guard_wait_s`` seconds since its arrival."""
+    o = config.order
+    if o.guard_steps is not None and step_index - s.ready_step >= o.guard_steps:
+        return True
+    return o.guard_wait_s is not None and s.never_scheduled and t_s - s.request.arrival_s >= o.guard_wait_s
+
+
+def guard_reservation(view: GuardView) -> int | None:
+    """The request the waiting phase reserves the pool for, or None (SPEC.md 4.3).
+
+    The oldest (by ``arrival_seq``) overdue head whose own tenant's KV cap and
+    slot caps would take it, but whose first chunk at the whole token budget
+    (``blocks_for(min(target, token_budget))``, no cache hit counted) exceeds the
+    free blocks.  Pure: reads the view only.
+    """
+    cfg = view.config
+    for i, h in sorted(view.heads, key=lambda p: p[1].arrival_seq):
+        if not overdue(cfg, h, view.step_index, view.t_s):
+            continue
+        need = cfg.blocks_for(min(h.target_tokens, cfg.token_budget))
+        cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
+        if (cap is not None and view.tenants[i].blocks + need > cap) or not slot_room(cfg, view.tenants, i):
+            continue
+        if need > view.free_blocks:
+            return h.request_id
+    return None

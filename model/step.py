@@ -38,8 +38,8 @@ import attrs
 from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS
 from .policies import (
-    ORDER, VICTIM, KeyMemo, PriorityView, SelectView, VictimView, plan_priority_preemption, slot_room,
-    step_duration_s,
+    ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, VictimView, guard_reservation,
+    plan_priority_preemption, slot_room, step_duration_s,
 )
 from .state import KVPool, Sequence, State, TenantState, advanced, prefix_keys
 from .workload import Request, StepInput
@@ -90,6 +90,8 @@ class StepOutput:
         events: events in the order they happened.
         finished: sequences that left the state in this step (finished,
             cancelled, or rejected after admission), as they were last.
+        reserved: the request the starvation guard stopped the waiting phase
+            for (an overdue head that did not fit), or None.
     """
 
     step_index: int
@@ -99,6 +101,7 @@ class StepOutput:
     preempted: tuple[int, ...]
     events: tuple[Event, ...]
     finished: tuple[Sequence, ...] = ()
+    reserved: int | None = None
 
 
 def idle(config: Config, state: State, until_s: float) -> State:
@@ -179,6 +182,7 @@ class Step:
         self.touched: set[int] = set()
         self.provisional: dict[int, float] = {}
         self.duration_s = 0.0
+        self.reserved: int | None = None
         self.backlogged: set[int] = set(compress(range(len(st.tenants)), map(_queue_of, st.tenants)))
         self._min_counter: float | None = None
         self._cancel_left: dict[int, float] = {}  # tenant -> counter, queue emptied by cancellation this step
@@ -488,6 +492,8 @@ class Step:
             self._preempt_for_priority()
         if len(self.running) >= cfg.max_num_seqs or self.budget <= 0 or not self.backlogged:
             return
+        if (cfg.order.guard_steps is not None or cfg.order.guard_wait_s is not None) and self._guard():
+            return
         avail = set(self.backlogged)  # backlogged and not blocked in this step
         while avail and len(self.running) < cfg.max_num_seqs and self.budget > 0:
             view = self._view(avail)
@@ -506,11 +512,7 @@ class Step:
         (``eviction.preempt_for_priority``; the plan is
         :func:`~tenantry.model.policies.plan_priority_preemption`).  Each victim is
         evicted as in 4.5 (back to its queue's front, cooldown) with reason ``priority``."""
-        heads = []
-        for i in self.backlogged:
-            h = next((q for q in self.tenants[i].queue if q.ready_step <= self.k), None)
-            if h is not None:
-                heads.append((i, h))
+        heads = self._ready_heads()
         if not heads:
             return
         view = PriorityView(self.cfg, self.tenants, heads, tuple(self.running.values()),
@@ -518,6 +520,23 @@ class Step:
                             self.cfg.num_blocks - self.used)
         for rid in plan_priority_preemption(view):
             self._evict(self.running[rid], reason="priority")
+
+    def _ready_heads(self) -> list[tuple[int, Sequence]]:
+        """Each backlogged tenant's first ready queued sequence, as (tenant, sequence)."""
+        heads = []
+        for i in self.backlogged:
+            h = next((q for q in self.tenants[i].queue if q.ready_step <= self.k), None)
+            if h is not None:
+                heads.append((i, h))
+        return heads
+
+    def _guard(self) -> bool:
+        """The starvation guard (``guard_steps`` / ``guard_wait_s``): True, and the
+        request recorded in :attr:`reserved`, when an overdue head does not fit and
+        the waiting phase must admit nothing (:func:`~tenantry.model.policies.guard_reservation`)."""
+        view = GuardView(self.cfg, self.tenants, self._ready_heads(), self.cfg.num_blocks - self.used, self.k, self.t)
+        self.reserved = guard_reservation(view)
+        return self.reserved is not None
 
     def _view(self, cands: set[int]) -> SelectView:
         return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional,
@@ -732,5 +751,6 @@ class Step:
             preempted=tuple(self.preempted),
             events=tuple(self.events),
             finished=tuple(self.gone),
+            reserved=self.reserved,
         )
         return new, out

@@ -125,6 +125,9 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
          state=P.check_floor, history=H.h_floor, needs=_STEPS),
     _inv("AGING", "no request is scheduled while one with smaller tier + rate*arrival_s waits", "7.2",
          lambda c: c.order.policy == "aging" and ample_kv(c), state=P.check_aging, history=H.h_aging, needs=_STEPS),
+    _inv("GUARD", "no request enters the batch while an overdue head that does not fit waits; the pool is "
+         "reserved for it", "7.2", lambda c: c.order.guard_steps is not None or c.order.guard_wait_s is not None,
+         state=P.check_guard),
     _inv("BOUNDED-WAIT", "a request of a tenant with max_wait_s is scheduled within max_wait_s of its arrival",
          "7.2", lambda c: any(t.max_wait_s is not None for t in c.tenants), history=C.h_bounded_wait),
     _inv("FCFS-TENANT", "within a tenant, requests are first scheduled in admission order", "7.2", _always,

@@ -238,8 +238,10 @@ def ample_kv(config: Config) -> bool:
     blocks_for(max_context_tokens)``: then no allocation is ever short, no
     sequence is preempted, and no queue head is skipped for lack of blocks, so
     the scheduling order is exactly the policy's (SPEC.md 7, "ample KV").
+    An enforced batch-slot cap skips heads as a KV cap does, and preemption for
+    priority evicts with blocks to spare, so either makes it False.
     """
-    if caps_enforced(config):
+    if caps_enforced(config) or slot_caps_enforced(config) or config.eviction.preempt_for_priority:
         return False
     return config.num_blocks >= config.max_num_seqs * config.blocks_for(config.max_context_tokens)
 

@@ -243,6 +243,71 @@ def _estimate(cfg, r) -> int:
     return r.prompt_tokens
 
 
+# --- starvation guard ------------------------------------------------------------------
+
+
+def check_guard(ctx: StepContext) -> list[Finding]:
+    """GUARD (SPEC.md 7.2), with ``guard_steps`` or ``guard_wait_s``: no sequence enters
+    the batch from a queue in a step that began its waiting phase with an overdue head
+    (ready; waited ``guard_steps`` steps since ready, or never scheduled and
+    ``guard_wait_s`` seconds since arrival) that its own caps would take but whose
+    first chunk at the whole budget did not fit in the free blocks; and a step that
+    records a reservation admitted nothing and reserved for such a head.  The free
+    blocks at the waiting phase's start are recomputed from the sequences in the
+    batch that did not enter it in the step; the heads from the queues before the
+    step, less cancellations, plus the step's arrivals."""
+    cfg, o, out = ctx.config, ctx.config.order, []
+    entered = {s.request_id for s in ctx.admitted_from_queue}
+    during = list(ctx.state.running) + [ctx.gone[e.request_id] for e in ctx.output.events if e.kind == "finished"]
+    stay = [s for s in during if s.request_id not in entered]
+    keys: set = set()
+    private = 0
+    per: dict[int, int] = {}
+    for s in stay:
+        keys.update(s.shared_keys)
+        private += s.private_blocks
+        per[s.tenant] = per.get(s.tenant, 0) + s.blocks_held
+    free = cfg.num_blocks - private - len(keys)
+    in_batch = [ctx.name(s.tenant) for s in stay]
+    arrived = {}
+    for r in ctx.inputs.arrivals:
+        q = ctx.after(r.request_id)
+        if q is not None or r.request_id in ctx.gone:
+            arrived.setdefault(cfg.tenant_index(r.tenant), []).append(r.request_id)
+    due = []
+    for i, t in enumerate(ctx.prev.tenants):
+        first = next((s for s in t.queue if s.ready_step <= ctx.k and s.request_id not in ctx.cancelled_ids), None)
+        if first is None:
+            rid = next((x for x in arrived.get(i, ()) if x not in ctx.cancelled_ids), None)
+            first = ctx.prev_seqs.get(rid) if rid is not None else None
+            if first is None and rid is not None:
+                first = ctx.after(rid) or ctx.gone.get(rid)
+        if first is None:
+            continue
+        late = (o.guard_steps is not None and ctx.k - first.ready_step >= o.guard_steps) or (
+            o.guard_wait_s is not None and first.never_scheduled
+            and ctx.prev.t_s - first.request.arrival_s >= o.guard_wait_s - EPS)
+        if not late:
+            continue
+        need = cfg.blocks_for(min(first.target_tokens, cfg.token_budget))
+        cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
+        if (cap is not None and per.get(i, 0) + need > cap) or at_slot_cap(cfg, ctx.name(i), in_batch):
+            continue
+        if need > free:
+            due.append((first.arrival_seq, i, first.request_id, need))
+    if due and entered:
+        _, i, rid, need = min(due)
+        out.append(_f(ctx, "GUARD", f"requests {sorted(entered)} entered the batch while overdue request {rid} "
+                      f"needed {need} blocks with {free} free", len(entered), 0, [ctx.name(i)],
+                      [rid] + sorted(entered)))
+    rv = ctx.output.reserved
+    if rv is not None and (entered or rv not in {d[2] for d in due}):
+        out.append(_f(ctx, "GUARD", f"the step reserved for request {rv}, which was not an overdue head that did "
+                      "not fit" + (f", and admitted {sorted(entered)}" if entered else ""), rv,
+                      sorted(d[2] for d in due), [], [rv]))
+    return out
+
+
 # --- eviction -------------------------------------------------------------------------
 
 

@@ -395,6 +395,13 @@ class NoPriorityPreemption(Step):
         return None
 
 
+class GuardIgnored(Step):
+    """The starvation guard never reserves: an overdue head that does not fit is skipped."""
+
+    def _guard(self):
+        return False
+
+
 # --- configurations in which the bugs show --------------------------------------------
 
 
@@ -506,6 +513,9 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            _cfg("priority", max_num_seqs=1, eviction=EvictionConfig(victim="lowest_priority",
                                                                      preempt_for_priority=True)),
            dict(long_outputs=True)),
+    Mutant("guard_ignored", ("GUARD",), "the starvation guard never stops filling for an overdue head",
+           GuardIgnored, _cfg("fcfs", ample=False, eviction=_TIGHT,
+                              order=OrderConfig(policy="fcfs", guard_steps=3)), dict(big=True)),
     Mutant("evicts_without_need", ("EVICT-PROGRESS",), "the newest sequence is evicted whenever the pool is half "
            "full", EvictsWithoutNeed, _cfg("fcfs", ample=False, eviction=_TIGHT), dict(big=True)),
 )}

@@ -78,7 +78,8 @@ def configs(draw, policy: str | None = None):
     2-3 tenants of mixed weights and tiers, optional queue bounds, KV caps, batch-slot
     caps (per tenant and per tier) and token buckets (with or without output
     reservation), every victim policy and hysteresis setting (and preemption for
-    priority under ``priority``), every prefix-cache mode, unit-cost steps of 10 ms."""
+    priority under ``priority``), with or without the starvation guard, every prefix-cache
+    mode, unit-cost steps of 10 ms."""
     n = draw(st.integers(2, 3))
     bucket = draw(st.booleans())
     tenants = tuple(
@@ -95,7 +96,8 @@ def configs(draw, policy: str | None = None):
     num_blocks = max_num_seqs * 32 if ample else draw(st.integers(8, 40))
     pol = policy or draw(st.sampled_from(ORDER_POLICIES))
     order = OrderConfig(policy=pol, drr_quantum=draw(st.sampled_from((32.0, 128.0))), drr_carry_bound=256.0,
-                        aging_rate_per_s=draw(st.sampled_from((1.0, 20.0))), tier_floors=(0.6, 0.4))
+                        aging_rate_per_s=draw(st.sampled_from((1.0, 20.0))), tier_floors=(0.6, 0.4),
+                        guard_steps=draw(st.sampled_from((None, None, 3))))
     eviction = EvictionConfig(
         victim=draw(st.sampled_from(VICTIM_POLICIES)), min_free_blocks=draw(st.sampled_from((0, 0, 2))),
         cooldown_steps=draw(st.sampled_from((0, 2))), max_evictions=draw(st.sampled_from((None, 1, 3))),
