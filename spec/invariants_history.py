@@ -358,8 +358,9 @@ def h_work_conserving(h: HistoryContext) -> list[Finding]:
     fit: the blocks of the largest first chunk it could be given
     (``min(target, token_budget)`` tokens; its whole target with a prefix cache)
     are free during the step (free after it, less what the step's finishing
-    requests held), within its tenant's cap.  Needs ``held`` (or no sharing) and
-    exact computed tokens; the first such step is reported."""
+    requests held), within its tenant's cap.  A step whose record names a
+    starvation-guard reservation (``reserved``) is excused.  Needs ``held`` (or
+    no sharing) and exact computed tokens; the first such step is reported."""
     cfg, out = h.config, []
     if not h.replay.exact:
         return out
@@ -370,7 +371,7 @@ def h_work_conserving(h: HistoryContext) -> list[Finding]:
         budget = cfg.token_budget - sum(n for _, n in s.batch)
         held = s.held if s.held is not None else (
             {rid: cfg.blocks_for(c) for rid, c in v.running.items()} if not h.shareable else None)
-        if seats > 0 and budget > 0 and held is not None and not (h.shareable and v.finished):
+        if seats > 0 and budget > 0 and held is not None and not (h.shareable and v.finished) and s.reserved is None:
             free = s.free_blocks - sum(cfg.blocks_for(c) for c in v.finished.values())
             per: dict[str, int] = {}
             for rid in during:

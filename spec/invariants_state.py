@@ -299,13 +299,14 @@ def check_batch_limits(ctx: StepContext) -> list[Finding]:
 
 def check_work_conserving(ctx: StepContext) -> list[Finding]:
     """WORK-CONSERVING (SPEC.md 7.1): a step leaves no sequence slot and no
-    budget unused while a ready waiting request would certainly have fitted."""
+    budget unused while a ready waiting request would certainly have fitted
+    (unless the starvation guard reserved the pool in the step: GUARD)."""
     cfg, st = ctx.config, ctx.state
     finished = [ctx.gone[e.request_id] for e in ctx.output.events if e.kind == "finished"]
     at_wait = list(st.running) + finished
     slots = cfg.max_num_seqs - len(at_wait)
     budget = cfg.token_budget - sum(n for _, n in ctx.output.batch)
-    if slots <= 0 or budget <= 0:
+    if slots <= 0 or budget <= 0 or ctx.output.reserved is not None:  # a guard's reservation: GUARD judges it
         return []
     keys: set = set()
     private = 0
