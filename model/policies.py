@@ -374,9 +374,8 @@ class PriorityView:
 
     Attributes:
         config: the configuration.
-        tenants: per-tenant records (running counts for the slot caps).
-        heads: each backlogged tenant's first ready queued sequence, as
-            (tenant index, sequence).
+        tenants: per-tenant records (running counts and blocks for the caps).
+        ready: every ready queued sequence, as (tenant index, sequence).
         running: the running sequences, in batch order.
         freeable: request id -> blocks its eviction would free now (blocks).
         free_blocks: free blocks of the pool now (blocks).
@@ -384,7 +383,7 @@ class PriorityView:
 
     config: Config
     tenants: Seq[TenantState]
-    heads: Seq[tuple[int, Sequence]]
+    ready: Seq[tuple[int, Sequence]]
     running: Seq[Sequence]
     freeable: Mapping[int, int]
     free_blocks: int
@@ -393,36 +392,43 @@ class PriorityView:
 def plan_priority_preemption(view: PriorityView) -> list[int]:
     """The running sequences to evict so that waiting higher tiers get in (request ids, in order).
 
-    Heads are taken in strict-priority order (tier, then ``arrival_seq``), one
-    per tenant.  Each head claims a batch slot and the blocks of its first
-    chunk at the whole token budget (``blocks_for(min(target, token_budget))``,
-    counting no prefix-cache hit: an upper bound).  A head whose own tenant's
-    KV cap or slot cap refuses it is passed over (evicting others cannot help).
-    When the slots or blocks left do not hold it, the victims are running
-    sequences of a strictly lower tier (larger tier number) that free at least
-    ``min_free_blocks`` and have been evicted fewer than ``max_evictions``
-    times, in the order of the victim policy; they are taken until the head
-    fits, and only if it can be made to fit.  Pure: reads the view only.
+    The ready queued sequences are taken in the order strict priority admits
+    them (tier, then ``arrival_seq``).  Each claims a batch slot and the blocks
+    of its first chunk at the whole token budget (``blocks_for(min(target,
+    token_budget))``, counting no prefix-cache hit: an upper bound).  One its
+    own tenant's KV cap or slot caps refuse (counting the ones claimed before
+    it) is passed over: evicting others cannot help it.  When the slots or
+    blocks left do not hold it, the victims are running sequences of a strictly
+    lower tier (larger tier number) that free at least ``min_free_blocks`` and
+    have been evicted fewer than ``max_evictions`` times, in the order of the
+    victim policy; they are taken until it fits, and only if it can be made to
+    fit.  The plan ends when no running sequence of a lower tier than the next
+    one is left.  Pure: reads the view only.
     """
     cfg = view.config
     key = VICTIM[cfg.eviction.victim]
     vv = VictimView(cfg, view.tenants)
     k_max, min_free = cfg.eviction.max_evictions, cfg.eviction.min_free_blocks
+    tier_of = lambda i: cfg.tenants[i].tier  # noqa: E731
     seats = cfg.max_num_seqs - len(view.running)
     free = view.free_blocks
-    alive = {s.request_id: s for s in view.running}
+    alive = {s.request_id: s for s in view.running if (k_max is None or s.preemptions < k_max)
+             and view.freeable[s.request_id] >= min_free}
+    claimed: dict[int, int] = {}  # tenant -> sequences claimed by the plan
+    claimed_blocks: dict[int, int] = {}
+    claimed_tier: dict[int, int] = {}
     victims: list[int] = []
-    for i, h in sorted(view.heads, key=lambda p: (cfg.tenants[p[0]].tier, p[1].arrival_seq)):
-        tier = cfg.tenants[i].tier
+    for i, h in sorted(view.ready, key=lambda p: (tier_of(p[0]), p[1].arrival_seq)):
+        tier = tier_of(i)
+        if not any(tier_of(s.tenant) > tier for s in alive.values()):
+            break  # no lower tier left to take a slot or blocks from, for this one or any after it
         need = cfg.blocks_for(min(h.target_tokens, cfg.token_budget))
         cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
-        if cap is not None and view.tenants[i].blocks + need > cap:
+        if cap is not None and view.tenants[i].blocks + claimed_blocks.get(i, 0) + need > cap:
             continue
-        if not slot_room(cfg, view.tenants, i):
+        if not _slot_room_after(cfg, view.tenants, i, claimed, claimed_tier):
             continue
-        cands = sorted((s for s in alive.values() if cfg.tenants[s.tenant].tier > tier
-                        and (k_max is None or s.preemptions < k_max) and view.freeable[s.request_id] >= min_free),
-                       key=lambda s: key(vv, s))
+        cands = sorted((s for s in alive.values() if tier_of(s.tenant) > tier), key=lambda s: key(vv, s))
         take: list[Sequence] = []
         s_left, f_left = seats, free
         for c in cands:
@@ -437,7 +443,27 @@ def plan_priority_preemption(view: PriorityView) -> list[int]:
             del alive[c.request_id]
             victims.append(c.request_id)
         seats, free = s_left - 1, f_left - need
+        claimed[i] = claimed.get(i, 0) + 1
+        claimed_blocks[i] = claimed_blocks.get(i, 0) + need
+        claimed_tier[tier] = claimed_tier.get(tier, 0) + 1
     return victims
+
+
+def _slot_room_after(config: Config, tenants: Seq[TenantState], i: int, claimed: Mapping[int, int],
+                     claimed_tier: Mapping[int, int]) -> bool:
+    """:func:`slot_room` with ``claimed`` more sequences per tenant (and per tier) already in the batch."""
+    adm = config.admission
+    if not adm.slot_cap:
+        return True
+    tc = config.tenants[i]
+    if tc.max_running_seqs is not None and tenants[i].running + claimed.get(i, 0) >= tc.max_running_seqs:
+        return False
+    if adm.tier_slot_caps:
+        cap = adm.tier_slot_caps[min(tc.tier, len(adm.tier_slot_caps) - 1)]
+        now = sum(t.running for j, t in enumerate(tenants) if config.tenants[j].tier == tc.tier)
+        if now + claimed_tier.get(tc.tier, 0) >= cap:
+            return False
+    return True
 
 
 def slot_room(config: Config, tenants: Seq[TenantState], i: int) -> bool:

@@ -508,14 +508,14 @@ class Step:
                 avail.discard(i)
 
     def _preempt_for_priority(self) -> None:
-        """Evict lower-tier running sequences so that waiting higher-tier heads fit
+        """Evict lower-tier running sequences so that waiting higher-tier requests fit
         (``eviction.preempt_for_priority``; the plan is
         :func:`~tenantry.model.policies.plan_priority_preemption`).  Each victim is
         evicted as in 4.5 (back to its queue's front, cooldown) with reason ``priority``."""
-        heads = self._ready_heads()
-        if not heads:
+        ready = [(i, q) for i in self.backlogged for q in self.tenants[i].queue if q.ready_step <= self.k]
+        if not ready:
             return
-        view = PriorityView(self.cfg, self.tenants, heads, tuple(self.running.values()),
+        view = PriorityView(self.cfg, self.tenants, ready, tuple(self.running.values()),
                             {rid: self._freeable(s) for rid, s in self.running.items()},
                             self.cfg.num_blocks - self.used)
         for rid in plan_priority_preemption(view):
