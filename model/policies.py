@@ -393,9 +393,8 @@ def plan_priority_preemption(view: PriorityView) -> list[int]:
     """The running sequences to evict so that waiting higher tiers get in (request ids, in order).
 
     The ready queued sequences are taken in the order strict priority admits
-    them (tier, then ``arrival_seq``).  Each claims a batch slot and the blocks
-    of its first chunk at the whole token budget (``blocks_for(min(target,
-    token_budget))``, counting no prefix-cache hit: an upper bound).  One its
+    them (tier, then ``arrival_seq``).  Each claims a batch slot and the most
+    blocks it can hold on entry (:func:`first_chunk_blocks_bound`).  One its
     own tenant's KV cap or slot caps refuse (counting the ones claimed before
     it) is passed over: evicting others cannot help it.  When the slots or
     blocks left do not hold it, the victims are running sequences of a strictly
@@ -422,7 +421,7 @@ def plan_priority_preemption(view: PriorityView) -> list[int]:
         tier = tier_of(i)
         if not any(tier_of(s.tenant) > tier for s in alive.values()):
             break  # no lower tier left to take a slot or blocks from, for this one or any after it
-        need = cfg.blocks_for(min(h.target_tokens, cfg.token_budget))
+        need = first_chunk_blocks_bound(cfg, h)
         cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
         if cap is not None and view.tenants[i].blocks + claimed_blocks.get(i, 0) + need > cap:
             continue
@@ -464,6 +463,17 @@ def _slot_room_after(config: Config, tenants: Seq[TenantState], i: int, claimed:
         if now + claimed_tier.get(tc.tier, 0) >= cap:
             return False
     return True
+
+
+def first_chunk_blocks_bound(config: Config, s: Sequence) -> int:
+    """The most blocks sequence s can hold after entering the batch (blocks), counted
+    against the pool and its tenant's KV cap: its first chunk at the whole token
+    budget, ``blocks_for(min(target, token_budget))``; with a prefix cache its whole
+    target, ``blocks_for(target)``, since cache hits add to the chunk (and a revived
+    cached block takes a free one)."""
+    if config.prefix_cache != "off":
+        return config.blocks_for(s.target_tokens)
+    return config.blocks_for(min(s.target_tokens, config.token_budget))
 
 
 def slot_room(config: Config, tenants: Seq[TenantState], i: int) -> bool:
@@ -519,15 +529,15 @@ def guard_reservation(view: GuardView) -> int | None:
     """The request the waiting phase reserves the pool for, or None (SPEC.md 4.3).
 
     The oldest (by ``arrival_seq``) overdue head whose own tenant's KV cap and
-    slot caps would take it, but whose first chunk at the whole token budget
-    (``blocks_for(min(target, token_budget))``, no cache hit counted) exceeds the
-    free blocks.  Pure: reads the view only.
+    slot caps would take it, but the most blocks it can hold on entry
+    (:func:`first_chunk_blocks_bound`) exceed the free blocks.  Pure: reads the
+    view only.
     """
     cfg = view.config
     for i, h in sorted(view.heads, key=lambda p: p[1].arrival_seq):
         if not overdue(cfg, h, view.step_index, view.t_s):
             continue
-        need = cfg.blocks_for(min(h.target_tokens, cfg.token_budget))
+        need = first_chunk_blocks_bound(cfg, h)
         cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
         if (cap is not None and view.tenants[i].blocks + need > cap) or not slot_room(cfg, view.tenants, i):
             continue

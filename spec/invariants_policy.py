@@ -246,6 +246,15 @@ def _estimate(cfg, r) -> int:
 # --- starvation guard ------------------------------------------------------------------
 
 
+def _entry_blocks(cfg, s) -> int:
+    """The most blocks s can hold on entering the batch: its first chunk at the whole
+    budget, or, with a prefix cache (hits add to the chunk), its whole target
+    (SPEC.md 4.3 and 4.5; restated here, not read from the model)."""
+    if cfg.prefix_cache != "off":
+        return cfg.blocks_for(s.target_tokens)
+    return cfg.blocks_for(min(s.target_tokens, cfg.token_budget))
+
+
 def check_guard(ctx: StepContext) -> list[Finding]:
     """GUARD (SPEC.md 7.2), with ``guard_steps`` or ``guard_wait_s``: no sequence enters
     the batch from a queue in a step that began its waiting phase with an overdue head
@@ -289,7 +298,7 @@ def check_guard(ctx: StepContext) -> list[Finding]:
             and ctx.prev.t_s - first.request.arrival_s >= o.guard_wait_s - EPS)
         if not late:
             continue
-        need = cfg.blocks_for(min(first.target_tokens, cfg.token_budget))
+        need = _entry_blocks(cfg, first)
         cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
         if (cap is not None and per.get(i, 0) + need > cap) or at_slot_cap(cfg, ctx.name(i), in_batch):
             continue
@@ -367,7 +376,7 @@ def check_priority_preempt(ctx: StepContext) -> list[Finding]:
         r = next((s for s in t.queue if s.ready_step <= ctx.k), None)
         if r is None or at_slot_cap(cfg, ctx.name(i), in_batch):
             continue
-        need = cfg.blocks_for(min(r.target_tokens, cfg.token_budget))
+        need = _entry_blocks(cfg, r)
         cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
         if need > free or (cap is not None and per_tenant.get(i, 0) + need > cap):
             continue
