@@ -324,11 +324,11 @@ def check_priority_preempt(ctx: StepContext) -> list[Finding]:
     """PRIORITY-PREEMPT (SPEC.md 7.4), with ``preempt_for_priority``.  Sound: every
     eviction for priority takes a sequence of a strictly lower tier than some ready
     request waiting in the step, that had been evicted fewer than ``max_evictions``
-    times and frees at least ``min_free_blocks``.  Complete: after the step, when the
-    batch's slots are all taken, no tenant's first ready waiting request of tier t
-    (within its own KV and slot caps, its first chunk's blocks free at the end of
-    the waiting phase) waits while a sequence of a tier below t, running since before
-    the step, could have been evicted for it."""
+    times and frees at least ``min_free_blocks``.  Complete: after a step whose
+    waiting phase admitted nothing and evicted nothing, with the batch's slots all
+    taken, no tenant's first ready waiting request of tier t (within its own KV and
+    slot caps, the most blocks it can hold on entry free) waits while a sequence of a
+    tier below t, running since before the step, could have been evicted for it."""
     cfg, out = ctx.config, []
     ev = cfg.eviction
     k_max, min_free = ev.max_evictions, ev.min_free_blocks
@@ -355,8 +355,9 @@ def check_priority_preempt(ctx: StepContext) -> list[Finding]:
                           f"{e.blocks} blocks", e.blocks, min_free, [ctx.name(v.tenant)], [v.request_id]))
     st = ctx.state
     during = list(st.running) + [ctx.gone[e.request_id] for e in ctx.output.events if e.kind == "finished"]
-    if len(during) < cfg.max_num_seqs:
-        return out
+    took = any(e.kind == "preempted" and e.reason == "priority" for e in ctx.output.events)
+    if len(during) < cfg.max_num_seqs or ctx.admitted_from_queue or took:
+        return out  # judged only where the waiting phase changed nothing: then it saw the batch as it ends
     refs = st.kv.refs
     keys: set = set()
     private = 0
