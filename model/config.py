@@ -113,6 +113,10 @@ class TenantConfig:
         max_wait_s: the wait this tenant's requests are promised (seconds from
             arrival to first scheduling; the BOUNDED-WAIT claim, SPEC.md 7.2).
             None: no promise.
+        max_running_seqs: most of this tenant's sequences in the batch at once
+            (sequences; batch slots), enforced with ``admission.slot_cap``.  A
+            head that would exceed it is skipped like one that does not fit
+            (SPEC.md 4.3).  None: only ``max_num_seqs`` bounds it.
     """
 
     name: str = attrs.field()
@@ -126,6 +130,7 @@ class TenantConfig:
     request_burst: float | None = attrs.field(default=None, validator=_positive)
     cache_salt: str | None = attrs.field(default=None)
     max_wait_s: float | None = attrs.field(default=None, validator=_positive)
+    max_running_seqs: int | None = attrs.field(default=None, validator=_positive_int)
 
     @name.validator
     def _check_name(self, attribute: attrs.Attribute, value: Any) -> None:
@@ -176,6 +181,13 @@ class OrderConfig:
         aging_rate_per_s: tiers gained per second of waiting (policy ``aging``).
         tier_floors: for ``floors``, the guaranteed share of each tier, as a
             tuple indexed by tier (sums to at most 1).
+        guard_steps, guard_wait_s: the starvation guard (SPEC.md 4.3).  A ready
+            queue head is *overdue* once it has waited ``guard_steps`` steps
+            since it became ready, or (never scheduled) ``guard_wait_s``
+            seconds since its arrival.  While an overdue head, within its own
+            tenant's caps, does not fit in the free blocks at the start of the
+            waiting phase, the step admits nothing (it stops filling and
+            reserves the pool for it).  None (both): no guard.
     """
 
     policy: str = attrs.field(default="vtc", validator=_one_of(ORDER_POLICIES))
@@ -187,6 +199,8 @@ class OrderConfig:
     drr_reset_when_idle: bool = True
     aging_rate_per_s: float = attrs.field(default=1.0, validator=_positive)
     tier_floors: tuple[float, ...] = attrs.field(default=(0.8, 0.2), converter=tuple)
+    guard_steps: int | None = attrs.field(default=None, validator=_positive_int)
+    guard_wait_s: float | None = attrs.field(default=None, validator=_positive)
 
     @tier_floors.validator
     def _check_floors(self, attribute: attrs.Attribute, value: tuple) -> None:
@@ -217,6 +231,16 @@ class AdmissionConfig:
         kv_watermarks: fraction of the pool in use above which a tier's arrivals
             are refused with ``kv_watermark``, as a tuple indexed by tier; empty
             disables.  Tiers past the end use the last value.
+        slot_cap: enforce each tenant's ``max_running_seqs`` and the tier caps
+            below (in scheduling: a head over a cap is skipped, SPEC.md 4.3).
+        tier_slot_caps: most sequences of a tier's tenants in the batch at
+            once, as a tuple indexed by tier (sequences); empty disables.
+            Tiers past the end use the last value.
+        reserve_output: the token bucket charges a request's prompt plus its
+            whole output allowance (``output_tokens``, the request's max tokens)
+            at admission, and gives back the part not generated when the
+            request is cancelled or rejected after admission; generated tokens
+            are then not charged again (SPEC.md 4.2).  Needs ``token_bucket``.
     """
 
     token_bucket: bool = False
@@ -226,6 +250,19 @@ class AdmissionConfig:
     prompt_estimate: str = attrs.field(default="tokens", validator=_one_of(PROMPT_ESTIMATES))
     bytes_per_token: float = attrs.field(default=4.0, validator=_positive)
     kv_watermarks: tuple[float, ...] = attrs.field(default=(), converter=tuple)
+    slot_cap: bool = True
+    tier_slot_caps: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    reserve_output: bool = False
+
+    @tier_slot_caps.validator
+    def _check_tier_slot_caps(self, attribute: attrs.Attribute, value: tuple) -> None:
+        for c in value:
+            if isinstance(c, bool) or not isinstance(c, int) or c <= 0:
+                raise ConfigError("tier_slot_caps", value, "each tier's slot cap must be a positive integer")
+
+    def __attrs_post_init__(self) -> None:
+        if self.reserve_output and not self.token_bucket:
+            raise ConfigError("reserve_output", True, "reserving output needs token_bucket = true")
 
     @kv_watermarks.validator
     def _check_watermarks(self, attribute: attrs.Attribute, value: tuple) -> None:
@@ -246,12 +283,19 @@ class EvictionConfig:
         cooldown_steps: a preempted sequence is not readmitted for this many steps.
         max_evictions: a sequence that has been evicted this many times and is
             chosen again is rejected with ``evicted_too_often``.  None: unbounded.
+        preempt_for_priority: a waiting queue head may preempt running
+            sequences of a lower tier (a larger tier number) when it lacks a
+            batch slot or blocks (policy ``priority`` only; SPEC.md 4.5).  Within
+            the hysteresis: each victim frees at least ``min_free_blocks``, a
+            victim already evicted ``max_evictions`` times is never taken, and a
+            victim waits ``cooldown_steps`` like any evicted sequence.
     """
 
     victim: str = attrs.field(default="newest", validator=_one_of(VICTIM_POLICIES))
     min_free_blocks: int = attrs.field(default=0, validator=_non_negative_int)
     cooldown_steps: int = attrs.field(default=0, validator=_non_negative_int)
     max_evictions: int | None = attrs.field(default=None, validator=_non_negative_int)
+    preempt_for_priority: bool = False
 
 
 @attrs.frozen
@@ -345,6 +389,11 @@ class Config:
                     "order.tier_floors", self.order.tier_floors,
                     f"policy floors needs a floor for every tier 0..{top}",
                 )
+        if self.eviction.preempt_for_priority and self.order.policy != "priority":
+            raise ConfigError(
+                "eviction.preempt_for_priority", True,
+                f"preemption for priority needs order policy priority, not {self.order.policy}",
+            )
         if self.order.drr_carry_bound is not None and self.order.drr_carry_bound < self.order.drr_quantum:
             raise ConfigError(
                 "order.drr_carry_bound", self.order.drr_carry_bound,

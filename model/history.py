@@ -43,6 +43,10 @@ REJECT_REASONS = (
 )
 #: The reasons given at admission (a refusal before the request was ever queued).
 ADMISSION_REASONS = REJECT_REASONS[:6]
+#: Reasons of a ``preempted`` event: ``priority`` when a waiting higher tier took
+#: the victim's place (``eviction.preempt_for_priority``, SPEC.md 4.5); no reason
+#: when the victim made room for a running sequence.
+PREEMPT_REASONS = ("priority",)
 #: Events that end a request (SPEC.md 5.2).
 TERMINAL = ("finished", "cancelled", "rejected")
 
@@ -61,7 +65,8 @@ class StepEvent:
         kind: one of :data:`EVENT_KINDS`.
         request_id: whose.
         reason, retry_after_s: for ``rejected`` (a 429): one of
-            :data:`REJECT_REASONS` and the retry-after estimate (seconds) or None.
+            :data:`REJECT_REASONS` and the retry-after estimate (seconds) or None;
+            for ``preempted``: None, or one of :data:`PREEMPT_REASONS`.
         tokens: ``scheduled``: tokens computed at entry (cache hits);
             ``preempted``: computed tokens discarded; ``finished``: tokens generated.
         blocks: ``preempted``: KV blocks the eviction freed.
@@ -169,6 +174,8 @@ class StepRecord:
             where the source knows them (an adapter's block ids; the model's
             prefix-cache keys, private blocks left out): what salt isolation
             follows from block to block.
+        reserved: the request the step's starvation guard stopped admitting for
+            (an overdue queue head that did not fit), or None.
     """
 
     step_index: int
@@ -188,6 +195,7 @@ class StepRecord:
     used_blocks: int | None = None
     held: dict[int, int] | None = None
     block_ids: dict[int, tuple] | None = None
+    reserved: int | None = None
 
 
 @attrs.frozen
@@ -219,7 +227,7 @@ class History:
 
 #: Optional fields left out of a line when they hold their default (format 2's additions).
 _OPTIONAL = {
-    StepRecord: ("events", "used_blocks", "held", "block_ids"),
+    StepRecord: ("events", "used_blocks", "held", "block_ids", "reserved"),
     RequestRecord: ("prefix_ids",),
     StepEvent: ("reason", "retry_after_s", "tokens", "blocks"),
 }
@@ -449,8 +457,9 @@ def _event(e: Any, where: str) -> StepEvent:
     unknown = sorted(set(e) - _fields(StepEvent))
     if unknown:
         raise ConfigError(f"events.{unknown[0]}", e[unknown[0]], "unknown field in an event", where)
-    if e.get("reason") is not None and e["reason"] not in REJECT_REASONS:
-        raise ConfigError("events.reason", e["reason"], f"must be one of {', '.join(REJECT_REASONS)}", where)
+    allowed = PREEMPT_REASONS if e.get("kind") == "preempted" else REJECT_REASONS
+    if e.get("reason") is not None and e["reason"] not in allowed:
+        raise ConfigError("events.reason", e["reason"], f"must be one of {', '.join(allowed)}", where)
     return StepEvent(**e)
 
 

@@ -363,3 +363,184 @@ def step_duration_s(config: Config, batched_tokens: int, kv_tokens: int) -> floa
         return c.empty_step_s
     memory = c.weight_read_s + kv_tokens * c.kv_read_s_per_token
     return max(memory, batched_tokens * c.flop_s_per_token) + c.overhead_s
+
+
+# --- preemption for priority (SPEC.md 4.5) ---------------------------------------------------
+
+
+@attrs.frozen
+class PriorityView:
+    """What the priority-preemption plan may look at, at the start of the waiting phase.
+
+    Attributes:
+        config: the configuration.
+        tenants: per-tenant records (running counts and blocks for the caps).
+        ready: every ready queued sequence, as (tenant index, sequence).
+        running: the running sequences, in batch order.
+        freeable: request id -> blocks its eviction would free now (blocks).
+        free_blocks: free blocks of the pool now (blocks).
+    """
+
+    config: Config
+    tenants: Seq[TenantState]
+    ready: Seq[tuple[int, Sequence]]
+    running: Seq[Sequence]
+    freeable: Mapping[int, int]
+    free_blocks: int
+
+
+def plan_priority_preemption(view: PriorityView) -> list[int]:
+    """The running sequences to evict so that waiting higher tiers get in (request ids, in order).
+
+    The ready queued sequences are taken in the order strict priority admits
+    them (tier, then ``arrival_seq``).  Each claims a batch slot and the most
+    blocks it can hold on entry (:func:`first_chunk_blocks_bound`).  One its
+    own tenant's KV cap or slot caps refuse (counting the ones claimed before
+    it) is passed over: evicting others cannot help it.  When the slots or
+    blocks left do not hold it, the victims are running sequences of a strictly
+    lower tier (larger tier number) that free at least ``min_free_blocks`` and
+    have been evicted fewer than ``max_evictions`` times, in the order of the
+    victim policy; they are taken until it fits, and only if it can be made to
+    fit.  The plan ends when no running sequence of a lower tier than the next
+    one is left.  Pure: reads the view only.
+    """
+    cfg = view.config
+    key = VICTIM[cfg.eviction.victim]
+    vv = VictimView(cfg, view.tenants)
+    k_max, min_free = cfg.eviction.max_evictions, cfg.eviction.min_free_blocks
+    tier_of = lambda i: cfg.tenants[i].tier  # noqa: E731
+    seats = cfg.max_num_seqs - len(view.running)
+    free = view.free_blocks
+    alive = {s.request_id: s for s in view.running if (k_max is None or s.preemptions < k_max)
+             and view.freeable[s.request_id] >= min_free}
+    claimed: dict[int, int] = {}  # tenant -> sequences claimed by the plan
+    claimed_blocks: dict[int, int] = {}
+    claimed_tier: dict[int, int] = {}
+    victims: list[int] = []
+    for i, h in sorted(view.ready, key=lambda p: (tier_of(p[0]), p[1].arrival_seq)):
+        tier = tier_of(i)
+        if not any(tier_of(s.tenant) > tier for s in alive.values()):
+            break  # no lower tier left to take a slot or blocks from, for this one or any after it
+        need = first_chunk_blocks_bound(cfg, h)
+        cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
+        if cap is not None and view.tenants[i].blocks + claimed_blocks.get(i, 0) + need > cap:
+            continue
+        if not _slot_room_after(cfg, view.tenants, i, claimed, claimed_tier):
+            continue
+        cands = sorted((s for s in alive.values() if tier_of(s.tenant) > tier), key=lambda s: key(vv, s))
+        take: list[Sequence] = []
+        s_left, f_left = seats, free
+        for c in cands:
+            if s_left >= 1 and need <= f_left:
+                break
+            take.append(c)
+            s_left += 1
+            f_left += view.freeable[c.request_id]
+        if s_left < 1 or need > f_left:
+            continue
+        for c in take:
+            del alive[c.request_id]
+            victims.append(c.request_id)
+        seats, free = s_left - 1, f_left - need
+        claimed[i] = claimed.get(i, 0) + 1
+        claimed_blocks[i] = claimed_blocks.get(i, 0) + need
+        claimed_tier[tier] = claimed_tier.get(tier, 0) + 1
+    return victims
+
+
+def _slot_room_after(config: Config, tenants: Seq[TenantState], i: int, claimed: Mapping[int, int],
+                     claimed_tier: Mapping[int, int]) -> bool:
+    """:func:`slot_room` with ``claimed`` more sequences per tenant (and per tier) already in the batch."""
+    adm = config.admission
+    if not adm.slot_cap:
+        return True
+    tc = config.tenants[i]
+    if tc.max_running_seqs is not None and tenants[i].running + claimed.get(i, 0) >= tc.max_running_seqs:
+        return False
+    if adm.tier_slot_caps:
+        cap = adm.tier_slot_caps[min(tc.tier, len(adm.tier_slot_caps) - 1)]
+        now = sum(t.running for j, t in enumerate(tenants) if config.tenants[j].tier == tc.tier)
+        if now + claimed_tier.get(tc.tier, 0) >= cap:
+            return False
+    return True
+
+
+def first_chunk_blocks_bound(config: Config, s: Sequence) -> int:
+    """The most blocks sequence s can hold after entering the batch (blocks), counted
+    against the pool and its tenant's KV cap: its first chunk at the whole token
+    budget, ``blocks_for(min(target, token_budget))``; with a prefix cache its whole
+    target, ``blocks_for(target)``, since cache hits add to the chunk (and a revived
+    cached block takes a free one)."""
+    if config.prefix_cache != "off":
+        return config.blocks_for(s.target_tokens)
+    return config.blocks_for(min(s.target_tokens, config.token_budget))
+
+
+def slot_room(config: Config, tenants: Seq[TenantState], i: int) -> bool:
+    """Tenant i may put one more sequence in the batch under the slot caps
+    (its ``max_running_seqs`` and its tier's ``tier_slot_caps``, when
+    ``admission.slot_cap``; SPEC.md 4.3)."""
+    adm = config.admission
+    if not adm.slot_cap:
+        return True
+    tc = config.tenants[i]
+    if tc.max_running_seqs is not None and tenants[i].running >= tc.max_running_seqs:
+        return False
+    if adm.tier_slot_caps:
+        cap = adm.tier_slot_caps[min(tc.tier, len(adm.tier_slot_caps) - 1)]
+        if sum(t.running for j, t in enumerate(tenants) if config.tenants[j].tier == tc.tier) >= cap:
+            return False
+    return True
+
+
+# --- starvation guard (SPEC.md 4.3) ----------------------------------------------------------
+
+
+@attrs.frozen
+class GuardView:
+    """What the starvation guard may look at, at the start of the waiting phase.
+
+    Attributes:
+        config: the configuration.
+        tenants: per-tenant records (blocks and running counts for the caps).
+        heads: each backlogged tenant's first ready queued sequence, as (tenant index, sequence).
+        free_blocks: free blocks of the pool now (blocks).
+        step_index: the step; t_s: its start (seconds).
+    """
+
+    config: Config
+    tenants: Seq[TenantState]
+    heads: Seq[tuple[int, Sequence]]
+    free_blocks: int
+    step_index: int
+    t_s: float
+
+
+def overdue(config: Config, s: Sequence, step_index: int, t_s: float) -> bool:
+    """A ready head is overdue: it has waited ``guard_steps`` steps since it became
+    ready (``ready_step``), or, never scheduled, ``guard_wait_s`` seconds since its arrival."""
+    o = config.order
+    if o.guard_steps is not None and step_index - s.ready_step >= o.guard_steps:
+        return True
+    return o.guard_wait_s is not None and s.never_scheduled and t_s - s.request.arrival_s >= o.guard_wait_s
+
+
+def guard_reservation(view: GuardView) -> int | None:
+    """The request the waiting phase reserves the pool for, or None (SPEC.md 4.3).
+
+    The oldest (by ``arrival_seq``) overdue head whose own tenant's KV cap and
+    slot caps would take it, but the most blocks it can hold on entry
+    (:func:`first_chunk_blocks_bound`) exceed the free blocks.  Pure: reads the
+    view only.
+    """
+    cfg = view.config
+    for i, h in sorted(view.heads, key=lambda p: p[1].arrival_seq):
+        if not overdue(cfg, h, view.step_index, view.t_s):
+            continue
+        need = first_chunk_blocks_bound(cfg, h)
+        cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
+        if (cap is not None and view.tenants[i].blocks + need > cap) or not slot_room(cfg, view.tenants, i):
+            continue
+        if need > view.free_blocks:
+            return h.request_id
+    return None

@@ -82,6 +82,16 @@ TOKEN_BUCKET = {"token_rate_per_s": 3000.0, "token_burst_tokens": 6000.0}
 QUEUE_BOUND = 24
 #: Per-tenant KV cap of the protected setups: 40% of the small pool.
 KV_CAP_BLOCKS = 204
+#: Per-tenant batch-slot cap of ``protected_slots``: 2 of the replica's 8 sequences
+#: (a tenant occupies at most a quarter of the batch, whatever its KV footprint).
+SLOT_CAP_SEQS = 2
+#: Starvation guard of ``protected_slots``: a head refused for 40 steps (about 1 s of the
+#: replica's 25-35 ms steps) stops the filling until it fits.
+GUARD_STEPS = 40
+#: Hysteresis of ``priority_preempt``: the lowest tier is evicted first, and preemption
+#: for priority keeps the hysteresis (4 blocks freed at least, 4-step cooldown, 3 evictions).
+PRIORITY_PREEMPTION = EvictionConfig(victim="lowest_priority", min_free_blocks=4, cooldown_steps=4, max_evictions=3,
+                                     preempt_for_priority=True)
 
 
 @attrs.frozen
@@ -182,6 +192,17 @@ def _setups() -> dict[str, Setup]:
               admission=protected_adm, eviction=HYSTERESIS, prefix_cache="salted", tenant_limits=protected_limits,
               claims=tuple(c for c in protected_claims if c not in ("VTC-GAP", "NO-BANKED-CREDIT")) + ("DRR-DEFICIT",),
               num_blocks=SMALL_BLOCKS),
+        Setup("protected_slots", "'protected' plus a per-tenant cap of 2 batch slots, a token bucket that "
+              "reserves each request's output at admission, and a starvation guard (40 steps)",
+              order=OrderConfig(policy="vtc", lift=True, guard_steps=GUARD_STEPS),
+              admission=attrs.evolve(protected_adm, reserve_output=True), eviction=HYSTERESIS,
+              prefix_cache="salted", tenant_limits={**protected_limits, "max_running_seqs": SLOT_CAP_SEQS},
+              claims=protected_claims + ("TOKEN-LIMIT", "GUARD"), num_blocks=SMALL_BLOCKS),
+        Setup("priority_preempt", "strict priority with preemption for priority within a hysteresis, adversary in "
+              "the higher tier, bounded queues: the higher tier takes running seats too",
+              order=OrderConfig(policy="priority"), admission=bounded, eviction=PRIORITY_PREEMPTION,
+              tenant_limits=bounded_limits, tiered=True,
+              claims=("QUEUE-BOUND", "PRIORITY-PREEMPT", "EVICT-MIN-FREE", "EVICT-COOLDOWN", "EVICT-BOUNDED")),
     ]
     return {s.name: s for s in rows}
 

@@ -146,6 +146,7 @@ def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False
         used_blocks=state.kv.used_blocks,
         held=held,
         block_ids=ids,
+        reserved=out.reserved,
     )
 
 

@@ -36,7 +36,10 @@ import attrs
 
 from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS
-from .policies import ORDER, VICTIM, KeyMemo, SelectView, VictimView, step_duration_s
+from .policies import (
+    ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, VictimView, guard_reservation,
+    plan_priority_preemption, slot_room, step_duration_s,
+)
 from .state import KVPool, Sequence, State, TenantState, prefix_keys
 from .workload import Request, StepInput
 
@@ -91,6 +94,8 @@ class StepOutput:
         events: events in the order they happened.
         finished: sequences that left the state in this step (finished,
             cancelled, or rejected after admission), as they were last.
+        reserved: the request the starvation guard stopped the waiting phase
+            for (an overdue head that did not fit), or None.
     """
 
     step_index: int
@@ -100,6 +105,7 @@ class StepOutput:
     preempted: tuple[int, ...]
     events: tuple[Event, ...]
     finished: tuple[Sequence, ...] = ()
+    reserved: int | None = None
 
 
 def idle(config: Config, state: State, until_s: float) -> State:
@@ -182,6 +188,7 @@ class Step:
         self.touched: set[int] = set()
         self.provisional: dict[int, float] = {}
         self.duration_s = 0.0
+        self.reserved: int | None = None
         self.backlogged: set[int] = set(st.backlogged())
         self._min_counter: float | None = None
         self._cancel_left: dict[int, float] = {}  # tenant -> counter, queue emptied by cancellation this step
@@ -307,12 +314,30 @@ class Step:
         """Sequence s leaves the state (finished, cancelled, or rejected after admission;
         ``blocks``: what its eviction freed, for a rejection that evicts)."""
         self._refund_prediction(s)
+        self._refund_reservation(s)
         self.gone.append(s)
         t_s = self.t + self.duration_s if kind == "finished" else self.t
         if kind == "rejected":
             self.events.append(Event("rejected", s.request_id, s.tenant, t_s, reason=reason, blocks=blocks))
         else:
             self.events.append(Event(kind, s.request_id, s.tenant, t_s, tokens=s.output_done))
+
+    def _reserved_output(self, i: int, tokens: int) -> int:
+        """Output tokens tenant i's bucket takes ahead for ``tokens`` of output allowance:
+        all of them under ``reserve_output`` with the bucket enforced for i, else 0 (SPEC.md 4.2)."""
+        adm = self.cfg.admission
+        if adm.reserve_output and adm.token_bucket and self.cfg.tenants[i].token_rate_per_s is not None:
+            return tokens
+        return 0
+
+    def _refund_reservation(self, s: Sequence) -> None:
+        """Sequence s leaves before its last token: its bucket gets back the reserved
+        output it did not generate (refilled to now first, capped at the burst)."""
+        left = self._reserved_output(s.tenant, s.request.output_tokens - s.output_done)
+        if left > 0:
+            t = self._refill(s.tenant)
+            self._set(s.tenant, bucket_tokens=min(self.cfg.tenants[s.tenant].token_burst_tokens,
+                                                  t.bucket_tokens + left))
 
     def _refund_prediction(self, s: Sequence) -> None:
         if s.predicted_charge > 0:
@@ -366,11 +391,12 @@ class Step:
         if adm.prompt_estimate == "bytes":
             nbytes = r.prompt_bytes if r.prompt_bytes is not None else 4 * r.prompt_tokens
             charge = math.ceil(nbytes / adm.bytes_per_token)
+        taken = charge + self._reserved_output(i, r.output_tokens)  # what the bucket gives at admission
         if bucket:
-            if charge > tc.token_burst_tokens:
+            if taken > tc.token_burst_tokens:
                 return self._reject(r, i, "token_bucket", None, t_s)
-            if t.bucket_tokens < charge:
-                return self._reject(r, i, "token_bucket", (charge - t.bucket_tokens) / tc.token_rate_per_s, t_s)
+            if t.bucket_tokens < taken:
+                return self._reject(r, i, "token_bucket", (taken - t.bucket_tokens) / tc.token_rate_per_s, t_s)
         if adm.queue_bound and tc.queue_bound is not None and t.fresh_queued >= tc.queue_bound:
             return self._reject(r, i, "queue_full", self.st.last_step_s * max(1, t.fresh_queued), t_s)
         if adm.kv_watermarks:
@@ -387,7 +413,7 @@ class Step:
         if limited:
             changes["bucket_requests"] = t.bucket_requests - 1.0
         if bucket:
-            changes["bucket_tokens"] = t.bucket_tokens - charge
+            changes["bucket_tokens"] = t.bucket_tokens - taken
         self._set(i, **changes)
         self.events.append(Event("queued", r.request_id, i, t_s))
         if was_empty:
@@ -447,8 +473,10 @@ class Step:
             if victim.request_id == s.request_id:
                 return False
 
-    def _evict(self, v: Sequence) -> None:
-        """Sequence v is preempted by recompute (or rejected if evicted too often)."""
+    def _evict(self, v: Sequence, reason: str | None = None) -> None:
+        """Sequence v is preempted by recompute (or rejected if evicted too often).
+        ``reason``: None when evicted to make room for a running sequence,
+        ``priority`` when for a waiting higher tier (recorded on the event)."""
         rid = v.request_id
         del self.running[rid]
         if rid in self.planned:
@@ -459,7 +487,8 @@ class Step:
             self._drop(v, "rejected", reason="evicted_too_often", blocks=freed)
             return
         self.preempted.append(rid)
-        self.events.append(Event("preempted", rid, v.tenant, self.t, tokens=v.computed_tokens, blocks=freed))
+        self.events.append(Event("preempted", rid, v.tenant, self.t, reason=reason, tokens=v.computed_tokens,
+                                 blocks=freed))
         back = v._replace(computed_tokens=0, shared_keys=(), private_blocks=0, preemptions=v.preemptions + 1,
             wasted_tokens=v.wasted_tokens + v.computed_tokens,
             ready_step=self.k + 1 + self.cfg.eviction.cooldown_steps,
@@ -474,7 +503,11 @@ class Step:
     def schedule_waiting(self) -> None:
         """The order policy picks tenants whose first ready request joins the batch."""
         cfg, policy = self.cfg, self.policy
+        if cfg.eviction.preempt_for_priority and self.backlogged:
+            self._preempt_for_priority()
         if len(self.running) >= cfg.max_num_seqs or self.budget <= 0 or not self.backlogged:
+            return
+        if (cfg.order.guard_steps is not None or cfg.order.guard_wait_s is not None) and self._guard():
             return
         avail = set(self.backlogged)  # backlogged and not blocked in this step
         while avail and len(self.running) < cfg.max_num_seqs and self.budget > 0:
@@ -489,6 +522,37 @@ class Step:
             if not self._admit_head(i) or not self.tenants[i].queue:
                 avail.discard(i)
 
+    def _preempt_for_priority(self) -> None:
+        """Evict lower-tier running sequences so that waiting higher-tier requests fit
+        (``eviction.preempt_for_priority``; the plan is
+        :func:`~tenantry.model.policies.plan_priority_preemption`).  Each victim is
+        evicted as in 4.5 (back to its queue's front, cooldown) with reason ``priority``."""
+        ready = [(i, q) for i in self.backlogged for q in self.tenants[i].queue if q.ready_step <= self.k]
+        if not ready:
+            return
+        view = PriorityView(self.cfg, self.tenants, ready, tuple(self.running.values()),
+                            {rid: self._freeable(s) for rid, s in self.running.items()},
+                            self.cfg.num_blocks - self.used)
+        for rid in plan_priority_preemption(view):
+            self._evict(self.running[rid], reason="priority")
+
+    def _ready_heads(self) -> list[tuple[int, Sequence]]:
+        """Each backlogged tenant's first ready queued sequence, as (tenant, sequence)."""
+        heads = []
+        for i in self.backlogged:
+            h = next((q for q in self.tenants[i].queue if q.ready_step <= self.k), None)
+            if h is not None:
+                heads.append((i, h))
+        return heads
+
+    def _guard(self) -> bool:
+        """The starvation guard (``guard_steps`` / ``guard_wait_s``): True, and the
+        request recorded in :attr:`reserved`, when an overdue head does not fit and
+        the waiting phase must admit nothing (:func:`~tenantry.model.policies.guard_reservation`)."""
+        view = GuardView(self.cfg, self.tenants, self._ready_heads(), self.cfg.num_blocks - self.used, self.k, self.t)
+        self.reserved = guard_reservation(view)
+        return self.reserved is not None
+
     def _view(self, cands: set[int]) -> SelectView:
         return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional,
                           self.backlogged, self._keys, self.k)
@@ -497,7 +561,7 @@ class Step:
         """Move tenant i's first ready sequence into the batch; False if none is ready or it does not fit."""
         cfg, t = self.cfg, self.tenants[i]
         idx = next((j for j, q in enumerate(t.queue) if q.ready_step <= self.k), None)
-        if idx is None:
+        if idx is None or not slot_room(cfg, self.tenants, i):
             return False
         s = t.queue[idx]
         B = cfg.block_size_tokens
@@ -670,7 +734,8 @@ class Step:
             changes["deficit"] = t.deficit - cost
         elif unit == "block_seconds" and block_s:
             changes["deficit"] = t.deficit - block_s
-        if tokens and cfg.admission.token_bucket and tc.token_rate_per_s is not None:
+        if tokens and cfg.admission.token_bucket and tc.token_rate_per_s is not None \
+                and not self._reserved_output(i, tokens):
             t = self._refill(i)
             changes["bucket_tokens"] = t.bucket_tokens - tokens
         self._set(i, **changes)
@@ -705,5 +770,6 @@ class Step:
             preempted=tuple(self.preempted),
             events=tuple(self.events),
             finished=tuple(self.gone),
+            reserved=self.reserved,
         )
         return new, out

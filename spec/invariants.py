@@ -36,7 +36,7 @@ from . import invariants_claims as C
 from . import invariants_history as H
 from . import invariants_policy as P
 from . import invariants_state as S
-from .invariants_core import Finding, Invariant, ample_kv, caps_enforced
+from .invariants_core import Finding, Invariant, ample_kv, caps_enforced, slot_caps_enforced
 
 __all__ = ["INVARIANTS", "CLAIMABLE", "HISTORY_NEEDS_STEPS", "Finding", "Invariant", "check_state", "check_history",
            "check_pair", "config_from_dict", "coverage", "missing", "relabel_contents", "unknown_without_steps"]
@@ -96,6 +96,8 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
          history=H.h_kv_conserve, always=True, needs=_STEPS),
     _inv("KV-CAP", "blocks in use <= pool; each tenant <= its enforced cap", "7.1",
          _always, state=S.check_kv_cap, history=H.h_kv_cap, always=True, needs=_STEPS),
+    _inv("SLOT-CAP", "each tenant's (and tier's) sequences in the batch <= its enforced slot cap", "7.1",
+         slot_caps_enforced, state=S.check_slot_cap, history=H.h_slot_cap, always=True, needs=_STEPS),
     _inv("QUEUE-BOUND", "never-scheduled queued requests <= bound; overflow refused queue_full at once", "7.1",
          lambda c: c.admission.queue_bound and any(t.queue_bound is not None for t in c.tenants),
          state=S.check_queue_bound, history=H.h_queue_bound, always=True, needs=_STEPS),
@@ -123,6 +125,9 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
          state=P.check_floor, history=H.h_floor, needs=_STEPS),
     _inv("AGING", "no request is scheduled while one with smaller tier + rate*arrival_s waits", "7.2",
          lambda c: c.order.policy == "aging" and ample_kv(c), state=P.check_aging, history=H.h_aging, needs=_STEPS),
+    _inv("GUARD", "no request enters the batch while an overdue head that does not fit waits; the pool is "
+         "reserved for it", "7.2", lambda c: c.order.guard_steps is not None or c.order.guard_wait_s is not None,
+         state=P.check_guard),
     _inv("BOUNDED-WAIT", "a request of a tenant with max_wait_s is scheduled within max_wait_s of its arrival",
          "7.2", lambda c: any(t.max_wait_s is not None for t in c.tenants), history=C.h_bounded_wait),
     _inv("FCFS-TENANT", "within a tenant, requests are first scheduled in admission order", "7.2", _always,
@@ -135,6 +140,10 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
          "window <= burst + rate*T", "7.3",
          lambda c: c.admission.token_bucket and any(t.token_rate_per_s is not None for t in c.tenants),
          state=P.check_token_bucket, history=H.h_token_bucket),
+    _inv("TOKEN-LIMIT", "with output reservation, prompt + output tokens charged in any window <= burst + "
+         "rate*T", "7.3",
+         lambda c: c.admission.token_bucket and c.admission.reserve_output
+         and any(t.token_rate_per_s is not None for t in c.tenants), history=H.h_token_limit),
     _inv("REQUEST-RATE", "admitted requests in any window <= burst + rate*T", "7.3",
          lambda c: c.admission.request_rate_limit and any(t.request_rate_per_s is not None for t in c.tenants),
          history=C.h_request_rate),
@@ -145,6 +154,8 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
          _always, state=P.check_evict_cooldown, history=H.h_evict_cooldown, needs=_STEPS),
     _inv("EVICT-BOUNDED", "preemptions <= max_evictions; waste <= preemptions*(prompt+output-1)", "7.4",
          _always, state=P.check_evict_bounded, history=H.h_evict_bounded),
+    _inv("PRIORITY-PREEMPT", "a waiting higher tier preempts a lower tier for a slot, within the hysteresis, "
+         "and only then", "7.4", lambda c: c.eviction.preempt_for_priority, state=P.check_priority_preempt),
     _inv("EVICT-MINIMAL", "no victim is taken once the step's batch has room", "7.4",
          lambda c: not caps_enforced(c), history=C.h_evict_minimal, always=True, needs=_HELD),
     _inv("EVICT-PROGRESS", "a step evicts only when its batch needs more blocks than are free, and every eviction "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tenantry.model.history import REJECT_REASONS
 
-from .invariants_core import EPS, Finding, caps_enforced
+from .invariants_core import EPS, Finding, at_slot_cap, caps_enforced
 from .invariants_history import HistoryContext, _f
 
 
@@ -33,12 +33,20 @@ class _Bucket:
         return self.level
 
 
+def _give_back(b: _Bucket, t_s: float, tokens: int) -> None:
+    """A reserved output allowance not generated returns to bucket b at t_s (capped at the burst)."""
+    if tokens > 0:
+        b.at(t_s)
+        b.level = min(b.burst, b.level + tokens)
+
+
 def h_refusal_truth(h: HistoryContext) -> list[Finding]:
     """REFUSAL-TRUTH (SPEC.md 7.3), record form: every 429 names a known reason, and
     the reason was true when it was given: ``too_long`` (prompt + output over the
     context limit), ``too_large`` (more blocks than the pool or the enforced cap),
     ``rate_limit`` (the request bucket held less than one request), ``token_bucket``
-    (the token bucket held less than the prompt, or the prompt exceeds the burst),
+    (the token bucket held less than the prompt, plus the output with
+    ``reserve_output``, or that charge exceeds the burst),
     ``queue_full`` (the tenant's never-scheduled queue at its bound),
     ``kv_watermark`` (blocks in use at or above the tier's watermark),
     ``evicted_too_often`` (max_evictions evictions so far).  The buckets and
@@ -50,6 +58,7 @@ def h_refusal_truth(h: HistoryContext) -> list[Finding]:
     tok_b = {t.name: _Bucket(t.token_rate_per_s, t.token_burst_tokens) for t in cfg.tenants
              if t.token_rate_per_s is not None}
     judge_tokens = adm.prompt_estimate == "tokens"
+    reserve = adm.token_bucket and adm.reserve_output
     prev_fresh: set[int] = set()
     used, prev = 0, None
     for v in h.views:
@@ -61,6 +70,8 @@ def h_refusal_truth(h: HistoryContext) -> list[Finding]:
             r = h.requests.get(rid)
             if r is not None and rid in prev_fresh:
                 fresh[r.tenant] -= 1
+            if r is not None and reserve and r.tenant in tok_b and r.admitted_step is not None:
+                _give_back(tok_b[r.tenant], t0, r.output_tokens - r.tokens_generated)
         used -= h.cancel_freed(v, prev)
         for rid, answer in v.answers:
             r = h.requests.get(rid)
@@ -74,7 +85,7 @@ def h_refusal_truth(h: HistoryContext) -> list[Finding]:
                     req_b[r.tenant].level -= 1.0
                 if r.tenant in tok_b and adm.token_bucket:
                     tok_b[r.tenant].at(t0)
-                    tok_b[r.tenant].level -= r.prompt_tokens
+                    tok_b[r.tenant].level -= r.prompt_tokens + (r.output_tokens if reserve else 0)
                 continue
             why = _false_refusal(h, r, tc, answer, t0, req_b, tok_b, fresh, used, judge_tokens)
             if why:
@@ -84,10 +95,12 @@ def h_refusal_truth(h: HistoryContext) -> list[Finding]:
             if e.kind == "rejected" and e.reason == "evicted_too_often":
                 q = h.replay.reqs.get(e.request_id)
                 kmax = cfg.eviction.max_evictions
+                if q is not None and reserve and q.rec.tenant in tok_b:
+                    _give_back(tok_b[q.rec.tenant], t0, q.rec.output_tokens - q.rec.tokens_generated)
                 if q is not None and (kmax is None or q.preemptions < kmax):
                     out.append(_f("REFUSAL-TRUTH", k, f"request {e.request_id} was refused 'evicted_too_often' after "
                                   f"{q.preemptions} evictions", q.preemptions, kmax, [q.rec.tenant], [e.request_id]))
-        if adm.token_bucket:
+        if adm.token_bucket and not reserve:
             for name, n in v.produced.items():
                 if name in tok_b:
                     tok_b[name].at(t0)
@@ -121,12 +134,12 @@ def _false_refusal(h: HistoryContext, r, tc, reason: str, t0: float, req_b, tok_
     if reason == "token_bucket":
         if not adm.token_bucket or r.tenant not in tok_b:
             return "no token bucket is configured for its tenant", reason, "no token_bucket refusal"
-        if not judge_tokens or r.prompt_tokens > tc.token_burst_tokens:
+        charge = r.prompt_tokens + (r.output_tokens if adm.reserve_output else 0)
+        if not judge_tokens or charge > tc.token_burst_tokens:
             return None
         level = tok_b[r.tenant].at(t0)
-        return None if level < r.prompt_tokens + EPS else (
-            f"the token bucket held {level:.6g} tokens for a {r.prompt_tokens}-token prompt", level,
-            f"< {r.prompt_tokens}")
+        return None if level < charge + EPS else (
+            f"the token bucket held {level:.6g} tokens for a charge of {charge} tokens", level, f"< {charge}")
     if reason == "queue_full":
         bound = tc.queue_bound if tc is not None and adm.queue_bound else None
         n = fresh.get(r.tenant, 0)
@@ -205,12 +218,15 @@ def _could_fit(h: HistoryContext, v, rid: int) -> bool:
     with a prefix cache, whose hits add to the chunk) were free at any moment of the
     waiting phase (free after the step, less what the step's finishing requests
     held) and within its tenant's cap (its blocks after the step, plus what its
-    finishing requests held).  Unknown room (shared blocks without ``held``) counts
+    finishing requests held), and its tenant and tier were below their slot caps.  Unknown room (shared blocks without ``held``) counts
     as no room, so an order claim is broken only when the skipped request surely fitted."""
     cfg, s = h.config, v.record
     if h.shareable and s.held is None:
         return False
     r = h.requests[rid]
+    during = [h.requests[x].tenant for x in dict.fromkeys(list(s.running) + list(v.finished)) if x in h.requests]
+    if at_slot_cap(cfg, r.tenant, during):
+        return False
     tokens = r.prompt_tokens if cfg.prefix_cache != "off" else min(r.prompt_tokens, cfg.token_budget)
     need = cfg.blocks_for(tokens)
     free = s.free_blocks - sum(cfg.blocks_for(c) for c in v.finished.values())
@@ -299,7 +315,8 @@ def _eviction_books(h: HistoryContext, v, prev_used: int, prev_held: dict[int, i
             growth[rid] = cfg.blocks_for(c0 + n) if r is not None else 0
     free = cfg.num_blocks - prev_used + h.cancel_freed(v, prev)
     victims = []
-    evictions = [e for e in s.events if e.kind == "preempted" or (e.kind == "rejected" and e.request_id in v.before)]
+    evictions = [e for e in s.events if (e.kind == "preempted" and e.reason != "priority")
+                 or (e.kind == "rejected" and e.request_id in v.before)]
     order = [e.request_id for e in evictions] if s.events else list(s.preempted)  # in the order they happened
     blocks = {e.request_id: e.blocks for e in evictions}
     for rid in order:  # an eviction that rejects (evicted too often) is an eviction too
@@ -310,6 +327,12 @@ def _eviction_books(h: HistoryContext, v, prev_used: int, prev_held: dict[int, i
     return sum(growth.values()) + sum(g for _, _, g in victims), free, victims
 
 
+def _for_priority(s) -> set[int]:
+    """Requests a step preempted for a waiting higher tier (events with reason ``priority``):
+    made for waiting work, not for a running sequence's blocks, so the eviction books skip them."""
+    return {e.request_id for e in s.events if e.kind == "preempted" and e.reason == "priority"}
+
+
 def _evictions(h: HistoryContext):
     """Yield (view, need, free, victims) for each step with preemptions (exact records only)."""
     if not h.replay.exact or (h.shareable and not any(s.held for s in h.steps)):
@@ -317,7 +340,8 @@ def _evictions(h: HistoryContext):
     prev_used, prev_held, prev = 0, {}, None
     for v in h.views:
         s = v.record
-        if s.preempted or any(e.kind == "rejected" and e.request_id in v.before for e in s.events):
+        pool = [rid for rid in s.preempted if rid not in _for_priority(s)]  # 4.5: room for a running sequence
+        if pool or any(e.kind == "rejected" and e.request_id in v.before for e in s.events):
             need, free, victims = _eviction_books(h, v, prev_used, prev_held, prev)
             yield v, need, free, victims
         prev_used = s.used_blocks if s.used_blocks is not None else h.config.num_blocks - s.free_blocks

@@ -195,6 +195,42 @@ def caps_enforced(config: Config) -> bool:
     return config.admission.kv_cap and any(t.kv_block_cap is not None for t in config.tenants)
 
 
+def slot_caps(config: Config, tenant: str) -> tuple[int | None, int | None]:
+    """The enforced batch-slot caps over tenant ``tenant`` (sequences): its own
+    ``max_running_seqs`` and its tier's ``tier_slot_caps`` entry, each None when
+    not enforced (SPEC.md 4.3; tiers past the end of the tuple use the last)."""
+    adm = config.admission
+    tc = next((t for t in config.tenants if t.name == tenant), None)
+    if not adm.slot_cap or tc is None:
+        return None, None
+    tier_cap = adm.tier_slot_caps[min(tc.tier, len(adm.tier_slot_caps) - 1)] if adm.tier_slot_caps else None
+    return tc.max_running_seqs, tier_cap
+
+
+def slot_caps_enforced(config: Config) -> bool:
+    """Some batch-slot cap (per tenant or per tier) is enforced."""
+    adm = config.admission
+    return adm.slot_cap and (bool(adm.tier_slot_caps) or any(t.max_running_seqs is not None for t in config.tenants))
+
+
+def at_slot_cap(config: Config, tenant: str, in_batch: Iterable[str]) -> bool:
+    """Tenant ``tenant`` may not put one more sequence in the batch: with ``in_batch``
+    the tenants of the sequences in the batch (one name per sequence), its own or
+    its tier's slot cap is reached."""
+    own, tier_cap = slot_caps(config, tenant)
+    if own is None and tier_cap is None:
+        return False
+    names = list(in_batch)
+    if own is not None and sum(1 for n in names if n == tenant) >= own:
+        return True
+    if tier_cap is not None:
+        tier = {t.name: t.tier for t in config.tenants}
+        mine = tier[tenant]
+        if sum(1 for n in names if tier.get(n) == mine) >= tier_cap:
+            return True
+    return False
+
+
 def ample_kv(config: Config) -> bool:
     """The KV pool can never bind: every admitted request fits whatever else runs.
 
@@ -202,8 +238,10 @@ def ample_kv(config: Config) -> bool:
     blocks_for(max_context_tokens)``: then no allocation is ever short, no
     sequence is preempted, and no queue head is skipped for lack of blocks, so
     the scheduling order is exactly the policy's (SPEC.md 7, "ample KV").
+    An enforced batch-slot cap skips heads as a KV cap does, and preemption for
+    priority evicts with blocks to spare, so either makes it False.
     """
-    if caps_enforced(config):
+    if caps_enforced(config) or slot_caps_enforced(config) or config.eviction.preempt_for_priority:
         return False
     return config.num_blocks >= config.max_num_seqs * config.blocks_for(config.max_context_tokens)
 

@@ -17,7 +17,9 @@ import attrs
 from tenantry.model.config import Config
 from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord, StepEvent
 
-from .invariants_core import EPS, Finding, ample_kv, caps_enforced, largest_charge, tier_share
+from .invariants_core import (
+    EPS, Finding, ample_kv, at_slot_cap, caps_enforced, largest_charge, slot_caps, tier_share,
+)
 from .replay import Replay, StepView
 
 
@@ -222,6 +224,32 @@ def h_kv_cap(h: HistoryContext) -> list[Finding]:
     return out
 
 
+def h_slot_cap(h: HistoryContext) -> list[Finding]:
+    """SLOT-CAP (SPEC.md 7.1), record form: the requests of a tenant in a step's
+    batch (running after it, or finished in it) number at most its enforced
+    ``max_running_seqs``, those of a tier at most the tier's slot cap."""
+    cfg, out = h.config, []
+    if not cfg.admission.slot_cap:
+        return out
+    for v in h.views:
+        s = v.record
+        during = [rid for rid in dict.fromkeys(list(s.running) + list(v.finished)) if rid in h.requests]
+        names = [h.requests[rid].tenant for rid in during]
+        for name in sorted(set(names)):
+            own, tier_cap = slot_caps(cfg, name)
+            n = names.count(name)
+            if own is not None and n > own:
+                out.append(_f("SLOT-CAP", s.step_index, "a tenant has more requests in the batch than its slot cap",
+                              n, own, [name], [rid for rid in during if h.requests[rid].tenant == name]))
+            if tier_cap is not None:
+                mine = [rid for rid in during if h.tier(h.requests[rid].tenant) == h.tier(name)]
+                if len(mine) > tier_cap and name == min(h.requests[rid].tenant for rid in mine):
+                    out.append(_f("SLOT-CAP", s.step_index, f"tier {h.tier(name)} has more requests in the batch "
+                                  "than its slot cap", len(mine), tier_cap,
+                                  sorted({h.requests[rid].tenant for rid in mine}), mine))
+    return out
+
+
 def h_queue_bound(h: HistoryContext) -> list[Finding]:
     """QUEUE-BOUND (SPEC.md 7.1), record form: after every step, each tenant's
     admitted, never-scheduled, not-ended requests number at most its bound; the
@@ -330,8 +358,9 @@ def h_work_conserving(h: HistoryContext) -> list[Finding]:
     fit: the blocks of the largest first chunk it could be given
     (``min(target, token_budget)`` tokens; its whole target with a prefix cache)
     are free during the step (free after it, less what the step's finishing
-    requests held), within its tenant's cap.  Needs ``held`` (or no sharing) and
-    exact computed tokens; the first such step is reported."""
+    requests held), within its tenant's cap.  A step whose record names a
+    starvation-guard reservation (``reserved``) is excused.  Needs ``held`` (or
+    no sharing) and exact computed tokens; the first such step is reported."""
     cfg, out = h.config, []
     if not h.replay.exact:
         return out
@@ -342,7 +371,7 @@ def h_work_conserving(h: HistoryContext) -> list[Finding]:
         budget = cfg.token_budget - sum(n for _, n in s.batch)
         held = s.held if s.held is not None else (
             {rid: cfg.blocks_for(c) for rid, c in v.running.items()} if not h.shareable else None)
-        if seats > 0 and budget > 0 and held is not None and not (h.shareable and v.finished):
+        if seats > 0 and budget > 0 and held is not None and not (h.shareable and v.finished) and s.reserved is None:
             free = s.free_blocks - sum(cfg.blocks_for(c) for c in v.finished.values())
             per: dict[str, int] = {}
             for rid in during:
@@ -350,7 +379,10 @@ def h_work_conserving(h: HistoryContext) -> list[Finding]:
                 if r is not None:
                     b = held.get(rid, cfg.blocks_for(v.finished.get(rid, 0)))
                     per[r.tenant] = per.get(r.tenant, 0) + b
+            in_batch = [h.requests[rid].tenant for rid in during if rid in h.requests]
             for name, (rid, target) in v.heads.items():
+                if at_slot_cap(cfg, name, in_batch):
+                    continue
                 need = cfg.blocks_for(target if cfg.prefix_cache != "off" else min(target, cfg.token_budget))
                 cap = h.tenant_cfg[name].kv_block_cap if cfg.admission.kv_cap and name in h.tenant_cfg else None
                 if need <= free and (cap is None or per.get(name, 0) + need <= cap):
@@ -601,6 +633,45 @@ def h_token_bucket(h: HistoryContext) -> list[Finding]:
     return out
 
 
+def h_token_limit(h: HistoryContext) -> list[Finding]:
+    """TOKEN-LIMIT (SPEC.md 7.3), record form, with ``reserve_output``: for each
+    tenant and any window [t1, t2], the tokens it was charged for, each admitted
+    request's prompt plus output (its allowance, ``output_tokens``) at its admission,
+    less the output a request cancelled or rejected after admission did not
+    generate, at its end, total at most ``burst + rate * (t2 - t1)``.  For requests
+    that finish this is what they consumed, prompt plus generated tokens."""
+    cfg, out = h.config, []
+    if not cfg.admission.token_bucket or cfg.admission.prompt_estimate != "tokens":
+        return out
+    start = {s.step_index: s.start_s for s in h.steps}
+    for t in cfg.tenants:
+        if t.token_rate_per_s is None:
+            continue
+        ledger = []  # (time, order, tokens, request id): refunds before admissions at one time (phase 1 first)
+        for r in h.history.requests:
+            if r.tenant != t.name or r.admitted_step is None:
+                continue
+            ledger.append((start.get(r.admitted_step, r.arrival_s), 1, r.prompt_tokens + r.output_tokens,
+                           r.request_id))
+            if r.outcome in ("cancelled", "rejected") and r.finish_s is not None:
+                ledger.append((r.finish_s, 0 if r.outcome == "cancelled" else 2,
+                               -(r.output_tokens - r.tokens_generated), r.request_id))
+        ledger.sort()
+        total, best, best_i = 0.0, None, None
+        for ts, _, n, rid in ledger:
+            key = total - t.token_rate_per_s * ts
+            if best is None or key < best:
+                best, best_i = key, (ts, rid)
+            total += n
+            excess = total - t.token_rate_per_s * ts - best
+            if excess > t.token_burst_tokens + EPS:
+                out.append(_f("TOKEN-LIMIT", None, f"prompt + output tokens charged between t={best_i[0]:.6g}s and "
+                              f"t={ts:.6g}s exceed burst + rate x window", excess, t.token_burst_tokens,
+                              [t.name], [best_i[1], rid]))
+                break
+    return out
+
+
 def h_evict_cooldown(h: HistoryContext) -> list[Finding]:
     """EVICT-COOLDOWN (SPEC.md 7.4), history form: a request preempted in step k is
     in no batch before step k + 1 + cooldown_steps."""
@@ -655,8 +726,11 @@ def h_victim(h: HistoryContext) -> list[Finding]:
     prev_running: tuple = ()
     for s in h.steps:
         cands = set(prev_running) - gone_at.get(s.start_s, set())
+        for_priority = {e.request_id for e in s.events if e.kind == "preempted" and e.reason == "priority"}
         for rid in s.preempted:
             cands.discard(rid)
+            if rid in for_priority:  # chosen among the lower tiers for a waiting head (PRIORITY-PREEMPT)
+                continue
             better = [c for c in cands if c in order and rank(c) < rank(rid)]
             if better:
                 out.append(_f("VICTIM", s.step_index, f"the {pol} policy ranks request {min(better, key=rank)} before "

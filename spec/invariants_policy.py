@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from .invariants_core import EPS, Finding, largest_charge, tier_share
+from .invariants_core import EPS, Finding, at_slot_cap, largest_charge, tier_share
 from .invariants_state import StepContext, _f
 
 
@@ -191,12 +191,21 @@ def check_token_bucket(ctx: StepContext) -> list[Finding]:
                 out.append(_f(ctx, "TOKEN-BUCKET", "the bucket was refilled to a time other than the step's start",
                               b.bucket_t_s, ctx.prev.t_s, [tc.name]))
             base = min(tc.token_burst_tokens, a.bucket_tokens + tc.token_rate_per_s * (b.bucket_t_s - a.bucket_t_s))
+        reserve = cfg.admission.reserve_output
         charge = 0.0
         for rid in queued:
             r = arrivals.get(rid)
             if r is not None and r.tenant == tc.name:
                 s = ctx.after(rid)
                 charge += s.charged_prompt_tokens if s is not None and s.never_scheduled else _estimate(cfg, r)
+                if reserve:  # the output allowance is taken with the prompt (SPEC.md 4.2)
+                    charge += r.output_tokens
+        back = {"cancelled": 0, "rejected": 0}
+        if reserve:  # what a request leaving before its last token did not generate comes back
+            for s in ctx.output.finished:
+                kind = ctx.terminal_kind.get(s.request_id)
+                if s.tenant == i and kind in back:
+                    back[kind] += s.request.output_tokens - s.output_done
         produced = 0
         for s in list(ctx.state.sequences()) + list(ctx.output.finished):
             if s.tenant != i:
@@ -207,7 +216,16 @@ def check_token_bucket(ctx: StepContext) -> list[Finding]:
                 est = before.charged_prompt_tokens if before is not None else _estimate(cfg, s.request)
                 if est:
                     charge += s.request.prompt_tokens - est
-        want = base - charge - produced
+        if reserve:
+            # Generated tokens were reserved at admission.  Refunds are capped at the burst,
+            # in the step's order: cancellations (phase 1), admissions (2), evictions too often (3).
+            produced = 0
+            level = min(tc.token_burst_tokens, base + back["cancelled"]) if back["cancelled"] else base
+            want = level - charge
+            if back["rejected"]:
+                want = min(tc.token_burst_tokens, want + back["rejected"])
+        else:
+            want = base - charge - produced
         if abs(b.bucket_tokens - want) > EPS * max(1.0, abs(want)):
             out.append(_f(ctx, "TOKEN-BUCKET", f"the bucket moved by {b.bucket_tokens - a.bucket_tokens:.6g}; refill "
                           f"minus {charge:g} admitted prompt tokens and {produced} produced tokens gives "
@@ -225,7 +243,151 @@ def _estimate(cfg, r) -> int:
     return r.prompt_tokens
 
 
+# --- starvation guard ------------------------------------------------------------------
+
+
+def _entry_blocks(cfg, s) -> int:
+    """The most blocks s can hold on entering the batch: its first chunk at the whole
+    budget, or, with a prefix cache (hits add to the chunk), its whole target
+    (SPEC.md 4.3 and 4.5; restated here, not read from the model)."""
+    if cfg.prefix_cache != "off":
+        return cfg.blocks_for(s.target_tokens)
+    return cfg.blocks_for(min(s.target_tokens, cfg.token_budget))
+
+
+def check_guard(ctx: StepContext) -> list[Finding]:
+    """GUARD (SPEC.md 7.2), with ``guard_steps`` or ``guard_wait_s``: no sequence enters
+    the batch from a queue in a step that began its waiting phase with an overdue head
+    (ready; waited ``guard_steps`` steps since ready, or never scheduled and
+    ``guard_wait_s`` seconds since arrival) that its own caps would take but whose
+    first chunk at the whole budget did not fit in the free blocks; and a step that
+    records a reservation admitted nothing and reserved for such a head.  The free
+    blocks at the waiting phase's start are recomputed from the sequences in the
+    batch that did not enter it in the step; the heads from the queues before the
+    step, less cancellations, plus the step's arrivals."""
+    cfg, o, out = ctx.config, ctx.config.order, []
+    entered = {s.request_id for s in ctx.admitted_from_queue}
+    during = list(ctx.state.running) + [ctx.gone[e.request_id] for e in ctx.output.events if e.kind == "finished"]
+    stay = [s for s in during if s.request_id not in entered]
+    keys: set = set()
+    private = 0
+    per: dict[int, int] = {}
+    for s in stay:
+        keys.update(s.shared_keys)
+        private += s.private_blocks
+        per[s.tenant] = per.get(s.tenant, 0) + s.blocks_held
+    free = cfg.num_blocks - private - len(keys)
+    in_batch = [ctx.name(s.tenant) for s in stay]
+    arrived = {}
+    for r in ctx.inputs.arrivals:
+        q = ctx.after(r.request_id)
+        if q is not None or r.request_id in ctx.gone:
+            arrived.setdefault(cfg.tenant_index(r.tenant), []).append(r.request_id)
+    due = []
+    for i, t in enumerate(ctx.prev.tenants):
+        first = next((s for s in t.queue if s.ready_step <= ctx.k and s.request_id not in ctx.cancelled_ids), None)
+        if first is None:
+            rid = next((x for x in arrived.get(i, ()) if x not in ctx.cancelled_ids), None)
+            first = ctx.prev_seqs.get(rid) if rid is not None else None
+            if first is None and rid is not None:
+                first = ctx.after(rid) or ctx.gone.get(rid)
+        if first is None:
+            continue
+        late = (o.guard_steps is not None and ctx.k - first.ready_step >= o.guard_steps) or (
+            o.guard_wait_s is not None and first.never_scheduled
+            and ctx.prev.t_s - first.request.arrival_s >= o.guard_wait_s - EPS)
+        if not late:
+            continue
+        need = _entry_blocks(cfg, first)
+        cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
+        if (cap is not None and per.get(i, 0) + need > cap) or at_slot_cap(cfg, ctx.name(i), in_batch):
+            continue
+        if need > free:
+            due.append((first.arrival_seq, i, first.request_id, need))
+    if due and entered:
+        _, i, rid, need = min(due)
+        out.append(_f(ctx, "GUARD", f"requests {sorted(entered)} entered the batch while overdue request {rid} "
+                      f"needed {need} blocks with {free} free", len(entered), 0, [ctx.name(i)],
+                      [rid] + sorted(entered)))
+    rv = ctx.output.reserved
+    if rv is not None and (entered or rv not in {d[2] for d in due}):
+        out.append(_f(ctx, "GUARD", f"the step reserved for request {rv}, which was not an overdue head that did "
+                      "not fit" + (f", and admitted {sorted(entered)}" if entered else ""), rv,
+                      sorted(d[2] for d in due), [], [rv]))
+    return out
+
+
 # --- eviction -------------------------------------------------------------------------
+
+
+def check_priority_preempt(ctx: StepContext) -> list[Finding]:
+    """PRIORITY-PREEMPT (SPEC.md 7.4), with ``preempt_for_priority``.  Sound: every
+    eviction for priority takes a sequence of a strictly lower tier than some ready
+    request waiting in the step, that had been evicted fewer than ``max_evictions``
+    times and frees at least ``min_free_blocks``.  Complete: after a step whose
+    waiting phase admitted nothing and evicted nothing, with the batch's slots all
+    taken, no tenant's first ready waiting request of tier t (within its own KV and
+    slot caps, the most blocks it can hold on entry free) waits while a sequence of a
+    tier below t, running since before the step, could have been evicted for it."""
+    cfg, out = ctx.config, []
+    ev = cfg.eviction
+    k_max, min_free = ev.max_evictions, ev.min_free_blocks
+    tier = lambda s: cfg.tenants[s.tenant].tier
+    waiting = [s for t in ctx.prev.tenants for s in t.queue if s.ready_step <= ctx.k]
+    waiting += [ctx.after(r.request_id) for r in ctx.inputs.arrivals if ctx.after(r.request_id) is not None]
+    top = min((tier(s) for s in waiting if s is not None), default=None)
+    for e in ctx.output.events:
+        if e.kind != "preempted" or e.reason != "priority":
+            continue
+        v = ctx.prev_seqs.get(e.request_id)
+        if v is None:
+            continue
+        if top is None or tier(v) <= top:
+            out.append(_f(ctx, "PRIORITY-PREEMPT", f"request {v.request_id} of tier {tier(v)} was evicted for "
+                          "priority with no ready request of a higher tier waiting", tier(v), top,
+                          [ctx.name(v.tenant)], [v.request_id]))
+        if k_max is not None and v.preemptions >= k_max:
+            out.append(_f(ctx, "PRIORITY-PREEMPT", f"request {v.request_id} was evicted for priority after "
+                          f"{v.preemptions} evictions", v.preemptions + 1, k_max, [ctx.name(v.tenant)],
+                          [v.request_id]))
+        if e.blocks < min_free:
+            out.append(_f(ctx, "PRIORITY-PREEMPT", f"request {v.request_id} was evicted for priority freeing "
+                          f"{e.blocks} blocks", e.blocks, min_free, [ctx.name(v.tenant)], [v.request_id]))
+    st = ctx.state
+    during = list(st.running) + [ctx.gone[e.request_id] for e in ctx.output.events if e.kind == "finished"]
+    took = any(e.kind == "preempted" and e.reason == "priority" for e in ctx.output.events)
+    if len(during) < cfg.max_num_seqs or ctx.admitted_from_queue or took:
+        return out  # judged only where the waiting phase changed nothing: then it saw the batch as it ends
+    refs = st.kv.refs
+    keys: set = set()
+    private = 0
+    per_tenant: dict[int, int] = {}
+    for s in during:
+        keys.update(s.shared_keys)
+        private += s.private_blocks
+        per_tenant[s.tenant] = per_tenant.get(s.tenant, 0) + s.blocks_held
+    free = cfg.num_blocks - private - len(keys)
+    before = {s.request_id for s in ctx.prev.running}
+    victims = [s for s in st.running if s.request_id in before and (k_max is None or s.preemptions < k_max)
+               and s.private_blocks + sum(1 for key in s.shared_keys if refs.get(key) == 1) >= min_free]
+    if not victims:
+        return out
+    in_batch = [ctx.name(s.tenant) for s in during]
+    for i, t in enumerate(st.tenants):
+        r = next((s for s in t.queue if s.ready_step <= ctx.k), None)
+        if r is None or at_slot_cap(cfg, ctx.name(i), in_batch):
+            continue
+        need = _entry_blocks(cfg, r)
+        cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
+        if need > free or (cap is not None and per_tenant.get(i, 0) + need > cap):
+            continue
+        low = [v for v in victims if tier(v) > cfg.tenants[i].tier]
+        if low:
+            v = max(low, key=lambda c: (tier(c), c.arrival_seq))
+            out.append(_f(ctx, "PRIORITY-PREEMPT", f"request {r.request_id} of tier {cfg.tenants[i].tier} waits "
+                          f"for a slot while request {v.request_id} of tier {tier(v)} runs", tier(v),
+                          cfg.tenants[i].tier, [ctx.name(i), ctx.name(v.tenant)], [r.request_id, v.request_id]))
+    return out
 
 
 def check_evict_min_free(ctx: StepContext) -> list[Finding]:
@@ -307,6 +469,8 @@ def check_victim(ctx: StepContext) -> list[Finding]:
     for e in ctx.evictions:
         v = running.pop(e.request_id, None)
         if v is None:
+            continue
+        if e.reason == "priority":  # chosen among the lower tiers for a waiting head (PRIORITY-PREEMPT)
             continue
         if rank is not None:
             better = [c for c in running.values() if rank(c) < rank(v)]

@@ -21,7 +21,7 @@ from tenantry.model.state import Sequence, State
 from tenantry.model.step import StepOutput
 from tenantry.model.workload import StepInput
 
-from .invariants_core import EPS, Finding, largest_charge, tier_share
+from .invariants_core import EPS, Finding, at_slot_cap, largest_charge, slot_caps, tier_share
 
 
 
@@ -159,6 +159,31 @@ def check_kv_cap(ctx: StepContext) -> list[Finding]:
     return out
 
 
+def check_slot_cap(ctx: StepContext) -> list[Finding]:
+    """SLOT-CAP (SPEC.md 7.1): with ``slot_cap``, the sequences of a tenant in the
+    step's batch (running after the waiting phase: running after the step plus
+    those that finished in it) number at most its ``max_running_seqs``, and
+    those of a tier at most the tier's ``tier_slot_caps`` entry."""
+    cfg, out = ctx.config, []
+    if not cfg.admission.slot_cap:
+        return out
+    during = list(ctx.state.running) + [ctx.gone[e.request_id] for e in ctx.output.events if e.kind == "finished"]
+    per, tiers = Counter(s.tenant for s in during), Counter(cfg.tenants[s.tenant].tier for s in during)
+    seen_tiers = set()
+    for i, tc in enumerate(cfg.tenants):
+        own, tier_cap = slot_caps(cfg, tc.name)
+        if own is not None and per[i] > own:
+            out.append(_f(ctx, "SLOT-CAP", "a tenant has more sequences in the batch than its slot cap", per[i], own,
+                          [tc.name], [s.request_id for s in during if s.tenant == i]))
+        if tier_cap is not None and tiers[tc.tier] > tier_cap and tc.tier not in seen_tiers:
+            seen_tiers.add(tc.tier)
+            out.append(_f(ctx, "SLOT-CAP", f"tier {tc.tier} has more sequences in the batch than its slot cap",
+                          tiers[tc.tier], tier_cap, sorted({cfg.tenants[s.tenant].name for s in during
+                                                            if cfg.tenants[s.tenant].tier == tc.tier}),
+                          [s.request_id for s in during if cfg.tenants[s.tenant].tier == tc.tier]))
+    return out
+
+
 def check_queue_bound(ctx: StepContext) -> list[Finding]:
     """QUEUE-BOUND (SPEC.md 7.1): never-scheduled queued requests stay within the
     bound, an arrival that finds the queue full is refused ``queue_full`` at once,
@@ -274,13 +299,14 @@ def check_batch_limits(ctx: StepContext) -> list[Finding]:
 
 def check_work_conserving(ctx: StepContext) -> list[Finding]:
     """WORK-CONSERVING (SPEC.md 7.1): a step leaves no sequence slot and no
-    budget unused while a ready waiting request would certainly have fitted."""
+    budget unused while a ready waiting request would certainly have fitted
+    (unless the starvation guard reserved the pool in the step: GUARD)."""
     cfg, st = ctx.config, ctx.state
     finished = [ctx.gone[e.request_id] for e in ctx.output.events if e.kind == "finished"]
     at_wait = list(st.running) + finished
     slots = cfg.max_num_seqs - len(at_wait)
     budget = cfg.token_budget - sum(n for _, n in ctx.output.batch)
-    if slots <= 0 or budget <= 0:
+    if slots <= 0 or budget <= 0 or ctx.output.reserved is not None:  # a guard's reservation: GUARD judges it
         return []
     keys: set = set()
     private = 0
@@ -290,10 +316,11 @@ def check_work_conserving(ctx: StepContext) -> list[Finding]:
         private += s.private_blocks
         per_tenant[s.tenant] += s.blocks_held
     free = cfg.num_blocks - private - len(keys)
+    in_batch = [ctx.name(s.tenant) for s in at_wait]
     out = []
     for i, t in enumerate(st.tenants):
         ready = next((s for s in t.queue if s.ready_step <= ctx.k), None)
-        if ready is None:
+        if ready is None or at_slot_cap(cfg, ctx.name(i), in_batch):
             continue
         need = cfg.blocks_for(ready.target_tokens)
         cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None

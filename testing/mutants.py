@@ -368,6 +368,40 @@ class EvictsWithoutNeed(Step):
         super().schedule_running()
 
 
+class NoSlotCap(Step):
+    """Batch-slot caps are not enforced (the queue head is admitted past its tenant's cap)."""
+
+    def _admit_head(self, i):
+        cfg = self.cfg
+        self.cfg = attrs.evolve(cfg, admission=attrs.evolve(cfg.admission, slot_cap=False))
+        try:
+            return super()._admit_head(i)
+        finally:
+            self.cfg = cfg
+
+
+class OutputNotReserved(Step):
+    """The token bucket takes only the prompt at admission under ``reserve_output``, and
+    charges generated tokens as they are produced (the behaviour before the option)."""
+
+    def _reserved_output(self, i, tokens):
+        return 0
+
+
+class NoPriorityPreemption(Step):
+    """``preempt_for_priority`` is ignored: a waiting higher tier never preempts."""
+
+    def _preempt_for_priority(self):
+        return None
+
+
+class GuardIgnored(Step):
+    """The starvation guard never reserves: an overdue head that does not fit is skipped."""
+
+    def _guard(self):
+        return False
+
+
 # --- configurations in which the bugs show --------------------------------------------
 
 
@@ -468,6 +502,20 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            _cfg("priority", max_num_seqs=1), dict(bursty=True)),
     Mutant("evicts_one_more", ("EVICT-MINIMAL",), "eviction takes one more victim after the requester fits",
            EvictsOneMore, _cfg("fcfs", ample=False, eviction=_TIGHT), dict(big=True)),
+    Mutant("no_slot_cap", ("SLOT-CAP",), "per-tenant batch-slot caps are not enforced", NoSlotCap,
+           _cfg("fcfs", tenants=_tenants(max_running_seqs=1)), dict(bursty=True)),
+    Mutant("output_not_reserved", ("TOKEN-LIMIT", "TOKEN-BUCKET"), "the token bucket does not reserve the output "
+           "allowance at admission", OutputNotReserved,
+           _cfg("fcfs", tenants=_tenants(token_rate_per_s=100.0, token_burst_tokens=120.0),
+                admission=AdmissionConfig(token_bucket=True, reserve_output=True)), dict(bursty=True)),
+    Mutant("no_priority_preemption", ("PRIORITY-PREEMPT",), "a waiting higher tier never preempts a running lower "
+           "tier", NoPriorityPreemption,
+           _cfg("priority", max_num_seqs=1, eviction=EvictionConfig(victim="lowest_priority",
+                                                                     preempt_for_priority=True)),
+           dict(long_outputs=True)),
+    Mutant("guard_ignored", ("GUARD",), "the starvation guard never stops filling for an overdue head",
+           GuardIgnored, _cfg("fcfs", ample=False, eviction=_TIGHT,
+                              order=OrderConfig(policy="fcfs", guard_steps=3)), dict(big=True)),
     Mutant("evicts_without_need", ("EVICT-PROGRESS",), "the newest sequence is evicted whenever the pool is half "
            "full", EvictsWithoutNeed, _cfg("fcfs", ample=False, eviction=_TIGHT), dict(big=True)),
 )}

@@ -75,9 +75,11 @@ MAX_CONTEXT = 512
 @st.composite
 def configs(draw, policy: str | None = None):
     """A small replica for every policy family (or ``policy``), with an ample or a tight pool:
-    2-3 tenants of mixed weights and tiers, optional queue bounds, KV caps and token
-    buckets, every victim policy and hysteresis setting, every prefix-cache mode,
-    unit-cost steps of 10 ms."""
+    2-3 tenants of mixed weights and tiers, optional queue bounds, KV caps, batch-slot
+    caps (per tenant and per tier) and token buckets (with or without output
+    reservation), every victim policy and hysteresis setting (and preemption for
+    priority under ``priority``), with or without the starvation guard, every prefix-cache
+    mode, unit-cost steps of 10 ms."""
     n = draw(st.integers(2, 3))
     bucket = draw(st.booleans())
     tenants = tuple(
@@ -85,6 +87,7 @@ def configs(draw, policy: str | None = None):
             name, weight=draw(st.sampled_from((0.5, 1.0, 2.0))), tier=draw(st.integers(0, 1)),
             queue_bound=draw(st.sampled_from((None, 1, 3))), kv_block_cap=draw(st.sampled_from((None, None, 12))),
             token_rate_per_s=2000.0 if bucket else None, token_burst_tokens=600.0 if bucket else None,
+            max_running_seqs=draw(st.sampled_from((None, None, 1, 2))),
         )
         for name in ("a", "b", "c")[:n]
     )
@@ -93,15 +96,19 @@ def configs(draw, policy: str | None = None):
     num_blocks = max_num_seqs * 32 if ample else draw(st.integers(8, 40))
     pol = policy or draw(st.sampled_from(ORDER_POLICIES))
     order = OrderConfig(policy=pol, drr_quantum=draw(st.sampled_from((32.0, 128.0))), drr_carry_bound=256.0,
-                        aging_rate_per_s=draw(st.sampled_from((1.0, 20.0))), tier_floors=(0.6, 0.4))
+                        aging_rate_per_s=draw(st.sampled_from((1.0, 20.0))), tier_floors=(0.6, 0.4),
+                        guard_steps=draw(st.sampled_from((None, None, 3))))
     eviction = EvictionConfig(
         victim=draw(st.sampled_from(VICTIM_POLICIES)), min_free_blocks=draw(st.sampled_from((0, 0, 2))),
         cooldown_steps=draw(st.sampled_from((0, 2))), max_evictions=draw(st.sampled_from((None, 1, 3))),
+        preempt_for_priority=pol == "priority" and draw(st.booleans()),
     )
     return Config(
         tenants=tenants, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
         token_budget=draw(st.sampled_from((16, 48, 64))), max_context_tokens=MAX_CONTEXT, order=order,
-        admission=AdmissionConfig(token_bucket=bucket, kv_cap=draw(st.booleans())),
+        admission=AdmissionConfig(token_bucket=bucket, kv_cap=draw(st.booleans()),
+                                  tier_slot_caps=draw(st.sampled_from(((), (), (3, 1)))),
+                                  reserve_output=bucket and draw(st.booleans())),
         eviction=eviction, cost=CostConfig(mode="unit", unit_step_s=0.01),
         prefix_cache=draw(st.sampled_from(PREFIX_CACHE_MODES)),
     )

@@ -101,6 +101,7 @@ class StepOutput:
     preempted: tuple[int, ...]
     events: tuple[Event, ...]
     finished: tuple[Sequence, ...] = ()
+    reserved: int | None = None  # added with the starvation guard (record field; the frozen step never reserves)
 
 
 def idle(config: Config, state: State, until_s: float) -> State:

@@ -9,7 +9,7 @@ import attrs
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig
+from tenantry.model.config import AdmissionConfig, Config, CostConfig, OrderConfig, TenantConfig
 from tenantry.model.history import read_history, write_history
 from tenantry.model.simulate import simulate
 from tenantry.model.workload import Request
@@ -117,6 +117,9 @@ def test_ample_kv_is_the_pool_never_binding():
     capped = Config(tenants=(TenantConfig("a", kv_block_cap=10),), num_blocks=1000, max_num_seqs=4,
                     max_context_tokens=512)
     assert not ample_kv(capped) and not INVARIANTS["VTC-GAP"].applies(capped)
+    slots = Config(tenants=(TenantConfig("a", max_running_seqs=1),), num_blocks=1000, max_num_seqs=4,
+                   max_context_tokens=512)
+    assert not ample_kv(slots) and ample_kv(attrs.evolve(slots, admission=AdmissionConfig(slot_cap=False)))
 
 
 def test_vtc_gap_bound_without_the_last_left_lift_is_exceeded():

@@ -126,6 +126,57 @@ def test_token_bucket_ignores_refused_requests_and_refills_exactly():
         assert check_state(cfg, prev, new, o, i) == []
 
 
+def test_output_reservation_takes_the_allowance_at_admission_and_refunds_it_on_cancel():
+    """``reserve_output`` (SPEC.md 4.2): the bucket takes prompt + output at admission,
+    generated tokens cost nothing more, and a cancelled request gives back what it did not
+    generate (capped at the burst); the exact books are TOKEN-BUCKET's state form."""
+    cfg = Config((TenantConfig("a", token_rate_per_s=10.0, token_burst_tokens=500.0),),
+                 num_blocks=64, max_num_seqs=2, token_budget=512, max_context_tokens=512,
+                 order=OrderConfig(policy="fcfs"), admission=AdmissionConfig(token_bucket=True, reserve_output=True),
+                 cost=CostConfig(mode="unit", unit_step_s=1.0))
+    s0 = initial_state(cfg)
+    inputs = StepInput((Request(0, "a", 0.0, 100, 50), Request(1, "a", 0.0, 300, 60)))
+    s1, out1 = step(cfg, s0, inputs)
+    assert [e.reason for e in out1.events if e.kind == "rejected"] == ["token_bucket"]  # 150 + 360 > 500
+    assert s1.tenants[0].bucket_tokens == 500 - 150  # the first token is not charged again
+    s2, out2 = step(cfg, s1, StepInput(cancellations=(0,)))
+    assert s2.tenants[0].bucket_tokens == 350 + 10 * 1.0 + (50 - 1)  # refill, then 49 tokens back
+    for prev, new, o, i in ((s0, s1, out1, inputs), (s1, s2, out2, StepInput(cancellations=(0,)))):
+        assert check_state(cfg, prev, new, o, i) == []
+
+
+def test_slot_caps_bound_a_tenant_and_a_tier_in_the_batch():
+    """``max_running_seqs`` and ``tier_slot_caps`` (SPEC.md 4.3): a head past a cap waits
+    with free seats and blocks (SLOT-CAP), and WORK-CONSERVING does not count it."""
+    tenants = (TenantConfig("a", max_running_seqs=1), TenantConfig("b", tier=1), TenantConfig("c", tier=1))
+    cfg = Config(tenants, num_blocks=64, max_num_seqs=8, token_budget=512, max_context_tokens=512,
+                 order=OrderConfig(policy="fcfs"), admission=AdmissionConfig(tier_slot_caps=(8, 2)),
+                 cost=CostConfig(mode="unit", unit_step_s=1.0))
+    reqs = [Request(i, n, 0.0, 16, 4) for i, n in enumerate("aaabbcc")]
+    s0 = initial_state(cfg)
+    s1, out = step(cfg, s0, StepInput(tuple(reqs)))
+    running = [cfg.tenants[s.tenant].name for s in s1.running]
+    assert running.count("a") == 1 and running.count("b") + running.count("c") == 2
+    assert check_state(cfg, s0, s1, out, StepInput(tuple(reqs))) == []
+    off = attrs.evolve(cfg, admission=AdmissionConfig(slot_cap=False, tier_slot_caps=(8, 2)))
+    assert len(step(off, s0, StepInput(tuple(reqs)))[0].running) == 7
+
+
+@pytest.mark.parametrize(("build", "field"), [
+    (lambda: TenantConfig("a", max_running_seqs=0), "max_running_seqs"),
+    (lambda: AdmissionConfig(tier_slot_caps=(2, 0)), "tier_slot_caps"),
+    (lambda: AdmissionConfig(reserve_output=True), "reserve_output"),
+    (lambda: OrderConfig(guard_steps=0), "guard_steps"),
+    (lambda: OrderConfig(guard_wait_s=-1.0), "guard_wait_s"),
+    (lambda: Config((TenantConfig("a"),), order=OrderConfig(policy="vtc"),
+                    eviction=EvictionConfig(preempt_for_priority=True)), "eviction.preempt_for_priority"),
+])
+def test_issue_12_options_refuse_bad_values_in_one_line(build, field):
+    with pytest.raises(ConfigError) as e:
+        build()
+    assert e.value.field == field and "\n" not in str(e.value)
+
+
 def test_prefix_cache_shared_hits_across_tenants_and_salted_does_not():
     reqs = [R(0, "a", 0.0, prompt=64, out=2, prefix_ids=(1, 2, 3)), R(1, "b", 5.0, prompt=64, out=2, prefix_ids=(1, 2, 3))]
     shared = simulate(unit_config(prefix_cache="shared"), reqs)

@@ -37,7 +37,7 @@ CASES = sorted(p.name for p in ROOT.iterdir() if (p / "expected.json").is_file()
 
 KEYS = {"about", "run", "findings", "requests", "steps", "derived", "offline", "step_mode"}
 RUN_KEYS = {"horizon_s", "max_steps", "variant", "ids", "depth"}
-OFFLINE_KEYS = {"setup", "claimed", "findings"}
+OFFLINE_KEYS = {"setup", "claims_toml", "claimed", "findings"}
 STEP_MODE_KEYS = {"variant", "claimed", "findings"}
 FINDING_KEYS = {"invariant", "step", "requests", "tenants", "observed", "allowed", "count"}
 
@@ -162,7 +162,9 @@ def check_case(d: Path) -> list[str]:
         off = exp.get("offline")
         assert off is not None and set(off) <= OFFLINE_KEYS, f"{d.name}: a recorded history needs an 'offline' block"
         judged = read_history(recorded) if recorded.exists() else h
-        claims = apply_setup(cfg, off["setup"]) if off.get("setup") else cfg
+        assert not (off.get("setup") and off.get("claims_toml")), f"{d.name}: give setup or claims_toml, not both"
+        claims = (load_config_toml(d / off["claims_toml"]) if off.get("claims_toml")
+                  else apply_setup(cfg, off["setup"]) if off.get("setup") else cfg)
         bad += compare_findings("offline findings", off.get("findings", []),
                                 verify_history(judged, claims, off.get("claimed", ())))
     if "step_mode" in exp:
