@@ -159,7 +159,10 @@ class Runner:
                         leave=False, dynamic_ncols=True)
 
     def remaining(self) -> int | None:
-        """Evaluations left (None: unlimited); 0 once the time budget is spent."""
+        """Evaluations left (None: unlimited); 0 once the time budget is spent, or once the
+        system hung (ADAPTER-HANG: every further evaluation would wait out the call timeout)."""
+        if "ADAPTER-HANG" in self.broken:
+            return 0
         if self.budget.seconds is not None and time.monotonic() - self.t0 >= self.budget.seconds:
             return 0
         if self.budget.evaluations is None:
@@ -191,6 +194,8 @@ class Runner:
 
     def result(self, note: str = "") -> SearchResult:
         self.bar.close()
+        if "ADAPTER-HANG" in self.broken:
+            note = "; ".join(x for x in (note, "stopped early: the system hung (ADAPTER-HANG)") if x)
         return SearchResult(self.search, self.setup, self.pattern, self.seed, self.best, len(self.candidates),
                             tuple(c.score for c in self.candidates), dict(self.broken), note)
 

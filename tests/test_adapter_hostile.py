@@ -120,6 +120,32 @@ def test_hang_is_reported_within_the_timeout():
     assert len(v.findings) == 1  # no determinism re-run after a hang
 
 
+def test_a_call_spinning_in_python_is_stopped_after_its_timeout():
+    """A hung call is abandoned by raising inside its thread: a scheduler spinning in a
+    Python loop does not keep a core busy for the rest of the run."""
+    import time
+
+    from tenantry.verify.calls import Caller
+
+    spins = []
+
+    def spin():
+        while True:
+            spins.append(1)
+            if len(spins) > 10_000:
+                spins.clear()
+
+    c = Caller(timeout_s=0.2)
+    ok, fail = c.call("plan_step", spin)
+    assert not ok and fail.kind == "timeout" and c.dead
+    deadline = time.monotonic() + 5.0
+    while c._thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not c._thread.is_alive()
+    ok, fail = c.call("plan_step", spin)  # the caller stays dead: the scheduler's state is unknown
+    assert not ok and "earlier call hung" in fail.detail
+
+
 def test_factory_that_raises_or_lacks_claims():
     def boom():
         raise ImportError("no module named torch")

@@ -3,9 +3,12 @@
 Each adapter gets one worker thread; every call is handed to it and awaited
 with a per-call timeout.  A call that raises returns a :class:`CallFailure`
 with kind ``raised``; one that does not return in time returns kind
-``timeout`` and the worker is abandoned (a daemon thread: Python cannot kill
-a thread, so a hung call keeps its thread until the process exits, but the
-harness goes on and writes its report).  With ``timeout_s=None`` calls run
+``timeout`` and the worker is abandoned: an exception is raised inside it
+(``PyThreadState_SetAsyncExc``), which ends a call spinning in Python code at
+its next bytecode, so a scheduler stuck in a loop does not keep a core busy
+for the rest of the run; a call blocked in C code (a lock, a sleep, I/O) keeps
+its daemon thread until it returns to Python or the process exits.  The
+harness goes on and writes its report.  With ``timeout_s=None`` calls run
 inline, which is faster and still turns exceptions into failures.
 
 Wall-clock time is used only to decide a timeout, never in a result.
@@ -13,6 +16,7 @@ Wall-clock time is used only to decide a timeout, never in a result.
 
 from __future__ import annotations
 
+import ctypes
 import queue
 import threading
 import traceback
@@ -47,6 +51,20 @@ class _Box:
         self.error: BaseException | None = None
 
 
+class _Abandoned(BaseException):
+    """Raised inside a worker thread whose call timed out (the call is abandoned)."""
+
+
+def _abandon(thread: threading.Thread | None) -> None:
+    """Raise :class:`_Abandoned` in ``thread`` at its next Python bytecode (CPython)."""
+    if thread is None or thread.ident is None or not thread.is_alive():
+        return
+    try:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_Abandoned))
+    except (AttributeError, OSError):  # not CPython: the thread keeps running, as before
+        pass
+
+
 def _frame(exc: BaseException) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
     return f"{tb[-1].filename}:{tb[-1].lineno}" if tb else ""
@@ -68,19 +86,24 @@ class Caller:
         self.timeout_s = timeout_s
         self.dead = False
         self._q: queue.SimpleQueue | None = None
+        self._thread: threading.Thread | None = None
 
-    def _worker(self) -> None:
-        q = self._q
-        while True:
-            item = q.get()
-            if item is None:
-                return
-            fn, args, box = item
-            try:
-                box.value = fn(*args)
-            except BaseException as e:  # the scheduler's exception, of any kind, is a finding
-                box.error = e
-            box.done.set()
+    def _worker(self, q: queue.SimpleQueue) -> None:
+        try:
+            while True:
+                item = q.get()
+                if item is None:
+                    return
+                fn, args, box = item
+                try:
+                    box.value = fn(*args)
+                except _Abandoned:
+                    return
+                except BaseException as e:  # the scheduler's exception, of any kind, is a finding
+                    box.error = e
+                box.done.set()
+        except _Abandoned:  # arrived between calls: the caller is dead anyway
+            return
 
     def call(self, name: str, fn: Callable[..., Any], *args: Any, timeout_s: float | None = None) -> tuple[bool, Any]:
         """Call ``fn(*args)``.  Returns (True, value) or (False, :class:`CallFailure`).
@@ -99,12 +122,14 @@ class Caller:
                 return False, CallFailure(name, "raised", f"{type(e).__name__}: {e}", _frame(e))
         if self._q is None:
             self._q = queue.SimpleQueue()
-            threading.Thread(target=self._worker, name="tenantry-adapter", daemon=True).start()
+            self._thread = threading.Thread(target=self._worker, args=(self._q,), name="tenantry-adapter", daemon=True)
+            self._thread.start()
         box = _Box()
         self._q.put((fn, args, box))
         limit = self.timeout_s if timeout_s is None else timeout_s
         if not box.done.wait(limit):
             self.dead = True
+            _abandon(self._thread)
             return False, CallFailure(name, "timeout", f"no return within {limit} s")
         if box.error is not None:
             e = box.error
