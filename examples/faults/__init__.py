@@ -1,0 +1,1 @@
+"""Planted faults: small faulty schedulers behind the tenantry adapter protocol (registry below)."""
