@@ -207,7 +207,8 @@ class Setup:
         queue_bound: most never-scheduled requests per tenant (None: unbounded).
         request_rate: (requests per second, burst) per tenant, or None.
         token_rate: (tokens per second, burst) per tenant, or None.
-        max_wait_s: the wait promised to every tenant (or to ``tier0_wait_s``'s tier 0), or None.
+        waits: tenant name -> the wait (seconds from arrival to the first scheduling)
+            promised to that tenant's requests (the BOUNDED-WAIT claim); others: none.
         tiers: tenant name -> tier for named tenants (others: ``default_tier``), or
             None to keep the tiers the harness gives.
         invariants: claim-level invariant ids asserted.
@@ -228,8 +229,7 @@ class Setup:
     queue_bound: int | None = None
     request_rate: tuple[float, float] | None = None
     token_rate: tuple[float, float] | None = None
-    max_wait_s: float | None = None
-    tier0_wait_only: bool = False
+    waits: tuple[tuple[str, float], ...] = ()
     tiers: tuple[tuple[str, int], ...] | None = None
     default_tier: int = 1
     invariants: tuple[str, ...] = ("WORK-CONSERVING",)
@@ -238,7 +238,7 @@ class Setup:
     def tenant(self, given: TenantConfig) -> TenantConfig:
         """The configuration this setup gives a tenant the harness names."""
         tier = given.tier if self.tiers is None else dict(self.tiers).get(given.name, self.default_tier)
-        wait = self.max_wait_s if not self.tier0_wait_only or tier == 0 else None
+        wait = dict(self.waits).get(given.name)
         rr = self.request_rate or (None, None)
         tr = self.token_rate or (None, None)
         return TenantConfig(given.name, weight=given.weight, tier=tier, queue_bound=self.queue_bound,
@@ -463,7 +463,7 @@ class Scheduler:
         size, or 0 when its blocks are not free (new work never preempts)."""
         hits = self.pool.lookup(self.cache_keys(seq)[: (seq.target - 1) // self.B]) if self.pool.prefix_cache else []
         computed = len(hits) * self.B
-        n = min(seq.target - computed, budget)
+        n = self.first_chunk(seq, computed, budget)
         new = self.pool.allocate(self.blocks(computed + n) - len(hits))
         if new is None:
             self.pool.free(hits)
@@ -480,6 +480,10 @@ class Scheduler:
         self.running.append(seq)
         out.batch.append((seq.rid, n, computed))
         return n
+
+    def first_chunk(self, seq: Seq, computed: int, budget: int) -> int:
+        """Tokens a request entering the batch computes in this step (after ``computed`` cached ones)."""
+        return min(seq.target - computed, budget)
 
     def grow(self, seq: Seq, n: int, out: StepOut) -> bool:
         """Give ``seq`` the blocks for ``n`` more tokens, evicting as needed; False if
@@ -505,17 +509,25 @@ class Scheduler:
         or reject it ``evicted_too_often`` once it was evicted max_evictions times."""
         self.running.remove(victim)
         self.release(victim)
-        k = self.setup.max_evictions
         out.preempted.append(victim.rid)
-        if k is not None and victim.preemptions >= k:
+        if self.evicted_too_often(victim):
             out.rejected.append((victim.rid, "evicted_too_often"))
             self.seqs.pop(victim.rid, None)
             victim.status = ENDED
             return
         victim.preemptions += 1
         victim.computed = 0
-        victim.ready_step = self.step_index + 1 + self.setup.cooldown_steps
+        victim.ready_step = self.ready_after_eviction()
         self.enqueue(victim, front=True)
+
+    def evicted_too_often(self, victim: Seq) -> bool:
+        """The victim was evicted max_evictions times already: it is rejected instead."""
+        k = self.setup.max_evictions
+        return k is not None and victim.preemptions >= k
+
+    def ready_after_eviction(self) -> int:
+        """The first step an evicted sequence may run again: after the cooldown."""
+        return self.step_index + 1 + self.setup.cooldown_steps
 
     def release(self, seq: Seq) -> None:
         """Return ``seq``'s blocks to the pool."""
@@ -579,6 +591,14 @@ class Scheduler:
 
     # --- blocks and the prefix cache -------------------------------------------------------------
 
+    def held(self, seq: Seq) -> tuple[int, ...]:
+        """The block ids ``seq`` holds (its block table)."""
+        return tuple(seq.block_ids)
+
+    def reported_free(self) -> int:
+        """Free blocks as the scheduler reports them (its metrics endpoint)."""
+        return self.pool.num_free
+
     def blocks(self, tokens: int) -> int:
         """Blocks for ``tokens`` tokens."""
         return blocks_for(tokens, self.B)
@@ -641,10 +661,10 @@ class Adapter:
         s = self.sched
         batch = tuple(Scheduled(rid, n, c) for rid, n, c in out.batch)
         rejected = tuple(Rejection(rid, why) for rid, why in out.rejected)
-        blocks = {q.rid: tuple(q.block_ids) for q in s.running}
+        blocks = {q.rid: s.held(q) for q in s.running}
         counters = dict(s.counters) if s.setup.policy == "vtc" else {}
         return Plan(batch=batch, preempted=tuple(out.preempted), rejected=rejected, blocks=blocks,
-                    free_blocks=s.pool.num_free, counters=counters)
+                    free_blocks=s.reported_free(), counters=counters)
 
     def take_results(self, results: StepResults) -> None:
         """Apply the step's tokens and finishes."""
@@ -663,19 +683,23 @@ def build(scheduler_cls: type[Scheduler], setup: Setup, tenants: Iterable[Tenant
     return adapter_cls(scheduler_cls(setup, configs), claims)
 
 
-def factory(scheduler_cls: type[Scheduler], setup: Setup,
-            adapter_cls: type[Adapter] = Adapter) -> Callable[..., Adapter]:
-    """A ``make_scheduler(tenants=())`` factory for ``tenantry verify --target``."""
+def factory(scheduler_cls: type[Scheduler], setup: Setup, adapter_cls: type[Adapter] = Adapter,
+            fixed: type[Scheduler] = Scheduler) -> Callable[..., Adapter]:
+    """A ``make_scheduler(tenants=())`` factory for ``tenantry verify --target``.
+
+    ``fixed`` is the scheduler with the fault removed (default: the plain
+    :class:`Scheduler`), used by :func:`fixed_twin`.
+    """
 
     def make_scheduler(tenants: tuple[TenantConfig, ...] = ()) -> Adapter:
         return build(scheduler_cls, setup, tenants, adapter_cls)
 
     make_scheduler.__doc__ = (f"A fresh {scheduler_cls.__name__} behind the tenantry adapter, for the "
                               "tenants the harness names.")
-    make_scheduler.scheduler_cls, make_scheduler.setup, make_scheduler.adapter_cls = scheduler_cls, setup, adapter_cls
+    make_scheduler.scheduler_cls, make_scheduler.setup, make_scheduler.fixed = scheduler_cls, setup, fixed
     return make_scheduler
 
 
 def fixed_twin(make_scheduler: Callable[..., Adapter]) -> Callable[..., Adapter]:
-    """The same setup with the plain :class:`Scheduler` and :class:`Adapter`: the fault removed."""
-    return factory(Scheduler, make_scheduler.setup)
+    """The same setup and claims with the fault removed (the plain adapter over the fixed scheduler)."""
+    return factory(make_scheduler.fixed, make_scheduler.setup)

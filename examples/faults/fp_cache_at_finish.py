@@ -13,6 +13,8 @@ keeps its earlier writer (another tenant's request that held it before it was
 freed), and a later same-salt cache hit on it reads as a cross-tenant one.
 """
 
+from dataclasses import replace
+
 from .base import Scheduler, factory
 from .clean_vtc_cache import SETUP
 
@@ -23,4 +25,5 @@ class CacheAtFinishScheduler(Scheduler):
     cache_at_finish = True
 
 
-make_scheduler = factory(CacheAtFinishScheduler, SETUP)
+make_scheduler = factory(CacheAtFinishScheduler,
+                         replace(SETUP, describe="VTC with a salted prefix cache, caching at finish too (correct)"))
