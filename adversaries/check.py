@@ -40,8 +40,8 @@ from tenantry.model.config import ConfigError
 
 from .outdir import Interrupted, report_folder, shielded
 from tenantry.model.setups import SETUPS, get_setup
-from .evaluate import System, Task, evaluate_batch, run_scenario, shrink_scenario
-from .patterns import PATTERNS, get_pattern, make_scenario
+from .evaluate import System, Task, evaluate_batch, run_scenario, scenario_of, shrink_scenario
+from .patterns import PATTERNS, get_pattern
 from .report import dump_json, folder_name, matrix_text, plot_cell, write_report, write_workload_files
 from .space import freeze
 from .search import Budget, SearchResult, run_search
@@ -137,7 +137,7 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
     found = [r for r in results if r.best is not None]
     best = max(found, key=lambda r: r.best.score) if found else None  # max keeps the first of equals
     params = dict(best.best.params) if best else pat.space.defaults()
-    scenario = make_scenario(pattern, params, seed, victims=victims)
+    scenario = scenario_of(Task(setup, pattern, freeze(params), seed, victims=victims))
     hist, base, twin, ev = run_scenario(setup, scenario, depth=depth)
     findings = [f.to_json() for f in ev.findings]
     seen = {f.invariant for f in ev.findings}
@@ -472,7 +472,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             if outp is not None and plots == "findings":
                 for (s, p), c in sorted(cells.items()):
                     if c["finding"]:
-                        sc = make_scenario(p, c["params"], seed, victims=victims)
+                        sc = scenario_of(Task(by_label[s], p, freeze(c["params"]), seed, victims=victims))
                         h, b, _, _ = run_scenario(by_label[s], sc, depth=None)
                         plotted[(s, p)] = plot_cell(s, sc, h, b, outp / "cells" / folder_name(s) / p)
             elif plots == "all":

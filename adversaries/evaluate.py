@@ -41,8 +41,9 @@ from tenantry.spec.invariants_run import CheckedRun, run_checked
 
 from tenantry.model.setups import build_config, get_setup
 from .objectives import all_metrics
-from .patterns import PATTERNS, Scenario, get_pattern, make_scenario
+from .patterns import ADVERSARY, PATTERNS, Scenario, get_pattern, limits_of, make_scenario
 from .space import freeze
+from .victims import DEFAULT_VICTIMS
 
 
 @runtime_checkable
@@ -163,10 +164,15 @@ def _baseline(system: System, scenario: Scenario) -> History:
 
 
 def scenario_of(task: Task) -> Scenario:
-    """The task's scenario (explicit, or generated from pattern, params and seed)."""
+    """The task's scenario (explicit, or generated from pattern, params and seed; a
+    pattern that reads limits gets those of the configuration the system claims)."""
     if task.scenario is not None:
         return task.scenario
-    return make_scenario(task.pattern, dict(task.params), task.seed, victims=task.victims)
+    limits = None
+    if get_pattern(task.pattern).uses_limits:
+        roles = ((ADVERSARY, "adversary"),) + tuple((v.name, "victim") for v in DEFAULT_VICTIMS)
+        limits = limits_of(system_of(task.setup).config(roles), ADVERSARY)
+    return make_scenario(task.pattern, dict(task.params), task.seed, victims=task.victims, limits=limits)
 
 
 def cached_before(scenario: Scenario) -> dict[int, bool]:

@@ -22,7 +22,7 @@ from typing import Callable, Mapping
 import attrs
 import numpy as np
 
-from tenantry.model.config import ConfigError
+from tenantry.model.config import Config, ConfigError
 from tenantry.model.workload import Request, Workload, renumber
 
 from .space import Param, Space
@@ -75,8 +75,54 @@ class Scenario:
         return attrs.evolve(self, workload=workload, twin=twin)
 
 
-#: A generator: (params, rng) -> adversary requests (ids arbitrary) and its tenant names.
-Generator = Callable[[Mapping[str, float | int], np.random.Generator], tuple[list[Request], tuple[str, ...]]]
+@attrs.frozen
+class Limits:
+    """The limits of the replica a system claims, as the boundary requests need them
+    (:func:`limits_of`).  Sizes in tokens unless named otherwise.
+
+    Attributes:
+        block_size_tokens: tokens per KV block.
+        token_budget: tokens per step (a longer prompt is prefilled in chunks).
+        pool_tokens: the KV pool, ``num_blocks * block_size_tokens``: a request of
+            more tokens (prompt + output) can never fit.
+        context_tokens: the longest prompt + output accepted (``max_context_tokens``).
+        max_num_seqs: sequences per step.
+        queue_bound: the adversary tenant's queue bound (requests), or None.
+        kv_cap_tokens: the adversary tenant's KV cap in tokens, or None.
+        token_burst_tokens: the adversary tenant's token-bucket burst, or None.
+        request_burst: the adversary tenant's request-rate burst (requests), or None.
+    """
+
+    block_size_tokens: int = 16
+    token_budget: int = 256
+    pool_tokens: int = 65_536
+    context_tokens: int = 8192
+    max_num_seqs: int = 8
+    queue_bound: int | None = None
+    kv_cap_tokens: int | None = None
+    token_burst_tokens: float | None = None
+    request_burst: float | None = None
+
+
+def limits_of(config: Config, tenant: str = "adv") -> Limits:
+    """The :class:`Limits` of ``config`` for the adversary ``tenant`` (its per-tenant
+    limits count only where the admission stage enforces them, SPEC.md 4.2)."""
+    adm, B = config.admission, config.block_size_tokens
+    tc = next((t for t in config.tenants if t.name == tenant), None)
+    cap = tc.kv_block_cap if tc is not None and adm.kv_cap else None
+    return Limits(
+        block_size_tokens=B, token_budget=config.token_budget, pool_tokens=config.num_blocks * B,
+        context_tokens=config.max_context_tokens, max_num_seqs=config.max_num_seqs,
+        queue_bound=tc.queue_bound if tc is not None and adm.queue_bound else None,
+        kv_cap_tokens=cap * B if cap is not None else None,
+        token_burst_tokens=tc.token_burst_tokens if tc is not None and adm.token_bucket else None,
+        request_burst=tc.request_burst if tc is not None and adm.request_rate_limit else None,
+    )
+
+
+#: A generator: (params, rng, limits) -> adversary requests (ids arbitrary) and its tenant names.
+Generator = Callable[[Mapping[str, float | int], np.random.Generator, Limits],
+                     tuple[list[Request], tuple[str, ...]]]
 
 
 @attrs.frozen
@@ -86,13 +132,17 @@ class Pattern:
     Attributes:
         name: key in :data:`PATTERNS`.
         exploits: what it exploits, one sentence.
-        hurts: setups it should hurt (names in :data:`~tenantry.model.setups.SETUPS`).
+        hurts: setups it should hurt (names in :data:`~tenantry.model.setups.SETUPS`);
+            empty for a pattern that hurts no setup of the model and is there to drive
+            a scheduler through rare paths for the checks (``cancellations``).
         objective: the metric it maximises (a key of
             :data:`~tenantry.adversaries.objectives.OBJECTIVES`).
         space: its parameters.
         generate: the generator.
         finding: objective value at or above which a cell counts as a finding
             (the adversary measurably hurt someone).
+        uses_limits: the generator reads the system's :class:`Limits` (the
+            scenario then depends on the configuration the system claims).
     """
 
     name: str
@@ -102,6 +152,7 @@ class Pattern:
     space: Space
     generate: Generator
     finding: float
+    uses_limits: bool = False
 
 
 def _even(n: int, start_s: float, span_s: float) -> list[float]:
@@ -120,38 +171,38 @@ def _stream(p: Mapping, rate_key: str, start_s: float, end_s: float) -> list[flo
     return _even(n, start_s, end_s - start_s)
 
 
-def gen_flood(p, rng):
+def gen_flood(p, rng, limits):
     """Sustained high-rate arrivals of mid-size requests."""
     end = min(WINDOW_S, p["start_s"] + p["duration_s"])
     ts = _stream(p, "rate_per_s", p["start_s"], max(end, p["start_s"] + 0.5))
     return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"]) for t in ts], (ADVERSARY,)
 
 
-def gen_few_huge(p, rng):
+def gen_few_huge(p, rng, limits):
     """A few very large requests (long prompt and long output) at a modest rate."""
     ts = _stream(p, "rate_per_s", 0.0, WINDOW_S)
     return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"]) for t in ts], (ADVERSARY,)
 
 
-def gen_slow_decoders(p, rng):
+def gen_slow_decoders(p, rng, limits):
     """Sequences with a large prompt and a very long output that hold KV blocks for seconds."""
     ts = _stream(p, "rate_per_s", p["start_s"], WINDOW_S)
     return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"]) for t in ts], (ADVERSARY,)
 
 
-def gen_churn(p, rng):
+def gen_churn(p, rng, limits):
     """Many tiny, short-lived requests that never hold many blocks at once."""
     ts = _stream(p, "rate_per_s", 0.0, WINDOW_S)
     return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"]) for t in ts], (ADVERSARY,)
 
 
-def gen_idle_burst(p, rng):
+def gen_idle_burst(p, rng, limits):
     """Idle for idle_s while the victims are served, then a dense burst."""
     ts = _even(int(p["burst_n"]), p["idle_s"], p["burst_span_s"])
     return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"]) for t in ts], (ADVERSARY,)
 
 
-def gen_on_off(p, rng):
+def gen_on_off(p, rng, limits):
     """Periodic on/off bursts; the on phase can be timed against the aging rate."""
     out, period, on = [], p["period_s"], p["period_s"] * p["duty"]
     t0 = 0.0
@@ -162,7 +213,7 @@ def gen_on_off(p, rng):
     return out, (ADVERSARY,)
 
 
-def gen_eviction_thrash(p, rng):
+def gen_eviction_thrash(p, rng, limits):
     """Waves of sequences whose KV grows past the pool, forcing evictions and re-prefills."""
     out = []
     for w in range(int(p["waves"])):
@@ -189,12 +240,12 @@ def _probe(p, rng, decoy: bool):
     return out, (ADVERSARY,)
 
 
-def gen_prefix_probe(p, rng):
+def gen_prefix_probe(p, rng, limits):
     """Probes whose prompt starts with a guessed victim document; the TTFT tells whether it was cached."""
     return _probe(p, rng, decoy=False)
 
 
-def gen_sybil(p, rng):
+def gen_sybil(p, rng, limits):
     """One actor split over n_ids tenant ids, each sending its share of one stream."""
     n = int(p["n_ids"])
     names = tuple(f"{ADVERSARY}{i}" for i in range(n))
@@ -202,7 +253,7 @@ def gen_sybil(p, rng):
     return [_req(names[k % n], t, p["prompt_tokens"], p["output_tokens"]) for k, t in enumerate(ts)], names
 
 
-def gen_queue_stuffing(p, rng):
+def gen_queue_stuffing(p, rng, limits):
     """Batches of requests sent at once, every period_s, to keep a long queue ahead of everyone."""
     out, t0 = [], 0.0
     while t0 < WINDOW_S:
@@ -211,7 +262,7 @@ def gen_queue_stuffing(p, rng):
     return out, (ADVERSARY,)
 
 
-def gen_estimate_gaming(p, rng):
+def gen_estimate_gaming(p, rng, limits):
     """Requests declaring a short predicted output and few prompt bytes, to be charged less up front."""
     ts = _stream(p, "rate_per_s", 0.0, WINDOW_S)
     pred = int(round(p["predicted_fraction"] * p["output_tokens"]))
@@ -221,12 +272,65 @@ def gen_estimate_gaming(p, rng):
 
 
 #: Slots of the free-form arrival pattern (also the Z3 search's horizon).
+def gen_cancellations(p, rng, limits):
+    """Requests their clients cancel at every stage: queued, in chunked prefill, decoding, after the end.
+
+    The i-th request is cancelled ``cancel_after_s * 2 ** (i % 7 - 3)`` seconds after it
+    arrives (a ladder from 1/8 to 8 times ``cancel_after_s``), so one run reaches every stage.
+    """
+    ts = _stream(p, "rate_per_s", 0.0, WINDOW_S)
+    return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"],
+                 cancel_s=round(t + p["cancel_after_s"] * 2.0 ** (i % 7 - 3), 6)) for i, t in enumerate(ts)], (ADVERSARY,)
+
+
+def boundary_sizes(limits: Limits, shift: int) -> list[tuple[int, int]]:
+    """(prompt, output) tokens of one round of boundary requests: each limit of ``limits``
+    met at ``limit - 1 + shift``, ``limit + shift`` and ``limit + 1 + shift`` (a
+    request of exactly the token budget + 1, exactly the pool, the context limit,
+    the tenant's KV cap, its token burst; one block and one block + 1; outputs of
+    1 token and of the whole pool).  Sizes below 1 token are dropped."""
+    B, out = limits.block_size_tokens, []
+    for edge in (B, limits.token_budget):
+        out += [(edge + d + shift, 1) for d in (-1, 0, 1)]  # a prompt at a block or chunk edge
+    totals = [limits.pool_tokens, limits.context_tokens]
+    if limits.kv_cap_tokens is not None:
+        totals.append(limits.kv_cap_tokens)
+    for total in totals:  # prompt + output at a size limit, output 1 and output B + 1
+        for d in (-1, 0, 1):
+            out += [(total + d + shift - 1, 1), (total + d + shift - B - 1, B + 1)]
+    if limits.token_burst_tokens is not None:
+        burst = int(limits.token_burst_tokens)
+        out += [(burst + d + shift, 1) for d in (-1, 0, 1)]
+    return [(pr, o) for pr, o in out if pr >= 1]
+
+
+def gen_boundary(p, rng, limits):
+    """Requests sized at the limits the system claims (:func:`boundary_sizes`), then a burst
+    of ``max_num_seqs + 1`` (and queue bound + 1, request burst + 1) small requests at one instant."""
+    sizes = boundary_sizes(limits, int(p["shift"]))
+    t, out = p["start_s"], []
+    for _ in range(int(p["rounds"])):
+        for prompt, output in sizes:
+            out.append(_req(ADVERSARY, t, min(prompt, MAX_BOUNDARY_TOKENS), output))
+            t += p["gap_s"]
+        bursts = [limits.max_num_seqs] + [int(b) for b in (limits.queue_bound, limits.request_burst) if b is not None]
+        for n in bursts:
+            out += [_req(ADVERSARY, t, limits.block_size_tokens, 2) for _ in range(n + 1 + int(p["shift"]))]
+            t += p["gap_s"]
+    return [r for r in out if r.arrival_s < WINDOW_S], (ADVERSARY,)
+
+
+#: The largest boundary prompt sent (tokens): a pool of millions of tokens is met by the
+#: refusal of a request larger than this cap, not by prefilling it.
+MAX_BOUNDARY_TOKENS = 1 << 20
+
+
 SLOTS = 8
 SLOT_S = 1.5
 TIMED_PROMPT, TIMED_OUTPUT = 256, 32
 
 
-def gen_timed_arrivals(p, rng):
+def gen_timed_arrivals(p, rng, limits):
     """Free-form arrivals: c_k requests of a fixed shape in slot k (the space Z3 searches)."""
     out = []
     for k in range(SLOTS):
@@ -235,42 +339,60 @@ def gen_timed_arrivals(p, rng):
 
 
 P = Param
+
+
+def cancelling(space: Space) -> Space:
+    """``space`` with the client-cancellation parameters every traffic pattern has:
+    ``cancel_fraction`` of the adversary's requests (spread evenly; default 0: none)
+    are cancelled ``cancel_after_s`` seconds after they arrive (applied by :func:`make_scenario`)."""
+    return Space(list(space.params) + [P("cancel_fraction", 0, 1, 0), P("cancel_after_s", 0.01, 4, 0.2, log=True)])
+
+
+def with_cancellations(adv: list[Request], p: Mapping[str, float | int]) -> list[Request]:
+    """Apply ``cancel_fraction`` / ``cancel_after_s`` of ``p`` (if any) to the adversary's requests."""
+    f = float(p.get("cancel_fraction", 0.0))
+    if f <= 0:
+        return adv
+    return [attrs.evolve(r, cancel_s=round(r.arrival_s + p["cancel_after_s"], 6))
+            if math.floor((i + 1) * f) > math.floor(i * f) and r.cancel_s is None else r for i, r in enumerate(adv)]
+
+
 PATTERNS: dict[str, Pattern] = {p.name: p for p in (
     Pattern("flood", "arrival-order service and unbounded queues: a sustained stream ahead of everyone",
             ("fcfs", "priority", "rate_limit"), "ttft_p99_inflation",
-            Space([P("rate_per_s", 2, 60, 30, log=True), P("prompt_tokens", 16, 1024, 256, True, True),
-                   P("output_tokens", 1, 64, 32, True, True), P("start_s", 0, 6, 0), P("duration_s", 1, 12, 12)]),
+            cancelling(Space([P("rate_per_s", 2, 60, 30, log=True), P("prompt_tokens", 16, 1024, 256, True, True),
+                              P("output_tokens", 1, 64, 32, True, True), P("start_s", 0, 6, 0), P("duration_s", 1, 12, 12)])),
             gen_flood, 20.0),
     Pattern("few_huge", "request-count fairness: few huge requests against many small ones",
             ("round_robin", "rate_limit", "fcfs"), "contended_share",
-            Space([P("rate_per_s", 0.2, 4, 1.5, log=True), P("prompt_tokens", 256, 3000, 2000, True, True),
-                   P("output_tokens", 16, 400, 200, True, True)]),
+            cancelling(Space([P("rate_per_s", 0.2, 4, 1.5, log=True), P("prompt_tokens", 256, 3000, 2000, True, True),
+                              P("output_tokens", 16, 400, 200, True, True)])),
             gen_few_huge, 0.6),
     Pattern("slow_decoders", "token-fair accounting that does not charge for KV held: long outputs pin blocks and slots",
             ("vtc", "drr_tokens", "fcfs", "round_robin"), "ttft_p99_inflation",
-            Space([P("rate_per_s", 0.2, 4, 1.0, log=True), P("prompt_tokens", 256, 3000, 1500, True, True),
-                   P("output_tokens", 64, 400, 300, True, True), P("start_s", 0, 6, 0)]),
+            cancelling(Space([P("rate_per_s", 0.2, 4, 1.0, log=True), P("prompt_tokens", 256, 3000, 1500, True, True),
+                              P("output_tokens", 64, 400, 300, True, True), P("start_s", 0, 6, 0)])),
             gen_slow_decoders, 10.0),
     Pattern("churn", "per-block fairness and victim choice: many short-lived sequences never hold much at once",
             ("drr_block_seconds", "protected_drr", "round_robin"), "contended_share",
-            Space([P("rate_per_s", 5, 80, 40, log=True), P("prompt_tokens", 16, 128, 32, True, True),
-                   P("output_tokens", 1, 4, 1, True)]),
+            cancelling(Space([P("rate_per_s", 5, 80, 40, log=True), P("prompt_tokens", 16, 128, 32, True, True),
+                              P("output_tokens", 1, 4, 1, True)])),
             gen_churn, 0.6),
     Pattern("idle_burst", "banked credit: a counter left low while idle buys exclusive service on return",
             ("vtc_nolift",), "service_gap",
-            Space([P("idle_s", 2, 10, 8), P("burst_n", 5, 160, 120, True, True), P("burst_span_s", 0.1, 3, 0.5, log=True),
-                   P("prompt_tokens", 16, 1024, 64, True, True), P("output_tokens", 4, 64, 64, True, True)]),
+            cancelling(Space([P("idle_s", 2, 10, 8), P("burst_n", 5, 160, 120, True, True), P("burst_span_s", 0.1, 3, 0.5, log=True),
+                              P("prompt_tokens", 16, 1024, 64, True, True), P("output_tokens", 4, 64, 64, True, True)])),
             gen_idle_burst, 4.0),
     Pattern("on_off_aging", "priority aging thresholds: bursts timed so the higher tier is always backlogged",
             ("priority", "aging"), "starvation_s",
-            Space([P("period_s", 0.5, 6, 3), P("duty", 0.1, 0.95, 0.8), P("rate_per_s", 5, 60, 30, log=True),
-                   P("prompt_tokens", 32, 512, 128, True, True), P("output_tokens", 4, 64, 16, True, True)]),
+            cancelling(Space([P("period_s", 0.5, 6, 3), P("duty", 0.1, 0.95, 0.8), P("rate_per_s", 5, 60, 30, log=True),
+                              P("prompt_tokens", 32, 512, 128, True, True), P("output_tokens", 4, 64, 16, True, True)])),
             gen_on_off, 2.0),
     Pattern("eviction_thrash", "preemption by recompute without hysteresis: the newest sequence is evicted again and again",
             ("no_hysteresis", "vtc", "fcfs"), "max_evictions",
-            Space([P("n", 2, 8, 5, True), P("prompt_tokens", 256, 3000, 1500, True, True),
-                   P("output_tokens", 64, 800, 400, True, True), P("spacing_s", 0.0, 0.5, 0.05),
-                   P("waves", 1, 3, 1, True), P("wave_gap_s", 1, 6, 4), P("start_s", 0, 4, 0)]),
+            cancelling(Space([P("n", 2, 8, 5, True), P("prompt_tokens", 256, 3000, 1500, True, True),
+                              P("output_tokens", 64, 800, 400, True, True), P("spacing_s", 0.0, 0.5, 0.05),
+                              P("waves", 1, 3, 1, True), P("wave_gap_s", 1, 6, 4), P("start_s", 0, 4, 0)])),
             gen_eviction_thrash, 5.0),
     Pattern("prefix_probe", "a shared prefix cache: a cached guess answers faster (a timing side channel)",
             ("shared_cache",), "probe_auc",
@@ -280,24 +402,35 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
             gen_prefix_probe, 0.8),
     Pattern("sybil", "per-tenant fairness: one actor split over many tenant ids gets many shares",
             ("vtc", "drr_block_seconds", "round_robin", "rate_limit", "protected", "protected_drr"), "contended_share",
-            Space([P("n_ids", 2, 8, 6, True), P("rate_per_s", 4, 60, 30, log=True),
-                   P("prompt_tokens", 32, 1024, 256, True, True), P("output_tokens", 4, 64, 32, True, True)]),
+            cancelling(Space([P("n_ids", 2, 8, 6, True), P("rate_per_s", 4, 60, 30, log=True),
+                              P("prompt_tokens", 32, 1024, 256, True, True), P("output_tokens", 4, 64, 32, True, True)])),
             gen_sybil, 0.6),
     Pattern("queue_stuffing", "unbounded queues: batches of requests parked ahead of everyone else",
             ("fcfs", "priority"), "ttft_p99_inflation",
-            Space([P("batch", 5, 200, 100, True, True), P("period_s", 0.5, 6, 3),
-                   P("prompt_tokens", 16, 512, 128, True, True), P("output_tokens", 1, 64, 16, True, True)]),
+            cancelling(Space([P("batch", 5, 200, 100, True, True), P("period_s", 0.5, 6, 3),
+                              P("prompt_tokens", 16, 512, 128, True, True), P("output_tokens", 1, 64, 16, True, True)])),
             gen_queue_stuffing, 20.0),
     Pattern("estimate_gaming", "charges made from client estimates: a tiny predicted output and prompt byte count",
             ("vtc_predict",), "contended_share",
-            Space([P("rate_per_s", 1, 30, 8, log=True), P("prompt_tokens", 64, 2048, 1024, True, True),
-                   P("output_tokens", 16, 256, 128, True, True), P("predicted_fraction", 0, 1, 0),
-                   P("bytes_per_token", 0.25, 4, 0.25, log=True)]),
+            cancelling(Space([P("rate_per_s", 1, 30, 8, log=True), P("prompt_tokens", 64, 2048, 1024, True, True),
+                              P("output_tokens", 16, 256, 128, True, True), P("predicted_fraction", 0, 1, 0),
+                              P("bytes_per_token", 0.25, 4, 0.25, log=True)])),
             gen_estimate_gaming, 0.6),
     Pattern("timed_arrivals", "any timing weakness: free-form arrival counts per 1.5-s slot (searched by Z3 too)",
             ("vtc_nolift", "priority", "fcfs"), "starvation_s",
             Space([P(f"c{k}", 0, 16, 0 if k < SLOTS // 2 else 16, True) for k in range(SLOTS)]),
             gen_timed_arrivals, 2.0),
+    Pattern("cancellations", "cancellation at every stage: clients abort requests queued, mid-prefill, decoding and after the end",
+            (), "ttft_p99_inflation",
+            Space([P("rate_per_s", 1, 40, 8, log=True), P("prompt_tokens", 16, 3000, 1024, True, True),
+                   P("output_tokens", 1, 256, 64, True, True), P("cancel_after_s", 0.01, 2, 0.1, log=True)]),
+            gen_cancellations, 20.0),
+    Pattern("boundary", "off-by-one limits: requests of exactly the token budget + 1, the pool, the context limit, "
+            "the KV cap and the burst, and bursts one past max_num_seqs and the queue bound",
+            ("fcfs", "rate_limit"), "starvation_s",
+            Space([P("shift", -1, 1, 0, True), P("gap_s", 0.02, 1, 0.1, log=True), P("rounds", 1, 3, 1, True),
+                   P("start_s", 0, 4, 0.5)]),
+            gen_boundary, 2.0, uses_limits=True),
 )}
 
 
@@ -318,10 +451,12 @@ def _compose(adv: list[Request], victims: tuple[Request, ...]) -> Workload:
 
 
 def make_scenario(pattern: str, params: Mapping[str, float | int] | None, seed: int, *,
-                  victims: str = "excerpt") -> Scenario:
+                  victims: str = "excerpt", limits: Limits | None = None) -> Scenario:
     """The scenario of ``pattern`` with ``params`` (missing ones at their default) and the
     default victims of ``seed``, from the packaged trace excerpts (``victims="excerpt"``)
-    or the full traces in ../shared/traces (``"shared"``).
+    or the full traces in ../shared/traces (``"shared"``).  ``limits``: the system's
+    (:func:`limits_of`), read by the patterns with ``uses_limits``; default
+    :class:`Limits` (the search replica's).
 
     Raises:
         ConfigError: on an unknown pattern or parameter name.
@@ -329,7 +464,8 @@ def make_scenario(pattern: str, params: Mapping[str, float | int] | None, seed: 
     pat = get_pattern(pattern)
     full = pat.space.complete(params)
     victim_reqs = default_victims(seed, source=victims)
-    adv, names = pat.generate(full, np.random.default_rng(np.random.SeedSequence([seed, 7])))
+    adv, names = pat.generate(full, np.random.default_rng(np.random.SeedSequence([seed, 7])), limits or Limits())
+    adv = with_cancellations(adv, full)
     vnames = tuple(dict.fromkeys(r.tenant for r in victim_reqs))
     roles = tuple((n, "adversary") for n in names) + tuple((n, "victim") for n in vnames)
     twin = None

@@ -41,6 +41,10 @@ class Hostile(ReferenceAdapter):
             self.release.wait(30)
         if m == "not_a_plan":
             return {"batch": plan.batch}
+        if m == "bad_counters" and k == 1:
+            return attrs.evolve(plan, counters={"a": "high"})
+        if m == "batch_none" and k == 2:
+            return attrs.evolve(plan, batch=None, preempted=7)
         if m == "twice" and plan.batch:
             return attrs.evolve(plan, batch=plan.batch + plan.batch[:1])
         if m == "finished" and self.done:
@@ -73,6 +77,8 @@ def _verify(factory, **kw):
     ("raise_add", "ADAPTER-RAISED", "add_request", 9),
     ("raise_results", "ADAPTER-RAISED", "take_results", 1),
     ("not_a_plan", "PLAN-MALFORMED", "plan_step", 0),
+    ("bad_counters", "PLAN-MALFORMED", "plan_step", 1),
+    ("batch_none", "PLAN-MALFORMED", "plan_step", 2),
     ("twice", "BATCH-LIMITS", "plan_step", 0),
     ("pool", "KV-CAP", "plan_step", 0),
     ("preempted_in_batch", "BATCH-LIMITS", "plan_step", 4),

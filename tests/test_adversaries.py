@@ -46,8 +46,8 @@ def test_space_decode_encode_round_trip_and_clamping():
 
 def test_every_pattern_is_documented_and_its_defaults_make_a_scenario():
     for name, pat in PATTERNS.items():
-        assert pat.exploits and pat.hurts and pat.space.names, name
-        assert all(h in SETUPS for h in pat.hurts), name
+        assert pat.exploits and pat.space.names, name
+        assert all(h in SETUPS for h in pat.hurts), name  # empty: a pattern for the checks alone (cancellations)
         sc = make_scenario(name, {}, seed=3)
         assert sc.adversaries and sc.victims == ("chat", "conv", "code")
         adv = [r for r in sc.workload if r.tenant in sc.adversaries]

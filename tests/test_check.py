@@ -361,7 +361,7 @@ def test_a_verdict_near_the_hurt_level_is_rescored_on_two_more_victim_seeds():
     from tenantry.adversaries.evaluate import Task, evaluate
     from tenantry.adversaries.space import freeze
 
-    c = run_cell("vtc", "queue_stuffing", seed=SEED, budget=Budget(3), executor=InlineExecutor(), out=None,
+    c = run_cell("vtc", "queue_stuffing", seed=SEED, budget=Budget(6), executor=InlineExecutor(), out=None,
                  shrink_evaluations=0, searches=("random",))
     assert near_threshold(c["score"], c["threshold"]) and c["threshold"] == 20.0
     assert list(c["spread"]) == ["0", "1", "2"] and c["spread"]["0"] == c["score"]
@@ -369,8 +369,8 @@ def test_a_verdict_near_the_hurt_level_is_rescored_on_two_more_victim_seeds():
         assert c["spread"][str(k)] == evaluate(Task("vtc", "queue_stuffing", freeze(c["params"]), k, depth=None)).score
     hurt = [v >= c["threshold"] for v in c["spread"].values()]
     assert c["verdict"] == ("seed-dependent" if any(hurt) and not all(hurt) else "hurt" if all(hurt) else "not hurt")
-    assert c["verdict"] == "seed-dependent"  # 15.3 on seed 0, 49.8 on seed 1
-    assert c["expected_hurt"] is False and c["evaluations"] == 3 + 2
+    assert c["verdict"] == "seed-dependent"  # 10.8 on seed 0, 37.8 on seed 1
+    assert c["expected_hurt"] is False and c["evaluations"] == 6 + 2
     far = run_cell("fcfs", "flood", seed=SEED, budget=Budget(1), executor=InlineExecutor(), out=None,
                    shrink_evaluations=0, searches=("random",))
     assert far["score"] >= 40 and list(far["spread"]) == ["0"] and far["verdict"] == "hurt"  # not near: not re-scored

@@ -52,6 +52,29 @@ def test_planted_bug_fails_with_kv_conserve_and_a_shrunk_replayable_workload(tmp
     assert code == 1 and report["findings"][0]["invariant"] == "KV-CONSERVE"
 
 
+def test_a_claim_without_its_data_is_a_usage_error(tmp_path):
+    (tmp_path / "nocounters.py").write_text(textwrap.dedent("""
+        import attrs
+        from minisched.tenantry_adapter import MiniSchedAdapter
+
+        class NoCounters(MiniSchedAdapter):
+            def __init__(self, tenants=()):
+                super().__init__(tenants)
+                self.claims = attrs.evolve(self.claims, invariants=("NO-BANKED-CREDIT",))
+            def plan_step(self, t_s):
+                return attrs.evolve(super().plan_step(t_s), counters={})
+
+        def make(tenants=()):
+            return NoCounters(tenants)
+    """))
+    env_path = f"{EXAMPLES}{os.pathsep}{tmp_path}"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tenantry-target=nocounters:make"],
+                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": env_path}, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 4, p.stdout + p.stderr  # pytest's usage error
+    assert "NO-BANKED-CREDIT" in p.stderr and "reports no counters" in p.stderr and "Traceback" not in p.stderr
+
+
 def test_clean_example_passes(tmp_path):
     code, out = _pytest(tmp_path, f"--tenantry-target={CLEAN}", "--tenantry-patterns=eviction_thrash",
                         "--tenantry-examples=15")

@@ -29,13 +29,16 @@ from tenantry.spec.invariants_core import largest_charge
 from tenantry.spec.invariants_run import run_checked
 from tenantry.testing.mutants import MUTANTS
 from tenantry.verify.offline import verify_history
+from tenantry.verify.reference import make_reference
+from tenantry.verify.run import verify_workload
 
 ROOT = Path(__file__).parent / "regressions"
 CASES = sorted(p.name for p in ROOT.iterdir() if (p / "expected.json").is_file())
 
-KEYS = {"about", "run", "findings", "requests", "steps", "derived", "offline"}
+KEYS = {"about", "run", "findings", "requests", "steps", "derived", "offline", "step_mode"}
 RUN_KEYS = {"horizon_s", "max_steps", "variant", "ids", "depth"}
 OFFLINE_KEYS = {"setup", "claimed", "findings"}
+STEP_MODE_KEYS = {"variant", "claimed", "findings"}
 FINDING_KEYS = {"invariant", "step", "requests", "tenants", "observed", "allowed", "count"}
 
 
@@ -162,6 +165,14 @@ def check_case(d: Path) -> list[str]:
         claims = apply_setup(cfg, off["setup"]) if off.get("setup") else cfg
         bad += compare_findings("offline findings", off.get("findings", []),
                                 verify_history(judged, claims, off.get("claimed", ())))
+    if "step_mode" in exp:
+        sm = exp["step_mode"]
+        assert set(sm) <= STEP_MODE_KEYS and "variant" in sm, f"{d.name}: 'step_mode' takes {sorted(STEP_MODE_KEYS)}"
+        factory = make_reference(cfg, reference=False, invariants=tuple(sm.get("claimed", ())),
+                                 variant=MUTANTS[sm["variant"]].variant)
+        v = verify_workload(factory, wl, horizon_s=run["horizon_s"], max_steps=run["max_steps"], timeout_s=None,
+                            determinism=False)
+        bad += compare_findings("step-mode findings", sm.get("findings", []), list(v.findings))
     return bad
 
 

@@ -119,6 +119,54 @@ def test_hostile_target_still_writes_its_report(tmp_path, on_path, factory, inva
     assert (out / "report.md").exists()
 
 
+CLAIMS = """
+import attrs
+from minisched.tenantry_adapter import MiniSchedAdapter
+from tenantry.verify.protocol import Claims
+
+class NoCounters(MiniSchedAdapter):
+    def __init__(self, tenants=()):
+        super().__init__(tenants)
+        self.claims = attrs.evolve(self.claims, invariants=("NO-BANKED-CREDIT",))
+    def plan_step(self, t_s):
+        return attrs.evolve(super().plan_step(t_s), counters=None)
+
+class Inapplicable(MiniSchedAdapter):
+    def __init__(self, tenants=()):
+        super().__init__(tenants)
+        self.claims = attrs.evolve(self.claims, invariants=("FCFS-TIER", "WORK-CONSERVING"))
+
+def no_counters(tenants=()):
+    return NoCounters(tenants)
+
+def inapplicable(tenants=()):
+    return Inapplicable(tenants)
+
+def untiered():
+    return MiniSchedAdapter()
+"""
+
+
+def test_a_claim_that_cannot_be_checked_is_one_line_before_any_work(tmp_path, on_path, capsys):
+    (tmp_path / "hostile_targets_claims.py").write_text(CLAIMS)
+    out = tmp_path / "out"
+    assert main(["verify", "--target", "hostile_targets_claims:no_counters", "--out", str(out), *QUICK]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "NO-BANKED-CREDIT" in err and "reports no counters" in err, err
+    assert not out.exists()
+    wl = tmp_path / "wl.jsonl"
+    wl.write_text('{"request_id": 0, "tenant": "a", "arrival_s": 0.0, "prompt_tokens": 40, "output_tokens": 3}\n')
+    assert main(["verify", "--target", "hostile_targets_claims:no_counters", "--workload", str(wl), "--out",
+                 str(out)]) == 2
+    assert "NO-BANKED-CREDIT" in capsys.readouterr().err and not out.exists()
+    assert main(["verify", "--target", "hostile_targets_claims:untiered", "--tiered", "--out", str(out), *QUICK]) == 2
+    assert "takes no 'tenants' argument" in capsys.readouterr().err and not out.exists()
+    # a claim that does not apply to the claimed configuration: a warning, and the report says so
+    code = main(["verify", "--target", "hostile_targets_claims:inapplicable", "--workload", str(wl), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0 and "claims FCFS-TIER, which does not apply" in err
+
+
 def test_bad_target_spec_is_one_line_error(tmp_path, capsys):
     assert main(["verify", "--target", "no_colon_here", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

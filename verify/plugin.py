@@ -26,6 +26,8 @@ run of an environment where tenantry is installed.
 
 from __future__ import annotations
 
+import warnings
+
 from pathlib import Path
 from typing import Any, Callable
 
@@ -89,9 +91,13 @@ def _items(session: Any, target: str, opts: dict[str, Any]) -> list[TenantryItem
     from tenantry.adversaries.patterns import PATTERNS, get_pattern
 
     from .protocol import load_factory
-    from .suite import pattern_check, stateful_check
+    from .run import preflight
+    from .suite import STATEFUL_TENANTS, pattern_check, stateful_check
 
     factory = load_factory(target)
+    for line in preflight(factory, [(t, "victim") for t in STATEFUL_TENANTS], tiered=opts["tiered"],
+                          timeout_s=opts["timeout_s"], name=target):  # a claim that cannot be checked: a usage error
+        warnings.warn(line, stacklevel=1)
     out = opts["out"] / target.replace(":", "_")
     name = f"tenantry[{target}]"
     items = [TenantryItem.from_parent(session, name=f"{name}::stateful", check=lambda: stateful_check(
@@ -132,9 +138,18 @@ def tenantry_verify(request: Any) -> Callable[..., None]:
 
         from tenantry.model.workload import Workload
 
-        from .suite import TenantryFailure, pattern_check, stateful_check
+        from tenantry.model.config import ConfigError
+
+        from .run import preflight
+        from .suite import STATEFUL_TENANTS, TenantryFailure, pattern_check, stateful_check
 
         target = name or f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', 'factory')}"
+        try:
+            for line in preflight(factory, [(t, "victim") for t in STATEFUL_TENANTS], tiered=opts["tiered"],
+                                  timeout_s=opts["timeout_s"], name=target):
+                warnings.warn(line, stacklevel=2)
+        except ConfigError as e:
+            pytest.fail(f"tenantry: {e}", pytrace=False)
         out = opts["out"] / request.node.name
         failures: list[TenantryFailure] = []
         checks: list[Callable[[], None]] = []

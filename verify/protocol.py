@@ -239,6 +239,31 @@ def _int(v: Any, field: str) -> int:
     return v
 
 
+def _seq(v: Any, field: str) -> tuple:
+    """A plan's list field as a tuple (None: empty)."""
+    if v is None:
+        return ()
+    if isinstance(v, (str, bytes, Mapping)) or not hasattr(v, "__iter__"):
+        raise PlanError(field, v, "must be a tuple or list")
+    return tuple(v)
+
+
+def _per_tenant(v: Any, field: str) -> dict[str, float]:
+    """A plan's per-tenant numbers (counters, deficits) as a dict (None: empty)."""
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise PlanError(field, v, "must be a mapping tenant name -> number")
+    out = {}
+    for k, x in v.items():
+        if not isinstance(k, str):
+            raise PlanError(f"{field} key", k, "must be a tenant name (str)")
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x in (float("inf"), float("-inf")):
+            raise PlanError(f"{field}[{k!r}]", x, "must be a finite number")
+        out[k] = x
+    return out
+
+
 def _scheduled(e: Any, i: int) -> Scheduled:
     if isinstance(e, Scheduled):
         parts = (e.request_id, e.num_tokens, e.computed_tokens)
@@ -271,9 +296,9 @@ def normalise_plan(plan: Any) -> Plan:
     """
     if not isinstance(plan, Plan):
         raise PlanError("plan", type(plan).__name__, "plan_step must return a tenantry.verify.protocol.Plan")
-    batch = tuple(_scheduled(e, i) for i, e in enumerate(plan.batch))
-    preempted = tuple(_int(r, f"preempted[{i}]") for i, r in enumerate(plan.preempted))
-    rejected = tuple(_rejection(e, i) for i, e in enumerate(plan.rejected))
+    batch = tuple(_scheduled(e, i) for i, e in enumerate(_seq(plan.batch, "batch")))
+    preempted = tuple(_int(r, f"preempted[{i}]") for i, r in enumerate(_seq(plan.preempted, "preempted")))
+    rejected = tuple(_rejection(e, i) for i, e in enumerate(_seq(plan.rejected, "rejected")))
     blocks = None
     if plan.blocks is not None:
         if not isinstance(plan.blocks, Mapping):
@@ -291,10 +316,13 @@ def normalise_plan(plan: Any) -> Plan:
         v = getattr(plan, name)
         if v is not None:
             _int(v, name)
-    freed = {_int(r, "freed key"): _int(n, f"freed[{r}]") for r, n in dict(plan.freed).items()}
+    if plan.freed is not None and not isinstance(plan.freed, Mapping):
+        raise PlanError("freed", plan.freed, "must be a mapping request_id -> blocks")
+    freed = {_int(r, "freed key"): _int(n, f"freed[{r}]") for r, n in dict(plan.freed or {}).items()}
     return Plan(batch=batch, preempted=preempted, rejected=rejected, blocks=blocks,
                 used_blocks=plan.used_blocks, free_blocks=plan.free_blocks,
-                counters=dict(plan.counters), deficits=dict(plan.deficits), freed=freed)
+                counters=_per_tenant(plan.counters, "counters"), deficits=_per_tenant(plan.deficits, "deficits"),
+                freed=freed)
 
 
 def plan_key(plan: Plan) -> tuple:

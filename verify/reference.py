@@ -19,7 +19,7 @@ from typing import Any
 
 from tenantry.model.config import Config
 from tenantry.model.state import State, block_ids, initial_state
-from tenantry.model.step import StepOutput, idle, step
+from tenantry.model.step import Step, StepOutput, idle, step
 from tenantry.model.workload import Request, StepInput
 
 from .protocol import Claims, Plan, Rejection, Scheduled, StepResults
@@ -71,10 +71,14 @@ class ReferenceAdapter:
         reference: claim the reference policy (the lockstep comparison then
             must never diverge).
         invariants: claim-level invariant ids to assert.
+        variant: a :class:`~tenantry.model.step.Step` subclass to run instead of
+            the model (a mutant of :mod:`tenantry.testing.mutants`: a faulty
+            scheduler in step mode, as the regression cases use it).
     """
 
-    def __init__(self, config: Config, *, reference: bool = True, invariants: tuple[str, ...] = ()) -> None:
-        self.config = config
+    def __init__(self, config: Config, *, reference: bool = True, invariants: tuple[str, ...] = (),
+                 variant: type[Step] | None = None) -> None:
+        self.config, self.variant = config, variant
         self.claims = Claims(config, reference=reference, invariants=invariants,
                              describe=f"tenantry reference model ({config.order.policy})")
         self.state = initial_state(config)
@@ -98,7 +102,7 @@ class ReferenceAdapter:
         before = self.state
         inputs = StepInput(tuple(self.arrivals), tuple(self.cancellations))
         self.arrivals, self.cancellations = [], []
-        self.state, self.last = step(self.config, before, inputs)
+        self.state, self.last = step(self.config, before, inputs, self.variant)
         form = "counts" if self.config.prefix_cache == "off" else "ids"
         return model_plan(self.config, before, self.last, self.state, blocks=form)
 

@@ -18,10 +18,10 @@ from typing import Any, Callable, Iterable
 
 import attrs
 
-from tenantry.model.config import TenantConfig
+from tenantry.model.config import ConfigError, TenantConfig
 
 from tenantry.model.history import History
-from tenantry.model.workload import Request, Workload, as_workload
+from tenantry.model.workload import Request, Workload, as_workload, renumber
 
 from .harness import Harness
 from tenantry.spec.invariants_core import Finding
@@ -178,6 +178,61 @@ def bind(factory: Callable[..., Any], tenants: tuple[TenantConfig, ...]) -> Call
     return factory
 
 
+def preflight(factory: Callable[..., Any], roles: Iterable[tuple[str, str]], *, tiered: bool = False,
+              timeout_s: float | None = 10.0, name: str = "the target") -> list[str]:
+    """Check, before any search, that a scheduler under test can be judged as it claims.
+
+    Runs a probe on ``bind(factory, scenario_tenants(roles, tiered))`` (two small
+    requests per tenant, sharing a prefix when the prefix cache is on) and reads
+    what its history lacks for each claimed invariant
+    (:func:`tenantry.spec.invariants.missing`).  A probe on which the adapter
+    breaks the protocol passes: the run itself reports that.
+
+    Returns:
+        warnings, one line each: claimed invariants that do not apply to the
+        claimed configuration (reported as not applicable, not checked).
+
+    Raises:
+        ConfigError: ``tiered`` with a factory that takes no ``tenants`` (the
+            tiers could not reach it); a claimed invariant whose data the
+            adapter does not give (counters, deficits, blocks, block ids),
+            naming the invariant and what is missing.
+    """
+    from tenantry.spec.invariants import INVARIANTS, missing
+
+    roles = tuple(roles)
+    if tiered and bind(factory, ()) is factory:
+        raise ConfigError("--tiered", name, "the factory takes no 'tenants' argument, so it cannot learn the "
+                          "tiers; add a 'tenants' keyword to the factory or drop --tiered")
+    fac = bind(factory, scenario_tenants(roles, tiered))
+    h = Harness.start(fac, [n for n, _ in roles], timeout_s=timeout_s)
+    h.close()
+    if h.stopped:
+        return []
+    config = h.config
+    B = config.block_size_tokens
+    shared = (7_000_001, 7_000_002) if config.prefix_cache != "off" else ()
+    probe = [Request(0, t, 0.001 * i, 2 * B + 1, 2, prefix_ids=shared) for i, (t, _) in enumerate(roles + roles)]
+    v = verify_workload(fac, Workload(renumber(probe)), timeout_s=timeout_s, determinism=False, catalog=False,
+                        max_steps=500)
+    if any(f.invariant in PROTOCOL for f in v.findings):
+        return []
+    warnings = []
+    for i in sorted(v.claimed):
+        inv = INVARIANTS.get(i)
+        if inv is None:
+            continue
+        if not inv.applies(config):
+            warnings.append(f"{name} claims {i}, which does not apply to its configuration (SPEC.md {inv.spec}): "
+                            "reported as not applicable, not checked")
+            continue
+        why = missing(inv, v.history, config)
+        if why is not None:
+            raise ConfigError("claims.invariants", i, f"claimed by {name}, but it cannot be checked: {why}; "
+                              "report them in the Plan or drop the claim")
+    return warnings
+
+
 #: PYTHONHASHSEED of the fresh process that re-runs a workload for DETERMINISM.
 RERUN_HASH_SEEDS = ("1", "2")
 
@@ -227,6 +282,13 @@ class TargetSystem:
             h.close()
             got = _CONFIGS[key] = (h.config, h.claims.describe)
         return got
+
+    def preflight(self, roles: Iterable[tuple[str, str]]) -> list[str]:
+        """:func:`preflight` of this target (see there)."""
+        from .protocol import load_factory
+
+        return preflight(load_factory(self.target, path=self.path), roles, tiered=self.tiered,
+                         timeout_s=self.timeout_s, name=self.target)
 
     def checked(self, workload: Workload, horizon_s: float, depth: str, roles) -> Any:
         from tenantry.spec.invariants import coverage

@@ -30,6 +30,7 @@ from tenantry.testing.shrink import first_failing, shrink
 
 from tenantry.spec.invariants_core import Finding
 
+from .harness import Harness
 from .run import verify_workload
 
 #: Tenants of the stateful runs.
@@ -102,12 +103,17 @@ def shrink_finding(verdict: Callable[[Workload], Any], invariant: str, workload:
 def pattern_check(factory: Callable[[], Any], pattern: str, *, target: str, out_dir: Path | str, seed: int = 0,
                   tiered: bool = False, timeout_s: float | None = 10.0, max_evaluations: int = 150) -> None:
     """Run one adversary pattern against the scheduler; raise :class:`TenantryFailure` (shrunk) on a finding."""
-    from tenantry.adversaries.patterns import make_scenario
+    from tenantry.adversaries.patterns import ADVERSARY, get_pattern, limits_of, make_scenario
 
     from .run import bind, scenario_tenants
 
     sc = make_scenario(pattern, None, seed)
     fac = bind(factory, scenario_tenants(sc.roles, tiered))
+    if get_pattern(pattern).uses_limits:  # boundary requests at the limits the scheduler claims
+        h = Harness.start(fac, [n for n, _ in sc.roles], timeout_s=timeout_s)
+        h.close()
+        if not h.stopped:
+            sc = make_scenario(pattern, None, seed, limits=limits_of(h.config, ADVERSARY))
     v = verify_workload(fac, sc.workload, horizon_s=sc.horizon_s, timeout_s=timeout_s)
     if v.ok:
         return

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import shlex
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ HELP = "Check a scheduler tenantry did not write: a recorded history, or a modul
 #: The default report folder.
 DEFAULT_OUT = "verify-report"
 #: Evaluations per pattern of the target matrix (default, and with --quick).
-DEFAULT_TARGET_BUDGET, QUICK_BUDGET = 12, 4
+DEFAULT_TARGET_BUDGET, QUICK_BUDGET = 64, 8
 #: Findings of one invariant printed, and kept in report.json (the rest are counted).
 PRINT_PER_INVARIANT = 10
 KEEP_PER_INVARIANT = 100
@@ -165,29 +166,48 @@ def run_history(args: argparse.Namespace) -> int:
 
             config = load_config_toml(args.config)
         _history_tenants(args.history, history, config, args.config)
-        claimed = tuple(c.strip() for c in args.claims.split(",") if c.strip())
-        from tenantry.verify.protocol import Claims
+        from tenantry.spec.invariants import config_from_dict, coverage
+        from tenantry.verify.protocol import CLAIMABLE, Claims
 
-        if config is not None:
-            Claims(config, invariants=claimed)  # validates the ids
+        claimed = tuple(c.strip() for c in args.claims.split(",") if c.strip())
+        if not args.claims:  # the claims the recording harness wrote into the header
+            header_claims = history.header.get("claims") or []
+            if not isinstance(header_claims, list) or not all(isinstance(c, str) for c in header_claims):
+                raise ConfigError("claims", header_claims, "must be a list of invariant ids", f"{args.history}: header")
+            claimed = tuple(c for c in header_claims if c in CLAIMABLE)
         try:
+            cfg = config if config is not None else config_from_dict(history.header.get("config") or {})
+            Claims(cfg, invariants=claimed)  # validates the ids
             found = verify_history(history, config, claimed)
         except ConfigError as e:  # the header's configuration: name the file
             raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
+        cov = coverage(history, Claims(cfg, invariants=claimed))
         shown, counts = capped(found, PRINT_PER_INVARIANT)
         lines = [f.render() for f in shown] + _more_lines(counts, PRINT_PER_INVARIANT)
         for line in lines:
             print(line)
+        checked = [i for i, why in cov.items() if why.startswith("checked")]
+        skipped = {i: why for i, why in cov.items() if why.startswith("skipped")}
+        print(f"checked: {', '.join(checked) or 'nothing'}" + "".join(
+            f"\nnot checked: {i}: {why}" for i, why in skipped.items()))
         print(f"{args.history}: {len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings")
         report = {"kind": "verify-history", "history": str(args.history), "claimed": list(claimed),
-                  "steps": len(history.steps), "requests": len(history.requests), **_findings_json(found)}
+                  "steps": len(history.steps), "requests": len(history.requests), "coverage": cov,
+                  **_findings_json(found)}
         md = [f"# tenantry verify --history {args.history}", "",
-              f"{len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings.", ""]
+              f"{len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings; "
+              f"claimed: {', '.join(claimed) or 'nothing beyond safety'}.", ""]
         md += [f"- {line}" for line in lines]
+        md += ["", "## What was checked", ""] + [f"- {i}: {why}" for i, why in cov.items()]
         atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
         atomic_write_text(tmp / "report.md", md)
     print(f"report: {out}")
     return 1 if found else 0
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        print(f"tenantry: warning: {line}", file=sys.stderr)
 
 
 def _cell_json(c: Any, replay: str | None) -> dict[str, Any]:
@@ -202,7 +222,7 @@ def run_target(args: argparse.Namespace) -> int:
     from tenantry.adversaries.patterns import PATTERNS, get_pattern
     from tenantry.model.traces import read_workload_jsonl
     from tenantry.verify.protocol import load_factory
-    from tenantry.verify.run import bind, scenario_tenants, verify_workload
+    from tenantry.verify.run import TargetSystem, bind, scenario_tenants, verify_workload
 
     out, default = _out(args)
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] or None
@@ -223,6 +243,8 @@ def run_target(args: argparse.Namespace) -> int:
             wl = wl.with_cancellations(_read_cancellations(args.cancellations))
         factory = load_factory(args.target, path=args.target_path)
         roles = [(n, "victim") for n in wl.tenants]
+        _warn(TargetSystem(args.target, tiered=args.tiered, timeout_s=args.timeout_s,
+                           path=args.target_path).preflight(roles))
         v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered)), wl,
                             horizon_s=args.horizon_s, timeout_s=args.timeout_s, determinism=not args.no_determinism)
         found = list(v.findings)
@@ -256,7 +278,8 @@ def run_target_matrix(args: argparse.Namespace, out: Path, default: bool, patter
     from .check import report
 
     system = TargetSystem(args.target, tiered=args.tiered, timeout_s=args.timeout_s, path=args.target_path)
-    system.config([("probe", "victim")])  # the adapter is built once before any worker: a bad one is a finding now
+    # before any worker: a claim that cannot be checked is one line now, not a silent skip later
+    _warn(system.preflight([("adv", "adversary"), ("chat", "victim"), ("conv", "victim"), ("code", "victim")]))
     b = args.budget or Budget(QUICK_BUDGET if args.quick else DEFAULT_TARGET_BUDGET)
     searches = tuple(args.search or (("random", "evolution") if args.quick else ("random", "evolution", "hypothesis")))
     shrink = args.shrink if args.shrink is not None else (8 if args.quick else DEFAULT_SHRINK)
