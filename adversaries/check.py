@@ -168,7 +168,7 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
         "adversaries": list(scenario.adversaries), "victims": list(scenario.victims), "adversary_requests": sum(
             1 for x in scenario.workload if x.tenant in set(scenario.adversaries)),
         "workload": str(rel / "workload.jsonl"), "workload_name": "workload.jsonl",
-        "replay": (setup.replay_command(Path(replay_root or ".") / rel, scenario.horizon_s)
+        "replay": (setup.replay_command(Path(replay_root or ".") / rel, scenario.horizon_s, scenario.roles)
                    if hasattr(setup, "replay_command")
                    else f"tenantry check --replay {shlex.quote(str(Path(replay_root or '.') / rel))}"), "shrunk": None,
     }
@@ -180,6 +180,9 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
             rec["evaluations"] += sh.evaluations
             rec.update(shrunk=str(rel / "shrunk.jsonl"), shrunk_requests=sh.requests, shrunk_score=sh.evaluation.score,
                        shrink_evaluations=sh.evaluations)
+            if hasattr(setup, "replay_command"):
+                rec["shrunk_replay"] = setup.replay_command(Path(replay_root or ".") / rel, scenario.horizon_s,
+                                                            scenario.roles, name="shrunk")
     if out is not None:
         with gate.open() if gate is not None else nullcontext():
             folder = out / rel

@@ -11,5 +11,8 @@ Public surface::
     tenantry prove [IDS] [--json]              # the command (tenantry.commands.prove)
 
 One module per family: ``vtc``, ``drr``, ``priority`` (floors, aging),
-``bucket``, ``evict``, ``kv`` (pool, caps, salts).
+``order`` (FCFS within a tenant and a tier, tier order), ``wait`` (bounded
+wait under fcfs), ``bucket`` (token bucket, request rate), ``admission``
+(truthful refusals), ``evict`` (hysteresis) and ``preempt`` (family
+``evict``: minimal, progressing preemption), ``kv`` (pool, caps, salts).
 """

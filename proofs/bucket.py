@@ -1,5 +1,8 @@
 """Token bucket: the prompt tokens a tenant has admitted in any window of length
-T total at most ``burst + rate * T`` (SPEC.md 8.6).
+T total at most ``burst + rate * T`` (SPEC.md 8.6); the request-rate limit:
+the requests admitted in any window number at most ``burst + rate * T``
+(REQUEST-RATE, SPEC.md 8.10: the same encoding with every charge one request
+and nothing produced).
 
 Time is normalised by the rate (``tau = rate * t``: refill credit in tokens),
 which keeps the encoding linear.  Per tenant (any number, arrays over the
@@ -196,4 +199,102 @@ BUCKET = Proof(
                 _bf, _br, kind="limit")),
     hypotheses=("prompt_estimate = tokens (the bytes estimate bounds estimated, not true, prompt tokens)",))
 
-PROOFS = (BUCKET,)
+# --- REQUEST-RATE: the request bucket --------------------------------------------------
+
+
+def admit_request(dom: Domain, s: dict, tag: str, limited: bool = True) -> tuple[z3.BoolRef, dict, dict]:
+    """``arrive`` with the request-rate limit on: refused ``rate_limit`` unless the
+    (refilled) request bucket holds at least one request; then ``lvl -= 1`` and
+    ``A += 1`` (A counts requests).  ``limited=False``: the limit switched off
+    (``AdmissionConfig(request_rate_limit=False)``): every arrival passes."""
+    i = Int(f"i_{tag}")
+    lvl, A = s["lvl"], s["A"]
+    g = And(dom.has(i), lvl[i] >= 1) if limited else dom.has(i)
+    post = {**s, "A": Store(A, i, A[i] + 1)}
+    if limited:
+        post["lvl"] = Store(lvl, i, lvl[i] - 1)
+    return g, post, {"i": i}
+
+
+def rate_obligations() -> list[tuple[str, z3.BoolRef]]:
+    """REQUEST-RATE: the token-bucket invariant with every charge one request and no
+    ``produce`` (O stays 0).  No burst guard is needed: ``lvl <= burst`` and
+    ``lvl >= 1`` already imply ``1 <= burst``."""
+    dom, burst, tau1 = Domain("N"), real_array("rburst"), Real("rtau1")
+    setup = And(dom.size >= 1, dom.forall(lambda f: burst[f] > 0))
+    s0 = bstate("ropen")
+    opened = And(s0["tau"] == tau1, dom.forall(lambda f: And(s0["A"][f] == 0, s0["O"][f] == 0,
+                                                             s0["lvl"][f] <= burst[f])))
+    out = [("open", implies_all([setup, opened], inv(dom, s0, burst, tau1)))]
+    s = bstate("rrefill")
+    g, post, _ = refill(dom, s, burst, "rrefill")
+    out.append(("refill", implies_all([setup, inv(dom, s, burst, tau1), g], inv(dom, post, burst, tau1))))
+    s = bstate("radmit")
+    g, post, _ = admit_request(dom, s, "radmit")
+    out.append(("admit", implies_all([setup, inv(dom, s, burst, tau1), g], inv(dom, post, burst, tau1))))
+    s, f = bstate("rclaim"), Int("f_rclaim")
+    out.append(("window", implies_all([setup, inv(dom, s, burst, tau1), dom.has(f)],
+                                      s["A"][f] <= burst[f] + (s["tau"] - tau1))))
+    return out
+
+
+R_RATE, R_BURST = 1.0, 2.0
+
+
+def rate_config(on: bool, burst: float = R_BURST) -> Config:
+    """One tenant limited to ``R_RATE`` requests/s with a burst of ``burst`` requests."""
+    return Config(tenants=(TenantConfig("a", request_rate_per_s=R_RATE, request_burst=burst),),
+                  max_num_seqs=8, token_budget=64, num_blocks=64, max_context_tokens=16,
+                  admission=AdmissionConfig(request_rate_limit=on), order=OrderConfig(policy="fcfs"),
+                  cost=CostConfig(mode="unit"))
+
+
+def request_window_violations(config: Config, transitions) -> list[str]:
+    """REQUEST-RATE over a run: the requests queued in any window [t1, t2] of admission
+    (step start) times number at most burst + rate * (t2 - t1)."""
+    for i, tc in enumerate(config.tenants):
+        if tc.request_rate_per_s is None:
+            continue
+        adm = [tr.prev.t_s for tr in transitions for e in tr.output.events if e.kind == "queued" and e.tenant == i]
+        for a in range(len(adm)):
+            for b in range(a, len(adm)):
+                allowed = tc.request_burst + tc.request_rate_per_s * (adm[b] - adm[a])
+                if b - a + 1 > allowed + EPS:
+                    return [f"{tc.name} had {b - a + 1} requests admitted between t={adm[a]:g}s and t={adm[b]:g}s, "
+                            f"more than burst + rate x window = {allowed:g}"]
+    return []
+
+
+def _rate_twin():
+    def formula() -> tuple[z3.BoolRef, dict]:
+        dom, burst, tau1 = Domain("N"), real_array("rburst_t"), Real("rtau1_t")
+        s = bstate("rtw")
+        g, post, p = admit_request(dom, s, "rtw", limited=False)
+        bi = Int("bi_rtw")
+        # decodable: one tenant with an integral burst, the window opened at this step with the
+        # bucket emptied by `burst` admissions (all at once), one more arrival in the same step.
+        shape = And(dom.size == 1, burst[0] == z3.ToReal(bi), bi >= 1, bi <= 4, s["tau"] == tau1,
+                    s["A"][0] == burst[0], s["O"][0] == 0, s["lvl"][0] == 0)
+        bad = post["A"][0] > burst[0] + (post["tau"] - tau1)
+        return And(dom.forall(lambda x: burst[x] > 0), inv(dom, s, burst, tau1), g, shape, bad), {"burst": bi}
+
+    def replay(m: z3.ModelRef, sym: dict) -> Replay:
+        b = val(m, sym["burst"])
+        cfg, ref = rate_config(False, float(b)), rate_config(True, float(b))
+        reqs = [Request(k, "a", 0.0, 1, 1) for k in range(b + 1)]
+        trs = list(run_workload(cfg, reqs, max_steps=20))
+        h = simulate(cfg, reqs, max_steps=20)
+        ok, detail = verdict(request_window_violations(ref, trs), catalog_history("REQUEST-RATE", ref, h),
+                             f"request_rate_limit=False, burst {b}, rate {R_RATE:g}/s, {b + 1} requests at t=0")
+        return Replay(ok, detail, {"burst": b, "requests": b + 1, "rate_per_s": R_RATE})
+    return formula, replay
+
+
+_rf, _rr = _rate_twin()
+REQUEST_RATE = Proof(
+    id="REQUEST-RATE", family=FAMILY,
+    claim="requests admitted in any window of length T <= burst + rate*T (refused requests cost nothing)",
+    scope="any N, any window", obligations=rate_obligations,
+    twins=(Twin("no-limit", "the request-rate limit (AdmissionConfig(request_rate_limit=False))", _rf, _rr),))
+
+PROOFS = (BUCKET, REQUEST_RATE)

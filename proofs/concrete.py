@@ -18,7 +18,7 @@ import attrs
 from tenantry.model.config import Config
 from tenantry.model.state import KVPool, Sequence, State, TenantState, initial_state
 from tenantry.model.simulate import Transition, run_steps
-from tenantry.model.step import StepOutput, idle, step
+from tenantry.model.step import Step, StepOutput, idle, step
 from tenantry.model.workload import Request, StepInput, Workload
 
 
@@ -129,8 +129,10 @@ def build_state(config: Config, tenants: Iterable[TenantSpec], *, step_index: in
 
 
 def run_workload(config: Config, workload: Workload | Iterable[Request], *, max_steps: int = 1000,
-                 state: State | None = None) -> Iterator[Transition]:
+                 state: State | None = None, variant: type[Step] | None = None) -> Iterator[Transition]:
     """Drive ``workload`` through the model step by step from ``state`` (default: the
     empty replica), with the model's one driver loop
-    (:func:`tenantry.model.simulate.run_steps`); at most ``max_steps`` steps."""
-    return run_steps(config, workload, max_steps=max_steps, state=state)
+    (:func:`tenantry.model.simulate.run_steps`); at most ``max_steps`` steps.
+    ``variant``: a :class:`~tenantry.model.step.Step` subclass (a mutant of
+    ``testing/mutants.py``) for a twin whose mechanism no configuration removes."""
+    return run_steps(config, workload, max_steps=max_steps, state=state, variant=variant)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from . import bucket, drr, evict, kv, priority, vtc
+from . import admission, bucket, drr, evict, kv, order, preempt, priority, vtc, wait
 from .core import Proof
 
 #: All proofs in the order ``tenantry prove`` runs them.
-PROOFS: tuple[Proof, ...] = vtc.PROOFS + drr.PROOFS + priority.PROOFS + bucket.PROOFS + evict.PROOFS + kv.PROOFS
+PROOFS: tuple[Proof, ...] = (vtc.PROOFS + drr.PROOFS + priority.PROOFS + order.PROOFS + wait.PROOFS + bucket.PROOFS
+                             + admission.PROOFS + evict.PROOFS + preempt.PROOFS + kv.PROOFS)
 
 FAMILIES = tuple(dict.fromkeys(p.family for p in PROOFS))
 

@@ -114,9 +114,7 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
          "tenants keep no deficit", "7.2",
          lambda c: (c.order.policy in ("vtc", "floors") and c.order.lift) or (
              c.order.policy in ("drr_tokens", "drr_block_seconds") and c.order.drr_reset_when_idle),
-         _VTC_SRC, state=P.check_no_banked_credit,
-         history=lambda h: H.h_no_banked_credit(h) if h.config.order.policy == "vtc" else [],
-         needs=("steps", "counters")),
+         _VTC_SRC, state=P.check_no_banked_credit, history=H.h_no_banked_credit, needs=("steps", "books")),
     _inv("DRR-DEFICIT", "deficits within the carry bound (and (-D, q*w] with ample KV); service gap <= 2q + "
          "D/w_f + D/w_g", "7.2", _pol("drr_tokens", "drr_block_seconds"), _DRR_SRC,
          state=P.check_drr_deficit, history=H.h_drr_deficit, needs=("steps", "deficits")),
@@ -191,6 +189,10 @@ def missing(inv: Invariant, history: History, config: Config) -> str | None:
             return "blocks per request are not recorded and the prefix cache can share blocks"
         if need == "block_ids" and not any(s.block_ids for s in steps):
             return "no block ids are recorded (the scheduler does not report them)"
+        if need == "books":  # the policy's own books: VTC counters, DRR deficits (floors' tier counters: none)
+            if config.order.policy == "floors":
+                return "tier counters are not recorded in histories (the state form checks them)"
+            need = "deficits" if config.order.policy.startswith("drr") else "counters"
         if need == "counters" and steps and not any(s.counters for s in steps):
             return "the scheduler reports no counters"
         if need == "deficits" and steps and not any(s.deficits for s in steps):

@@ -51,8 +51,7 @@ def h_refusal_truth(h: HistoryContext) -> list[Finding]:
              if t.token_rate_per_s is not None}
     judge_tokens = adm.prompt_estimate == "tokens"
     prev_fresh: set[int] = set()
-    used = 0
-    prev_held: dict[int, int] = {}
+    used, prev = 0, None
     for v in h.views:
         s, k, t0 = v.record, v.record.step_index, v.record.start_s
         fresh: dict[str, int] = {}
@@ -60,12 +59,9 @@ def h_refusal_truth(h: HistoryContext) -> list[Finding]:
             fresh[h.requests[rid].tenant] = fresh.get(h.requests[rid].tenant, 0) + 1
         for rid, computed in v.cancelled:
             r = h.requests.get(rid)
-            if r is None:
-                continue
-            if rid in prev_fresh:
+            if r is not None and rid in prev_fresh:
                 fresh[r.tenant] -= 1
-            elif computed is not None:
-                used -= prev_held.get(rid, cfg.blocks_for(computed))
+        used -= h.cancel_freed(v, prev)
         for rid, answer in v.answers:
             r = h.requests.get(rid)
             if r is None:
@@ -98,7 +94,7 @@ def h_refusal_truth(h: HistoryContext) -> list[Finding]:
                     tok_b[name].level -= n
         prev_fresh = {rid for ids in v.fresh.values() for rid in ids}
         used = s.used_blocks if s.used_blocks is not None else cfg.num_blocks - s.free_blocks
-        prev_held = dict(s.held or {})
+        prev = s
     return out
 
 
@@ -282,7 +278,7 @@ def h_tier_order(h: HistoryContext) -> list[Finding]:
 # --- eviction ---------------------------------------------------------------------------
 
 
-def _eviction_books(h: HistoryContext, v, prev_used: int, prev_held: dict[int, int]):
+def _eviction_books(h: HistoryContext, v, prev_used: int, prev_held: dict[int, int], prev):
     """For a step with preemptions: (blocks the step could have needed beyond what its
     requests held, free blocks before any eviction, [(victim, blocks freed, growth it
     no longer needs)]) from the records (``held`` when recorded, else the blocks of the
@@ -301,7 +297,7 @@ def _eviction_books(h: HistoryContext, v, prev_used: int, prev_held: dict[int, i
             r = h.requests.get(rid)
             c0 = next((e.tokens for e in s.events if e.kind == "scheduled" and e.request_id == rid), 0)
             growth[rid] = cfg.blocks_for(c0 + n) if r is not None else 0
-    free = cfg.num_blocks - prev_used + sum(held(rid) for rid, c in v.cancelled if c is not None)
+    free = cfg.num_blocks - prev_used + h.cancel_freed(v, prev)
     victims = []
     evictions = [e for e in s.events if e.kind == "preempted" or (e.kind == "rejected" and e.request_id in v.before)]
     order = [e.request_id for e in evictions] if s.events else list(s.preempted)  # in the order they happened
@@ -318,14 +314,14 @@ def _evictions(h: HistoryContext):
     """Yield (view, need, free, victims) for each step with preemptions (exact records only)."""
     if not h.replay.exact or (h.shareable and not any(s.held for s in h.steps)):
         return
-    prev_used, prev_held = 0, {}
+    prev_used, prev_held, prev = 0, {}, None
     for v in h.views:
         s = v.record
         if s.preempted or any(e.kind == "rejected" and e.request_id in v.before for e in s.events):
-            need, free, victims = _eviction_books(h, v, prev_used, prev_held)
+            need, free, victims = _eviction_books(h, v, prev_used, prev_held, prev)
             yield v, need, free, victims
         prev_used = s.used_blocks if s.used_blocks is not None else h.config.num_blocks - s.free_blocks
-        prev_held = dict(s.held or {})
+        prev_held, prev = dict(s.held or {}), s
 
 
 def h_evict_minimal(h: HistoryContext) -> list[Finding]:

@@ -137,8 +137,8 @@ def dedup(findings: Iterable[Finding]) -> list[Finding]:
 
 #: What a history form may need (SPEC.md 6): step records; per-request blocks
 #: (``held``: or no shareable block); block ids; the scheduler's counters /
-#: deficits; the prefix content of requests.
-NEEDS = ("steps", "held", "block_ids", "counters", "deficits")
+#: deficits; ``books``: the order policy's own (VTC counters, DRR deficits).
+NEEDS = ("steps", "held", "block_ids", "counters", "deficits", "books")
 
 StateCheck = Callable[..., list[Finding]]
 HistoryCheck = Callable[..., list[Finding]]

@@ -103,6 +103,26 @@ class HistoryContext:
         return {r.request_id: starts[r.first_scheduled_s] for r in self.history.requests
                 if r.first_scheduled_s is not None and r.first_scheduled_s in starts}
 
+    def cancel_freed(self, v: StepView, prev) -> int:
+        """KV blocks the cancellations of running requests at the start of step ``v`` surely
+        freed: with block ids in the previous step record (``prev``), the cancelled
+        requests' blocks that no other running request holds; without them, the blocks
+        they held when no block can be shared, else 0 (a shared prefix block may stay in
+        use: counting it freed would make an eviction or a ``kv_watermark`` refusal look
+        needless).  Counting at least what was surely freed keeps the forms that read it
+        from false alarms."""
+        gone = {rid: c for rid, c in v.cancelled if c is not None}
+        if not gone:
+            return 0
+        ids = (prev.block_ids or {}) if prev is not None else {}
+        if all(rid in ids for rid in gone):
+            stay = {b for rid, blocks in ids.items() if rid not in gone for b in blocks}
+            return len({b for rid in gone for b in ids[rid]} - stay)
+        if self.shareable:
+            return 0
+        held = (prev.held or {}) if prev is not None else {}
+        return sum(held.get(rid, self.config.blocks_for(c)) for rid, c in gone.items())
+
     @cached_property
     def shareable(self) -> bool:
         """Blocks could be shared: a prefix cache is on and some request has prefix content ids."""
@@ -404,7 +424,52 @@ def h_vtc_gap(h: HistoryContext) -> list[Finding]:
     2 max(w_in L_input, w_out M) for equal unit weights and w_in <= w_out
     (Sheng et al., OSDI 2024, Theorem 4.4)."""
     d = h.charge_bound
-    return _pairwise_service(h, "VTC-GAP", lambda wa, wb: d / wa + d / wb)
+    return _vtc_counters(h) + _pairwise_service(h, "VTC-GAP", lambda wa, wb: d / wa + d / wb)
+
+
+def _vtc_counters(h: HistoryContext) -> list[Finding]:
+    """VTC-GAP's counter part, when the history records counters (the state form's
+    statement on records): between two snapshots a tenant that cannot have been
+    lifted (backlogged before and nothing of it cancelled, or idle before and
+    nothing of it queued or preempted) moves its counter by exactly its new
+    service over its weight; among backlogged tenants every counter is within
+    D / weight of the least one.  The first break of each kind."""
+    if not any(s.counters for s in h.steps):
+        return []
+    out, d, prev = [], h.charge_bound, None
+    books = gap = False
+    tenant = lambda rid: h.requests[rid].tenant if rid in h.requests else None
+    for v in h.views:
+        s = v.record
+        if not s.counters:
+            prev = None
+            continue
+        if prev is not None and not books:
+            cancelled = {tenant(rid) for rid, _ in v.cancelled}
+            joined = {tenant(rid) for rid, a in v.answers if a == "queued"} | {tenant(rid) for rid in s.preempted}
+            for n in s.counters:
+                was = prev.queued.get(n, 0) > 0
+                if n not in prev.counters or not ((was and n not in cancelled) or (not was and n not in joined)):
+                    continue
+                want = (s.service.get(n, 0.0) - prev.service.get(n, 0.0)) / h.weight(n)
+                got = s.counters[n] - prev.counters[n]
+                if abs(got - want) > EPS * max(1.0, abs(want)):
+                    out.append(_f("VTC-GAP", s.step_index, "a counter moved by other than the tenant's new weighted "
+                                  "service over its weight", got, want, [n]))
+                    books = True
+                    break
+        back = [n for n, q in s.queued.items() if q and n in s.counters]
+        if len(back) >= 2 and not gap:
+            lo = min(back, key=lambda n: s.counters[n])
+            for n in back:
+                if s.counters[n] - s.counters[lo] > d / h.weight(n) + EPS:
+                    out.append(_f("VTC-GAP", s.step_index, "a backlogged tenant's counter ran ahead of the least "
+                                  "backlogged counter by more than D/weight", s.counters[n] - s.counters[lo],
+                                  d / h.weight(n), [n, lo]))
+                    gap = True
+                    break
+        prev = s
+    return out
 
 
 def h_drr_deficit(h: HistoryContext) -> list[Finding]:
@@ -446,10 +511,18 @@ def h_floor(h: HistoryContext) -> list[Finding]:
 
 
 def h_no_banked_credit(h: HistoryContext) -> list[Finding]:
-    """NO-BANKED-CREDIT (SPEC.md 7.2), history form for ``vtc``: a tenant whose queue
+    """NO-BANKED-CREDIT (SPEC.md 7.2), history form: for ``vtc``, a tenant whose queue
     goes from empty to non-empty between two snapshots ends the step with a counter
-    no lower than the least counter of the others backlogged before it."""
+    no lower than the least counter of the others backlogged before it; for DRR with
+    the idle reset, a tenant with nothing queued or running after a step keeps no deficit."""
     out = []
+    if h.config.order.policy in ("drr_tokens", "drr_block_seconds"):
+        for s in h.steps:
+            running = {h.requests[rid].tenant for rid in s.running if rid in h.requests}
+            for n, dft in s.deficits.items():
+                if not s.queued.get(n, 0) and n not in running and abs(dft) > EPS:
+                    return [_f("NO-BANKED-CREDIT", s.step_index, "an idle tenant kept a DRR deficit", dft, 0.0, [n])]
+        return out
     for prev, s in zip(h.steps, h.steps[1:]):
         back = [n for n, q in prev.queued.items() if q]
         for n, q in s.queued.items():

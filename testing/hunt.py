@@ -16,15 +16,17 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
 
 from tenantry.model.workload import Workload
-from tenantry.spec.invariants import check_pair, relabel_contents
+from tenantry.model.simulate import run_steps
+from tenantry.spec.invariants import check_pair, check_state, relabel_contents
 from tenantry.spec.invariants_run import run_checked
 
 from .mutants import Mutant
 from .shrink import first_failing, shrink
 from .strategies import workloads
 
-#: Forms a killer can catch a mutant in (``state`` runs the state and history forms).
-FORMS = ("state", "history", "pair")
+#: Forms a killer can catch a mutant in (``state`` runs the state and history forms,
+#: ``step`` the state forms alone, ``history`` the history form alone).
+FORMS = ("state", "step", "history", "pair")
 
 
 @attrs.frozen
@@ -33,8 +35,8 @@ class Kill:
 
     Attributes:
         mutant, killer: names; form: ``state`` (state forms after every step,
-            then the history form), ``history`` (the history form alone) or
-            ``pair`` (a two-run form).
+            then the history form), ``step`` (the state form alone),
+            ``history`` (the history form alone) or ``pair`` (a two-run form).
         workload: the shrunk workload (cancellations included).
         steps: steps the shrunk workload runs; examples: workloads generated until the first catch.
     """
@@ -53,20 +55,28 @@ class Kill:
                 f"{self.steps:3d} steps (found after {self.examples} examples)")
 
 
-def form_of(mutant: Mutant, killer: str, history_only: bool = False) -> str:
+def form_of(mutant: Mutant, killer: str, history_only: bool = False, state_only: bool = False) -> str:
     """The form in which ``killer`` judges ``mutant``'s runs."""
     if killer in ("DETERMINISM", "NONINTERFERENCE"):
         return "pair"
-    return "history" if history_only else "state"
+    return "history" if history_only else "step" if state_only else "state"
 
 
 def caught_by(mutant: Mutant, killer: str, wl: Workload, max_steps: int = 300,
-              history_only: bool = False) -> tuple[bool, int]:
+              history_only: bool = False, state_only: bool = False) -> tuple[bool, int]:
     """Whether ``killer`` finds a violation when ``mutant`` runs ``wl``; and the run's step count.
 
     ``history_only`` judges the recorded history alone (the path used for
-    schedulers tenantry did not write)."""
+    schedulers tenantry did not write); ``state_only`` the state form alone,
+    after every step (form ``step``)."""
     cfg, v = mutant.config, mutant.variant
+    if state_only:
+        n, hit = 0, False
+        for tr in run_steps(cfg, wl, max_steps=max_steps, variant=v):
+            n += 1
+            hit = hit or any(f.invariant == killer for f in check_state(cfg, tr.prev, tr.state, tr.output, tr.inputs,
+                                                                      (killer,)))
+        return hit, n
     if form_of(mutant, killer) == "pair":
         a = run_checked(cfg, wl, max_steps=max_steps, ids=(), variant=v).history
         other = wl if killer == "DETERMINISM" else relabel_contents(wl, "b", 1 << 20)
@@ -78,13 +88,16 @@ def caught_by(mutant: Mutant, killer: str, wl: Workload, max_steps: int = 300,
     return any(f.invariant == killer for f in r.findings), len(r.history.steps)
 
 
-def hunt(mutant: Mutant, killer: str, max_examples: int = 400, history_only: bool = False) -> Kill | None:
-    """Search (then shrink) a workload on which ``killer`` catches ``mutant``; None if it survives."""
+def hunt(mutant: Mutant, killer: str, max_examples: int = 400, history_only: bool = False,
+         state_only: bool = False) -> Kill | None:
+    """Search (then shrink) a workload on which ``killer`` catches ``mutant``; None if it
+    survives.  ``history_only`` / ``state_only``: that form alone (see :func:`caught_by`)."""
     tried = [0]
+    only = {"history_only": history_only, "state_only": state_only}
 
     def pred(wl: Workload) -> bool:
         tried[0] += 1
-        return caught_by(mutant, killer, wl, history_only=history_only)[0]
+        return caught_by(mutant, killer, wl, **only)[0]
 
     try:
         wl = find(workloads(mutant.config, **mutant.shape), pred,
@@ -93,8 +106,8 @@ def hunt(mutant: Mutant, killer: str, max_examples: int = 400, history_only: boo
     except NoSuchExample:
         return None
     examples = tried[0]
-    small = shrink(wl, first_failing(lambda w: caught_by(mutant, killer, w, history_only=history_only)[0]),
+    small = shrink(wl, first_failing(lambda w: caught_by(mutant, killer, w, **only)[0]),
                    block_size_tokens=mutant.config.block_size_tokens,
                    phases=("requests", "cancellations", "output_tokens", "prompt_tokens"), max_evaluations=200).workload
-    return Kill(mutant.name, killer, form_of(mutant, killer, history_only), small,
-                caught_by(mutant, killer, small, history_only=history_only)[1], examples)
+    return Kill(mutant.name, killer, form_of(mutant, killer, history_only, state_only), small,
+                caught_by(mutant, killer, small, **only)[1], examples)

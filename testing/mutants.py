@@ -286,6 +286,16 @@ class RequestBucketNotCharged(Step):
         self.tenants[i] = self.tenants[i]._replace(bucket_requests=before)
 
 
+class TokenBucketNotCharged(Step):
+    """Admitted requests do not take their prompt from the token bucket."""
+
+    def arrive(self, r):
+        i = self.cfg.tenant_index(r.tenant)
+        before = self._refill(i).bucket_tokens
+        super().arrive(r)
+        self.tenants[i] = self.tenants[i]._replace(bucket_tokens=before)
+
+
 def _select_fcfs_skipping_last(view):
     """FCFS that never picks the last tenant (a starvation bug)."""
     last = len(view.tenants) - 1
@@ -420,6 +430,10 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("bucket_charges_rejected", ("TOKEN-BUCKET",), "the token bucket charges requests refused queue_full",
            BucketChargesRejected,
            _cfg("fcfs", tenants=_tenants(queue_bound=1, token_rate_per_s=2000.0, token_burst_tokens=400.0),
+                admission=AdmissionConfig(token_bucket=True)), dict(bursty=True)),
+    Mutant("token_bucket_not_charged", ("TOKEN-BUCKET",), "admitted requests do not take their prompt from the "
+           "token bucket", TokenBucketNotCharged,
+           _cfg("fcfs", tenants=_tenants(token_rate_per_s=200.0, token_burst_tokens=64.0),
                 admission=AdmissionConfig(token_bucket=True)), dict(bursty=True)),
     Mutant("cancel_leaks_blocks", ("KV-CONSERVE",), "cancelling a running request does not free its blocks",
            CancelLeaks, _cfg("fcfs"), dict(cancels=True)),

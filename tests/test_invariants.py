@@ -211,8 +211,12 @@ def test_history_forms_of_the_gap_bounds_bite():
     reqs += [Request(200 + i, "a", 153.0, 30, 2) for i in range(10)]
     h = simulate(cfg, reqs, variant=MUTANTS["vtc_no_lift"].variant)
     found = check_history(h, cfg, ids=("VTC-GAP",))
-    assert found and found[0].allowed == 256.0 and found[0].tenants == ("a", "b")  # D = min(30+2*64, 2*64) = 128
+    counter, service = found[0], found[-1]  # the recorded counters break first, then the service gap
+    assert "counter ran ahead" in counter.message and counter.allowed == 128.0  # D / w = 128
+    assert "service gap" in service.message and service.allowed == 256.0 and service.tenants == ("a", "b")  # 2 D
     assert check_history(simulate(cfg, reqs), cfg) == []
+    no_counters = attrs.evolve(h, steps=tuple(attrs.evolve(s, counters={}) for s in h.steps))
+    assert [f.allowed for f in check_history(no_counters, cfg, ids=("VTC-GAP",))] == [256.0]  # service alone
 
     floors = Config((TenantConfig("hi", tier=0), TenantConfig("lo", tier=1)), num_blocks=64, max_num_seqs=1,
                     token_budget=64, max_context_tokens=64, order=OrderConfig(policy="floors", tier_floors=(0.5, 0.5)),

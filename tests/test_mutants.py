@@ -60,18 +60,18 @@ def test_shrink_keeps_only_needed_requests_and_their_cancellations():
     assert [r.request_id for r in small] == [1, 4] and small.cancellations == ()
 
 
-#: (mutant, killer) pairs whose history form alone (no state checks: the path for a
-#: scheduler tenantry did not write) catches the mutant in its configuration.
-HISTORY_CASES = [
-    ("drr_unbounded_carry", "DRR-DEFICIT"), ("aging_strict_priority", "AGING"),
-    ("evict_no_cooldown", "EVICT-COOLDOWN"), ("evict_max_off_by_one", "EVICT-BOUNDED"), ("victim_oldest", "VICTIM"),
-    ("no_tenant_kv_cap", "KV-CAP"), ("cancel_leaks_blocks", "KV-CONSERVE"),
-    ("preempted_left_in_batch", "BATCH-LIMITS"), ("queue_bound_off_by_one", "QUEUE-BOUND"),
-]
+#: Every form of every invariant, each with the mutants that name the invariant: one of
+#: them must be caught by that form alone (``history``: the record form, the path for a
+#: scheduler tenantry did not write; ``step``: the state form after every step).
+FORM_CASES = [(i, form) for i, inv in INVARIANTS.items()
+              for form, fn in (("step", inv.check_state), ("history", inv.check_history)) if fn is not None]
 
 
-@pytest.mark.parametrize(("mutant", "killer"), HISTORY_CASES)
-def test_history_form_alone_kills(mutant, killer):
-    kill = hunt(MUTANTS[mutant], killer, history_only=True)
-    assert kill is not None, f"the history form of {killer} missed {mutant}"
-    print("history only:", kill.line())
+@pytest.mark.parametrize(("killer", "form"), FORM_CASES)
+def test_every_form_alone_kills_a_mutant(killer, form):
+    candidates = [m for m in MUTANTS.values() if killer in m.killers]
+    kills = [k for m in candidates
+             if (k := hunt(m, killer, max_examples=1000, history_only=form == "history",
+                           state_only=form == "step")) is not None]
+    assert kills, f"the {form} form of {killer} missed every mutant naming it: {[m.name for m in candidates]}"
+    print(f"{form} form alone:", kills[0].line())

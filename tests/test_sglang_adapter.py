@@ -243,11 +243,13 @@ def test_too_large_for_the_pool_is_refused_not_clipped():
 
 @needs_sglang
 def test_claims_per_policy():
-    assert {"AGING"} == set(sg.make_fcfs().claims.claimed())
-    assert {"AGING", "VICTIM"} == set(sg.make_priority().claims.claimed())
+    assert {"FCFS-TENANT", "FCFS-TIER"} == set(sg.make_fcfs().claims.claimed())
+    assert {"FCFS-TENANT", "TIER-ORDER", "VICTIM"} == set(sg.make_priority().claims.claimed())
     assert set(sg.make_lpm().claims.claimed()) == set()
     assert set(sg.make_dfs_weight().claims.claimed()) == set()
-    assert set(sg.make_fcfs_small().claims.claimed()) == set()  # order only with ample KV
+    # order claims are checked on admissions, past requests that surely did not fit: any pool
+    assert set(sg.make_fcfs_small().claims.claimed()) == {"FCFS-TENANT", "FCFS-TIER"}
+    assert set(sg.make_priority_small().claims.claimed()) == {"FCFS-TENANT", "TIER-ORDER"}  # VICTIM: ample KV
     assert sg.make_lpm().claims.describe.startswith("sglang 0.5.23")
 
 

@@ -345,12 +345,18 @@ class TargetSystem:
                            allowed=len(other)), checked
         return None, checked
 
-    def replay_command(self, cell: Path, horizon_s: float) -> str:
-        """The command that re-runs a cell's workload on the target (into ``<cell>-replay``)."""
+    def replay_command(self, cell: Path, horizon_s: float, roles: Iterable[tuple[str, str]] = (),
+                       name: str = "workload") -> str:
+        """The command that re-runs a cell's workload (``name``: ``workload`` or ``shrunk``) on the
+        target with the cell's tenant order and roles (into ``<cell>-replay``)."""
         import shlex
 
+        roles = tuple(roles)
+        adv = [t for t, r in roles if r == "adversary"]
+        vic = [t for t, r in roles if r != "adversary"]
         return (f"tenantry verify --target {shlex.quote(self.target)} --workload "
-                f"{shlex.quote(str(cell / 'workload.jsonl'))} --horizon-s {horizon_s}"
+                f"{shlex.quote(str(cell / f'{name}.jsonl'))} --horizon-s {horizon_s}"
+                + (f" --adversaries {shlex.quote(','.join(adv))} --victims {shlex.quote(','.join(vic))}" if adv else "")
                 + (" --tiered" if self.tiered else "")
                 + (f" --target-path {shlex.quote(self.path)}" if self.path else "")
                 + f" --out {shlex.quote(str(cell) + '-replay')}")

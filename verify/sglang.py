@@ -83,6 +83,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import types
 import warnings
 from typing import Any
@@ -106,6 +107,10 @@ SUPPORTED_SGLANG = "0.5.23"
 POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random", "hrrn", "shortest-prefill-first", "routing-key")
 
 _TAG_SAMPLE = 0x5341_4D50
+
+
+#: Serialises every entry into SGLang in this process (see SglangScheduler._context).
+_SGLANG_LOCK = threading.RLock()
 
 
 def _rid(request_id: int) -> str:
@@ -353,7 +358,7 @@ class SglangScheduler:
         try:
             with open(os.path.join(model_dir, "config.json"), "w") as f:
                 json.dump(_tiny_llama_config(max_model_len), f)
-            with warnings.catch_warnings():
+            with _SGLANG_LOCK, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.server_args = s["ServerArgs"](
                     model_path=model_dir, device="cpu", load_format="dummy", skip_tokenizer_init=True,
@@ -377,7 +382,9 @@ class SglangScheduler:
 
     @contextlib.contextmanager
     def _context(self) -> Any:
-        with _sglang()["rc"].use_context(self._ctx):
+        # SGLang's use_context swaps process globals and "does not isolate concurrent threads":
+        # instances driven from several threads (the matrix runs cells in threads) take turns.
+        with _SGLANG_LOCK, _sglang()["rc"].use_context(self._ctx):
             yield
 
     def _build(self, pool_tokens: int) -> None:
@@ -752,13 +759,6 @@ class SglangScheduler:
 #: context fit), "small" as the eviction setups (retraction happens).
 AMPLE_BLOCKS, SMALL_BLOCKS = 4096, 512
 
-#: Tiers gained per second of waiting in the AGING claim of the fcfs and
-#: priority adapters: small enough that a tier outranks any arrival within
-#: 1,000 s (the order SGLang sorts by: priority, then queue entry), large
-#: enough that arrivals 1 ms apart differ by more than the checks' 1e-6.
-ORDER_RATE_PER_S = 1e-3
-
-
 def _replica() -> tuple[dict[str, Any], Any]:
     from tenantry.model.setups import COST, REPLICA
 
@@ -771,11 +771,12 @@ class SglangAdapter:
     Claims, per setup (what SGLang's code promises, nothing more):
 
     * always: KV and batch safety (checked whatever is claimed);
-    * ``fcfs`` and ``priority`` on the ample pool: AGING with
-      :data:`ORDER_RATE_PER_S`, i.e. strict admission order (tier, then
-      arrival): SGLang admits in queue order and stops at the first request
-      that does not fit; ``priority`` also VICTIM (lowest priority, newest
-      first, as ``preempt_to_schedule`` sorts);
+    * ``fcfs``: FCFS-TENANT and FCFS-TIER (SGLang admits in queue order and
+      stops at the first request that does not fit); ``priority``:
+      FCFS-TENANT and TIER-ORDER (tier = priority, then queue order), and on
+      the ample pool VICTIM (lowest priority, newest first, as
+      ``preempt_to_schedule`` sorts); checked on admissions, so SGLang's own
+      chunking needs no copy of the model's;
     * ``salted`` cache: SALT-ISOLATION (the tenant's salt is SGLang's
       ``extra_key``, which namespaces the radix tree);
     * lpm, dfs-weight, lof: no order claim (they reorder the queue by cache
@@ -813,8 +814,7 @@ class SglangAdapter:
         ordered = policy in ("fcfs", "priority") or cache == "off"
         if not priority:
             tenants = tuple(attrs_evolve(t, tier=0) for t in tenants)  # SGLang ignores tiers here
-        order = (OrderConfig(policy="aging", aging_rate_per_s=ORDER_RATE_PER_S) if ordered
-                 else OrderConfig(policy="fcfs"))
+        order = OrderConfig(policy="priority" if priority else "fcfs")
         config = Config(
             tenants=tenants, block_size_tokens=B, num_blocks=num_blocks, max_num_seqs=replica["max_num_seqs"],
             token_budget=replica["token_budget"], max_context_tokens=self.max_context_tokens, order=order,
@@ -822,9 +822,9 @@ class SglangAdapter:
             prefix_cache=cache, cost=cost,
         )
         claims: list[str] = []
-        if ordered and num_blocks >= replica["max_num_seqs"] * -(-replica["max_context_tokens"] // B):
-            claims.append("AGING")
-            if priority:
+        if ordered:
+            claims += ["FCFS-TENANT", "TIER-ORDER" if priority else "FCFS-TIER"]
+            if priority and num_blocks >= replica["max_num_seqs"] * -(-replica["max_context_tokens"] // B):
                 claims.append("VICTIM")
         self.claims = Claims(config, invariants=claims,
                              describe=f"{sglang_available()[1]} scheduler, policy {policy}, {num_blocks} blocks, "

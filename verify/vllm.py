@@ -466,6 +466,13 @@ def _replica() -> tuple[dict[str, Any], Any]:
 class VllmAdapter:
     """vLLM's V1 scheduler as a scheduler under test.
 
+    Claims (what vLLM's code promises, nothing more): the safety invariants
+    (always checked); FCFS-TENANT and, for ``fcfs``, FCFS-TIER or, for
+    ``priority``, TIER-ORDER: vLLM admits from its waiting queue in order
+    (``priority``: by priority, then arrival) and stops at the first request it
+    cannot allocate; the order claims are judged on admissions past requests
+    that surely did not fit, so no copy of the model's chunking is needed.
+
     Args:
         policy: ``fcfs`` or ``priority`` (vLLM's two policies).
         tenants: the tenants (tiers become vLLM priorities).
@@ -495,7 +502,8 @@ class VllmAdapter:
             eviction=EvictionConfig(victim="newest" if policy == "fcfs" else "lowest_priority"),
             prefix_cache=cache, cost=cost,
         )
-        self.claims = Claims(config, describe=f"{vllm_available()[1]} scheduler, policy {policy}, "
+        self.claims = Claims(config, invariants=("FCFS-TENANT", "FCFS-TIER" if policy == "fcfs" else "TIER-ORDER"),
+                             describe=f"{vllm_available()[1]} scheduler, policy {policy}, "
                              f"{num_blocks} blocks, prefix cache {cache}")
         self.cache = cache
         self.tiers = {t.name: t.tier for t in tenants}

@@ -18,7 +18,7 @@ import time
 
 from .args import positive_float
 from tenantry.proofs.core import TIMEOUT_MS, Outcome, run_all
-from tenantry.proofs.registry import select
+from tenantry.proofs.registry import FAMILIES, select
 
 HELP = "Prove the invariants with Z3 for any number of tenants, and refute each twin with its mechanism removed."
 
@@ -26,7 +26,8 @@ HELP = "Prove the invariants with Z3 for any number of tenants, and refute each 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``prove`` subcommand's flags."""
     parser.add_argument("ids", nargs="*", metavar="ID",
-                        help="proof ids or families to run (default: all), e.g. VTC-GAP drr kv")
+                        help="proof ids or families to run (default: all), e.g. VTC-GAP drr kv; families: "
+                             + ", ".join(FAMILIES))
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     parser.add_argument("--no-twins", action="store_true", help="run the proofs only, not their twins")
     parser.add_argument("--timeout-s", type=positive_float, default=TIMEOUT_MS / 1000,

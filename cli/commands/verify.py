@@ -61,6 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cancellations", metavar="FILE", help="deprecated (workload lines carry cancel_s): target "
                    "mode with --workload: JSON list of [t_s, request_id] client cancellations")
     p.add_argument("--horizon-s", type=positive_float, default=None, help="target mode with --workload: stop at this time (s)")
+    p.add_argument("--adversaries", default="", metavar="NAMES", help="target mode with --workload: the adversary "
+                   "tenants (comma-separated; first in the tenant order, tier 0 with --tiered), as in the matrix cell "
+                   "the workload came from")
+    p.add_argument("--victims", default="", metavar="NAMES", help="target mode with --workload and --adversaries: "
+                   "the victim tenants in tenant order (default: order of first arrival)")
     p.add_argument("--patterns", default="", metavar="NAMES", help="target mode: comma-separated patterns "
                    "(default: all)")
     p.add_argument("--budget", type=budget, default=None,
@@ -243,6 +248,14 @@ def run_target(args: argparse.Namespace) -> int:
             wl = wl.with_cancellations(_read_cancellations(args.cancellations))
         factory = load_factory(args.target, path=args.target_path)
         roles = [(n, "victim") for n in wl.tenants]
+        adversaries = tuple(n.strip() for n in args.adversaries.split(",") if n.strip())
+        if adversaries:  # the tenant order and roles of the matrix cell the workload came from
+            from tenantry.adversaries.patterns import scenario_from_workload
+
+            victims = tuple(n.strip() for n in args.victims.split(",") if n.strip()) or None
+            roles = list(scenario_from_workload(wl, adversaries, victims=victims).roles)
+        elif args.victims:
+            raise ConfigError("--victims", args.victims, "only with --adversaries")
         _warn(TargetSystem(args.target, tiered=args.tiered, timeout_s=args.timeout_s,
                            path=args.target_path).preflight(roles))
         v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered)), wl,
