@@ -3,7 +3,8 @@
 Imitates the report: with the prefix cache on, the scheduler reports its free
 KV as the free list plus every block in the cache index (the "evictable" size),
 counting cached blocks that running requests still hold: free + distinct
-blocks in use exceeds the pool.
+blocks in use exceeds the pool.  The regression case
+``tests/regressions/free-blocks-overcounted`` runs it in step mode.
 """
 
 from .base import Scheduler, Setup, factory
