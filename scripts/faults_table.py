@@ -10,22 +10,36 @@ For each entry it runs, from ``examples/``::
 
 * caught by: every invariant found, with the cells it was found in and the
   findings it stands for (the stateful extra counts as one cell);
-* time: the wall time of the whole run: the report records no time to the first
-  finding, so this is an upper bound on it;
+* first finding: seconds from the start of the run to the end of the first cell
+  that found the expected invariant (``timing.json``'s ``cells_done_s``; a cell
+  reports its findings when it ends), or to the end of the run when only the
+  stateful extra (which runs after every cell) found it; run: the wall time of
+  the whole verification;
 * witness: a stored workload that shows the expected invariant: the stateful
-  extra's workload (shrunk by tenantry for that invariant), or a cell's workload
+  extra's workload (shrunk by tenantry for that invariant) when it shows it
+  again with the workload's own tenants, or a cell's workload
   whose own replay showed it, shrunk here with tenantry's shrinker
   (``tenantry.verify.suite.shrink_finding``) because tenantry shrinks a cell only
-  for its objective; none when the invariant was seen only in a search candidate,
-  whose workload the report does not keep;
+  for its objective; when the invariant was seen only in a search candidate
+  (whose workload the report does not keep), the pattern's default scenario if
+  that was the candidate (candidate 0 of the random and evolution searches),
+  regenerated and shrunk the same way; otherwise none;
 * replay OK: ``tenantry verify --target T --workload <witness> --horizon-s 16``
   (the cells' replay command on the shrunk workload) reports the expected
-  invariant again; DETERMINISM is also re-checked in two fresh processes
-  (PYTHONHASHSEED 1 and 2), since a ``--workload`` replay re-runs in one process.
+  invariant again.  That command compares two runs in one process, so for
+  DETERMINISM the witness is also judged as the matrix judges it
+  (:meth:`tenantry.verify.run.TargetSystem.checked`: a fresh process with
+  another ``PYTHONHASHSEED``); this script re-executes itself with
+  ``PYTHONHASHSEED=2`` so that this check is the same on every run, while the
+  verifications themselves run with the caller's environment, hash seed unset.
 
 Writes ``<OUT>/table.md`` and ``<OUT>/table.json``; ``--write-witnesses`` also
-copies the witnesses to ``examples/faults/witness/<name>.jsonl`` (listed in its
-``index.json``; a witness written by hand is never replaced).  ``--out`` must be
+copies the witnesses to ``examples/faults/witness/<name>.jsonl`` (or
+``<name>.<INVARIANT>.jsonl`` for a fault expected to break several), listed in
+its ``index.json`` with what ``tests/test_faults.py`` asserts of them: every
+invariant found on the witness and the step of the expected one's first finding
+(a witness written by hand is never replaced; ``--refresh-index`` re-judges
+every stored witness without verifying anything).  ``--out`` must be
 new, empty, or a folder this script made (its marker ``.faults-table`` lists what
 it wrote); nothing it did not create is overwritten.  One run at a time: each
 verification already uses every core.
@@ -40,7 +54,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -52,10 +65,13 @@ MARKER = ".faults-table"
 HORIZON_S = 16.0
 #: Evaluations the shrinker may spend on one witness.
 SHRINK_EVALUATIONS = 80
+#: PYTHONHASHSEED of this script's own checks (it re-executes itself with it), so that tenantry's
+#: fresh-process re-run (seed 1 against a process of seed 2) judges DETERMINISM the same way every time.
+HASH_SEED = "2"
 
 
 def entries(only: list[str] | None) -> list[dict]:
-    """Every registry entry (faults, clean, gaps) as dicts, in registry order, filtered by ``only``."""
+    """Every registry entry (faults, clean, gaps) as dicts, in registry order, or those of ``only`` in its order."""
     sys.path.insert(0, str(EXAMPLES))
     from faults import CLEAN, FAULTS, GAPS, PENDING
 
@@ -69,7 +85,7 @@ def entries(only: list[str] | None) -> list[dict]:
         unknown = sorted(set(only) - {e["name"] for e in out})
         if unknown:
             raise SystemExit(f"faults_table: unknown name {unknown[0]!r}")
-        out = [e for e in out if e["name"] in only]
+        out = sorted((e for e in out if e["name"] in only), key=lambda e: only.index(e["name"]))
     return out
 
 
@@ -106,9 +122,10 @@ def remember(out: Path, made: set[str], *names: str) -> None:
 def run_verify(target: str, folder: Path, log: Path, extra: list[str] = ()) -> tuple[int, float]:
     """``tenantry verify --target target --out folder [extra]`` from examples/; (exit status, wall s)."""
     cmd = [sys.executable, "-m", "tenantry.cli", "verify", "--target", target, *extra, "--out", str(folder)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}  # as a user runs it: a random hash seed
     t0 = time.monotonic()
     with open(log, "w") as fh:
-        p = subprocess.run(cmd, cwd=EXAMPLES, stdout=fh, stderr=subprocess.STDOUT)
+        p = subprocess.run(cmd, cwd=EXAMPLES, stdout=fh, stderr=subprocess.STDOUT, env=env)
     return p.returncode, time.monotonic() - t0
 
 
@@ -118,9 +135,12 @@ STATEFUL = re.compile(r"breaks (\S+) \(shrunk from (\d+) to (\d+) requests\); re
 def read_report(folder: Path) -> dict:
     """Findings of a default verification: {invariant: [cells, findings]}, witnesses by invariant, notes."""
     m = json.loads((folder / "matrix.json").read_text())
+    timing = json.loads((folder / "timing.json").read_text())
+    done_s = timing.get("cells_done_s", {})
+    first_s: dict[str, float] = {}   # invariant -> seconds from the start to the end of the first cell showing it
     found: dict[str, list[int]] = {}
     direct: dict[str, list[Path]] = {}   # invariant -> cell workloads whose replay showed it
-    candidate_only: dict[str, str] = {}
+    candidate_only: dict[str, list[tuple[str, str, int]]] = {}   # invariant -> (pattern, search, candidate)
     for c in m["cells"]:
         seen = set()
         for f in c["findings"]:
@@ -129,8 +149,11 @@ def read_report(folder: Path) -> dict:
                 found.setdefault(inv, [0, 0])[0] += 1
                 seen.add(inv)
             found[inv][1] += f.get("count", 1)
+            t = done_s.get(f"{c['setup']}/{c['pattern']}")
+            if t is not None:
+                first_s[inv] = min(first_s.get(inv, t), t)
             if "search" in f:
-                candidate_only.setdefault(inv, f"{c['pattern']}: {f['search']} candidate {f['candidate']}")
+                candidate_only.setdefault(inv, []).append((c["pattern"], f["search"], f["candidate"]))
             else:
                 direct.setdefault(inv, []).append(folder / c["workload"])
     stateful = None
@@ -141,90 +164,95 @@ def read_report(folder: Path) -> dict:
         found.setdefault(inv, [0, 0])
         found[inv][0] += 1
         found[inv][1] += 1
+        first_s.setdefault(inv, timing["wall_s"])  # the stateful extra runs after every cell
         stateful = (inv, int(hit.group(2)), int(hit.group(3)), Path(hit.group(4)))
     return {"found": found, "direct": direct, "candidate_only": candidate_only, "stateful": stateful,
-            "stateful_text": text}
+            "stateful_text": text, "first_s": first_s, "wall_s": timing["wall_s"]}
+
+
+def checked(target: str, workload, expected: list[str], timeout_s: float, horizon_s: float = HORIZON_S):
+    """The matrix's own check of ``workload`` on ``target`` (:meth:`TargetSystem.checked`: step mode,
+    the catalog, and at depth ``full``, when DETERMINISM is expected, tenantry's fresh-process re-run),
+    every tenant a victim, in the workload's order: what ``verify --target T --workload W`` runs."""
+    from tenantry.verify.run import TargetSystem
+
+    depth = "full" if "DETERMINISM" in expected else "state"
+    return TargetSystem(target, timeout_s=timeout_s, path=str(EXAMPLES)).checked(
+        workload, horizon_s, depth, [(n, "victim") for n in workload.tenants])
 
 
 def invariants_on(target: str, workload, expected: list[str], timeout_s: float) -> set[str]:
-    """Invariants the default checks find on ``workload`` (in this process; DETERMINISM in two fresh ones)."""
-    from tenantry.verify.protocol import load_factory
-    from tenantry.verify.run import bind, scenario_tenants, verify_workload
-
-    roles = [(n, "victim") for n in workload.tenants]
-    fac = bind(load_factory(target, path=str(EXAMPLES)), scenario_tenants(roles, False))
-    v = verify_workload(fac, workload, horizon_s=HORIZON_S, timeout_s=timeout_s, determinism=False)
-    found = set(v.invariants())
-    if "DETERMINISM" in expected and fresh_processes_differ(target, workload):
-        found.add("DETERMINISM")
-    return found
+    """Invariant ids :func:`checked` finds on ``workload``."""
+    return {f.invariant for f in checked(target, workload, expected, timeout_s).findings}
 
 
-def fresh_processes_differ(target: str, workload) -> bool:
-    """The workload's history differs between two fresh processes with PYTHONHASHSEED 1 and 2."""
-    from tenantry.model.traces import write_workload_jsonl
-
-    with tempfile.TemporaryDirectory(prefix="faults-table-") as tmp:
-        wl = Path(tmp) / "w.jsonl"
-        write_workload_jsonl(workload, wl)
-        lines = []
-        for seed in ("1", "2"):
-            h = Path(tmp) / f"h{seed}.jsonl"
-            extra = json.dumps([HORIZON_S, False, 10.0, str(EXAMPLES), [[n, "victim"] for n in workload.tenants]])
-            env = {**os.environ, "PYTHONHASHSEED": seed}
-            subprocess.run([sys.executable, "-c", "from tenantry.verify.run import _rerun_main; _rerun_main()",
-                            target, str(wl), str(h), extra], env=env, cwd=EXAMPLES, check=True, capture_output=True)
-            lines.append(h.read_bytes())
-        return lines[0] != lines[1]
-
-
-def pick_witness(e: dict, rep: dict, timeout_s: float) -> tuple[object | None, str]:
-    """(a small workload showing the expected invariant, where it came from) or (None, why not)."""
+def pick_witness(e: dict, rep: dict, inv: str, timeout_s: float) -> tuple[object | None, str]:
+    """(a small workload showing ``inv``, where it came from) or (None, why there is none)."""
     from tenantry.model.traces import read_workload_jsonl
     from tenantry.verify.suite import shrink_finding
 
     want = e["expected"]
-    if not want:
-        return None, ""
-    inv = want[0]
     st = rep["stateful"]
     if st is not None and st[0] == inv and st[3].exists():
-        return read_workload_jsonl(st[3]), f"stateful extra, shrunk by tenantry from {st[1]} to {st[2]} requests"
+        wl = read_workload_jsonl(st[3])
+        # its replay command names the workload only: the stateful run's tenants (t0, t1, t2) become the
+        # workload's own, in the order they appear, and a finding that follows the tenant order is lost
+        if inv in invariants_on(e["target"], wl, want, timeout_s):
+            return wl, f"stateful extra, shrunk by tenantry from {st[1]} to {st[2]} requests"
     cells = rep["direct"].get(inv, [])
     for path in sorted(cells, key=lambda p: sum(1 for _ in open(p))):
         wl = read_workload_jsonl(path)
         if inv not in invariants_on(e["target"], wl, want, timeout_s):
             continue
-        small = shrink_finding(lambda w: _Verdict(invariants_on(e["target"], w, want, timeout_s)), inv, wl,
+        small = shrink_finding(lambda w: checked(e["target"], w, want, timeout_s), inv, wl,
                                max_evaluations=SHRINK_EVALUATIONS)
         return small, (f"cell {path.parent.name} ({len(wl)} requests), shrunk by this script with tenantry's "
                        f"shrinker ({SHRINK_EVALUATIONS} evaluations at most)")
+    for pattern, search, index in rep["candidate_only"].get(inv, []):
+        if index != 0 or search not in ("random", "evolution"):
+            continue
+        wl = default_scenario(e["target"], pattern)  # candidate 0 of these searches is the pattern's defaults
+        if inv not in invariants_on(e["target"], wl, want, timeout_s):
+            continue
+        small = shrink_finding(lambda w: checked(e["target"], w, want, timeout_s), inv, wl,
+                               max_evaluations=SHRINK_EVALUATIONS)
+        return small, (f"{pattern} at its defaults ({search} candidate 0, {len(wl)} requests), regenerated and "
+                       f"shrunk by this script with tenantry's shrinker ({SHRINK_EVALUATIONS} evaluations at most)")
     if inv in rep["candidate_only"]:
-        return None, f"only in a search candidate ({rep['candidate_only'][inv]}); the report keeps no such workload"
+        where = ", ".join(f"{p}: {s} candidate {i}" for p, s, i in rep["candidate_only"][inv][:3])
+        return None, f"only in search candidates ({where}); the report keeps no such workload"
     return None, "not found"
 
 
-class _Verdict:
-    """The shape ``shrink_finding`` reads: ``.findings`` with ``.invariant``."""
+def default_scenario(target: str, pattern: str):
+    """The workload of ``pattern`` at its default parameters and seed 0 against ``target``,
+    as the searches generate it (a pattern that reads limits gets the target's)."""
+    from tenantry.adversaries.patterns import ADVERSARY, get_pattern, limits_of, make_scenario
+    from tenantry.adversaries.victims import DEFAULT_VICTIMS
+    from tenantry.verify.run import TargetSystem
 
-    def __init__(self, invariants: set[str]) -> None:
-        self.findings = [type("F", (), {"invariant": i})() for i in invariants]
+    limits = None
+    if get_pattern(pattern).uses_limits:
+        roles = ((ADVERSARY, "adversary"),) + tuple((v.name, "victim") for v in DEFAULT_VICTIMS)
+        limits = limits_of(TargetSystem(target, path=str(EXAMPLES)).config(roles), ADVERSARY)
+    return make_scenario(pattern, None, 0, limits=limits).workload
 
 
-def replay(e: dict, witness_path: Path, folder: Path, log: Path) -> tuple[bool, str]:
-    """Re-run the witness with the cells' replay command; (expected invariant reported, detail)."""
+def replay(e: dict, inv: str, witness_path: Path, folder: Path, log: Path) -> tuple[bool, str]:
+    """Re-run the witness with the cells' replay command; (``inv`` reported again, detail)."""
     code, _ = run_verify(e["target"], folder, log, ["--workload", str(witness_path), "--horizon-s", str(HORIZON_S)])
     rep = json.loads((folder / "report.json").read_text()) if (folder / "report.json").exists() else {}
     got = set(rep.get("findings_by_invariant", {}))
-    inv = e["expected"][0]
     if inv in got:
         return True, f"exit {code}, {', '.join(sorted(got))}"
-    if inv == "DETERMINISM":
+    if inv == "DETERMINISM":  # the --workload replay compares two runs in one process: same hash seed
         from tenantry.model.traces import read_workload_jsonl
+        from tenantry.verify.run import RERUN_HASH_SEEDS
 
-        fresh = fresh_processes_differ(e["target"], read_workload_jsonl(witness_path))
-        return fresh, (f"the --workload replay runs both runs in one process ({', '.join(sorted(got)) or 'no finding'}); "
-                       f"two fresh processes (PYTHONHASHSEED 1, 2) {'differ' if fresh else 'agree'}")
+        fresh = "DETERMINISM" in invariants_on(e["target"], read_workload_jsonl(witness_path), [inv], 10.0)
+        return fresh, (f"the --workload replay compares two runs in one process ({', '.join(sorted(got)) or 'no finding'}); "
+                       f"tenantry's fresh-process re-run (PYTHONHASHSEED {HASH_SEED} here, "
+                       f"{RERUN_HASH_SEEDS[0]} there) {'differs' if fresh else 'agrees'}")
     return False, f"exit {code}, {', '.join(sorted(got)) or 'no finding'}"
 
 
@@ -245,46 +273,86 @@ def verdict(e: dict, found: dict) -> str:
 
 def write_tables(out: Path, rows: list[dict], total_s: float) -> None:
     (out / "table.json").write_text(json.dumps({"rows": rows, "total_s": round(total_s, 1)}, indent=1))
-    md = ["# Planted faults: `tenantry verify --target` with its defaults", "",
-          "Time: wall time of the whole default run (the report records no time to the first finding). "
-          "Shrunk: requests in the witness workload. Replay: the cells' replay command on the witness "
-          f"(`--workload W --horizon-s {HORIZON_S:g}`) reports the expected invariant.", "",
-          "| name | kind | expected | caught by | verdict | time s | shrunk | replay OK | witness |",
-          "|---|---|---|---|---|---|---|---|---|"]
+    md = ["| fault | kind | expected | caught by (cells, findings) | verdict | first finding s | run s | shrunk | "
+          "replay OK |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         md.append(f"| {r['name']} | {r['kind']} | {', '.join(r['expected']) or '-'} | {r['caught_by']} | "
-                  f"{r['verdict']} | {r['wall_s']:.0f} | {r['shrunk'] if r['shrunk'] is not None else '-'} | "
-                  f"{r['replay_ok'] if r['replay_ok'] is not None else '-'} | {r['witness_source'] or '-'} |")
-    md += ["", f"Total: {total_s:.0f} s for {len(rows)} entries.", ""]
+                  f"{r['verdict']} | {r['first_s'] or '-'} | {r['wall_s']:.0f} | "
+                  f"{r['shrunk'] if r['shrunk'] is not None else '-'} | "
+                  f"{r['replay_ok'] if r['replay_ok'] is not None else '-'} |")
+    md += ["", f"Total: {total_s:.0f} s for {len(rows)} entries.", "", "Witnesses:", ""]
     for r in rows:
-        if r["note"]:
-            md.append(f"- **{r['name']}**: {r['note']}")
+        for w in r.get("witnesses", []):
+            md.append(f"- {r['name']} {w['invariant']}: {w['source']}; replay: {w['replay'] or '-'}")
+    notes = [r for r in rows if r["note"]]
+    if notes:
+        md += ["", "Notes:", ""] + [f"- **{r['name']}**: {r['note']}" for r in notes]
     (out / "table.md").write_text("\n".join(md) + "\n")
 
 
-def update_witness_index(name: str, src_path: Path, source: str, expected: list[str]) -> str:
+def witness_file(name: str, inv: str, expected: list[str]) -> str:
+    """``<name>.jsonl``, or ``<name>.<INVARIANT>.jsonl`` for a fault expected to break several."""
+    return f"{name}.jsonl" if len(expected) == 1 else f"{name}.{inv}.jsonl"
+
+
+def judged(target: str, inv: str, path: Path, horizon_s: float) -> dict:
+    """What ``tests/test_faults.py`` asserts of a stored witness: every invariant :func:`checked` finds on
+    it (``raises``) and the step of the first finding of ``inv`` (``first_step``; None: a whole-run one)."""
+    from tenantry.model.traces import read_workload_jsonl
+
+    found = checked(target, read_workload_jsonl(path), [inv], 10.0 if inv != "ADAPTER-HANG" else 1.0, horizon_s).findings
+    first = next((f for f in found if f.invariant == inv), None)
+    return {"raises": sorted({f.invariant for f in found}), "first_step": None if first is None else first.step}
+
+
+def update_witness_index(name: str, inv: str, src_path: Path, source: str, expected: list[str]) -> str:
     """Copy a witness into examples/faults/witness (never over a hand-written one); what happened."""
     WITNESS.mkdir(exist_ok=True)
     index_path = WITNESS / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
-    old = index.get(name)
+    fname = witness_file(name, inv, expected)
+    old = index.get(fname)
     if old is not None and not old.get("source", "").startswith("faults_table.py"):
-        return f"kept the hand-written witness/{name}.jsonl"
-    shutil.copyfile(src_path, WITNESS / f"{name}.jsonl")
-    index[name] = {"expected": expected, "horizon_s": HORIZON_S, "source": f"faults_table.py: {source}"}
+        return f"kept the hand-written witness/{fname}"
+    shutil.copyfile(src_path, WITNESS / fname)
+    index[fname] = {"fault": name, "invariant": inv, "horizon_s": HORIZON_S, "source": f"faults_table.py: {source}",
+                    **judged(f"faults.{name}:make_scheduler", inv, WITNESS / fname, HORIZON_S)}
     index_path.write_text(json.dumps(dict(sorted(index.items())), indent=1, sort_keys=True) + "\n")
-    return f"wrote witness/{name}.jsonl"
+    return f"wrote witness/{fname}"
+
+
+def refresh_index() -> int:
+    """Re-judge every stored witness and rewrite ``raises`` and ``first_step`` in its index (no verification)."""
+    index_path = WITNESS / "index.json"
+    index = json.loads(index_path.read_text())
+    for fname, meta in sorted(index.items()):
+        meta.update(judged(f"faults.{meta['fault']}:make_scheduler", meta["invariant"], WITNESS / fname,
+                           meta["horizon_s"]))
+        print(f"{fname}: {', '.join(meta['raises']) or 'nothing'}; first {meta['invariant']} at step "
+              f"{meta['first_step']}", flush=True)
+    index_path.write_text(json.dumps(dict(sorted(index.items())), indent=1, sort_keys=True) + "\n")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the table; returns 1 when a fault is missed or a clean scheduler has a finding."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="folder for the reports and the table (new, empty or made by this script)")
-    ap.add_argument("--only", nargs="+", metavar="NAME", help="only these registry names")
+    ap.add_argument("--out", help="folder for the reports and the table (new, empty or made by this script)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="only these registry names, in this order")
     ap.add_argument("--write-witnesses", action="store_true", help="copy the witnesses to examples/faults/witness/")
+    ap.add_argument("--refresh-index", action="store_true",
+                    help="only re-judge the stored witnesses and rewrite what their index records (no verification)")
     ap.add_argument("--shrink-timeout-s", type=float, default=2.0,
                     help="per-call timeout while shrinking (a hang costs this much per evaluation; default 2)")
     args = ap.parse_args(argv)
+    if os.environ.get("PYTHONHASHSEED") != HASH_SEED:  # see HASH_SEED
+        os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *(sys.argv[1:] if argv is None else argv)],
+                  {**os.environ, "PYTHONHASHSEED": HASH_SEED})
+    if args.refresh_index:
+        sys.path.insert(0, str(EXAMPLES))
+        return refresh_index()
+    if not args.out:
+        ap.error("--out is required (unless --refresh-index)")
     out = Path(args.out).resolve()
     todo = entries(args.only)
     made = claim_out(out)
@@ -297,32 +365,39 @@ def main(argv: list[str] | None = None) -> int:
         remember(out, made, name, f"{name}.log")
         code, wall = run_verify(e["target"], out / name, out / f"{name}.log")
         row = dict(name=name, kind=e["kind"], expected=e["expected"], group=e["group"], wall_s=round(wall, 1),
-                   exit=code, shrunk=None, replay_ok=None, witness_source="", note=e["pending"])
+                   exit=code, first_s="", shrunk=None, replay_ok=None, witness_source="", note=e["pending"])
         if not (out / name / "matrix.json").exists():
             row.update(caught_by="(no report)", verdict="ERROR", found={})
             rows.append(row)
             print(f"    no report (exit {code}); see {out / f'{name}.log'}", flush=True)
             continue
         rep = read_report(out / name)
-        row.update(found=rep["found"], caught_by=fmt_found(rep["found"]), verdict=verdict(e, rep["found"]))
+        row.update(found=rep["found"], caught_by=fmt_found(rep["found"]), verdict=verdict(e, rep["found"]),
+                   first_s=", ".join(f"{rep['first_s'][i]:.0f}" for i in e["expected"] if i in rep["first_s"]))
         print(f"    {wall:.0f} s, exit {code}: {row['caught_by']} -> {row['verdict']}", flush=True)
-        if e["group"] != "clean" and set(e["expected"]) <= set(rep["found"]):
-            wl, source = pick_witness(e, rep, args.shrink_timeout_s)
-            row["witness_source"] = source
-            if wl is not None:
-                wpath = out / f"{name}.witness.jsonl"
-                write_workload_jsonl(wl, wpath)
-                remember(out, made, wpath.name, f"{name}-replay", f"{name}-replay.log")
-                row["shrunk"] = len(wl)
-                ok, detail = replay(e, wpath, out / f"{name}-replay", out / f"{name}-replay.log")
-                row["replay_ok"] = "yes" if ok else "NO"
-                row["replay"] = detail
-                print(f"    witness: {len(wl)} requests ({source}); replay {'ok' if ok else 'FAILED'}: {detail}",
-                      flush=True)
-                if args.write_witnesses and e["group"] == "fault":
-                    print(f"    {update_witness_index(name, wpath, source, e['expected'])}", flush=True)
-            else:
-                print(f"    no witness: {source}", flush=True)
+        witnesses = []
+        for inv in [i for i in e["expected"] if i in rep["found"]] if e["group"] != "clean" else []:
+            wl, source = pick_witness(e, rep, inv, args.shrink_timeout_s)
+            w = dict(invariant=inv, source=source, shrunk=None, replay_ok=None, replay="")
+            witnesses.append(w)
+            if wl is None:
+                print(f"    {inv}: no witness: {source}", flush=True)
+                continue
+            wpath = out / witness_file(name, inv, e["expected"]).replace(".jsonl", ".witness.jsonl")
+            write_workload_jsonl(wl, wpath)
+            rdir = wpath.name.replace(".witness.jsonl", "-replay")
+            remember(out, made, wpath.name, rdir, f"{rdir}.log")
+            ok, detail = replay(e, inv, wpath, out / rdir, out / f"{rdir}.log")
+            w.update(shrunk=len(wl), replay_ok="yes" if ok else "NO", replay=detail)
+            print(f"    {inv}: witness of {len(wl)} requests ({source}); replay {'ok' if ok else 'FAILED'}: {detail}",
+                  flush=True)
+            if args.write_witnesses and e["group"] == "fault":
+                print(f"    {update_witness_index(name, inv, wpath, source, e['expected'])}", flush=True)
+        row["witnesses"] = witnesses
+        if witnesses:
+            row["shrunk"] = ", ".join(str(w["shrunk"]) if w["shrunk"] is not None else "-" for w in witnesses)
+            row["replay_ok"] = ", ".join(w["replay_ok"] or "-" for w in witnesses)
+            row["witness_source"] = "; ".join(w["source"] for w in witnesses)
         rows.append(row)
         remember(out, made, "table.md", "table.json")
         write_tables(out, rows, time.monotonic() - t_all)
