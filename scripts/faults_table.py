@@ -37,7 +37,7 @@ Writes ``<OUT>/table.md`` and ``<OUT>/table.json``; ``--write-witnesses`` also
 copies the witnesses to ``examples/faults/witness/<name>.jsonl`` (or
 ``<name>.<INVARIANT>.jsonl`` for a fault expected to break several), listed in
 its ``index.json`` with what ``tests/test_faults.py`` asserts of them: every
-invariant found on the witness and the step of the expected one's first finding
+invariant found on the witness and the steps of the expected one's findings
 (a witness written by hand is never replaced; ``--refresh-index`` re-judges
 every stored witness without verifying anything).  ``--out`` must be
 new, empty, or a folder this script made (its marker ``.faults-table`` lists what
@@ -297,12 +297,11 @@ def witness_file(name: str, inv: str, expected: list[str]) -> str:
 
 def judged(target: str, inv: str, path: Path, horizon_s: float) -> dict:
     """What ``tests/test_faults.py`` asserts of a stored witness: every invariant :func:`checked` finds on
-    it (``raises``) and the step of the first finding of ``inv`` (``first_step``; None: a whole-run one)."""
+    it (``raises``) and the steps of the findings of ``inv``, in order (``steps``; None: a whole-run one)."""
     from tenantry.model.traces import read_workload_jsonl
 
     found = checked(target, read_workload_jsonl(path), [inv], 10.0 if inv != "ADAPTER-HANG" else 1.0, horizon_s).findings
-    first = next((f for f in found if f.invariant == inv), None)
-    return {"raises": sorted({f.invariant for f in found}), "first_step": None if first is None else first.step}
+    return {"raises": sorted({f.invariant for f in found}), "steps": [f.step for f in found if f.invariant == inv]}
 
 
 def update_witness_index(name: str, inv: str, src_path: Path, source: str, expected: list[str]) -> str:
@@ -322,14 +321,14 @@ def update_witness_index(name: str, inv: str, src_path: Path, source: str, expec
 
 
 def refresh_index() -> int:
-    """Re-judge every stored witness and rewrite ``raises`` and ``first_step`` in its index (no verification)."""
+    """Re-judge every stored witness and rewrite ``raises`` and ``steps`` in its index (no verification)."""
     index_path = WITNESS / "index.json"
     index = json.loads(index_path.read_text())
     for fname, meta in sorted(index.items()):
         meta.update(judged(f"faults.{meta['fault']}:make_scheduler", meta["invariant"], WITNESS / fname,
                            meta["horizon_s"]))
-        print(f"{fname}: {', '.join(meta['raises']) or 'nothing'}; first {meta['invariant']} at step "
-              f"{meta['first_step']}", flush=True)
+        print(f"{fname}: {', '.join(meta['raises']) or 'nothing'}; {meta['invariant']} at steps {meta['steps']}",
+              flush=True)
     index_path.write_text(json.dumps(dict(sorted(index.items())), indent=1, sort_keys=True) + "\n")
     return 0
 
