@@ -528,8 +528,11 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
                 spent["evaluations"] += rec["evaluations"] + 1  # + the replay of the worst workload
             return rec
 
+        done_s: dict[str, float] = {}  # "setup/pattern" -> seconds from the start when the cell was done
+
         def done(key: tuple[str, str], rec: dict[str, Any]) -> None:
             cells[key] = rec
+            done_s[f"{key[0]}/{key[1]}"] = round(time.monotonic() - t0, 1)
             bar.update(1)
             if log:
                 log(f"{key[0]}/{key[1]}: {rec['score']:.3g}")
@@ -595,6 +598,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
                 f" --target {setups[0]}" if kind == "verify" else ""))
             dump_json({"wall_s": round(wall_s, 1), "evaluations": evaluations,
                        "evaluations_per_s": round(evaluations / wall_s, 2) if wall_s > 0 else None,
-                       "workers": workers or os.cpu_count(), "extras_s": extra_s}, outp / "timing.json")
+                       "workers": workers or os.cpu_count(), "extras_s": extra_s, "cells_done_s": done_s},
+                      outp / "timing.json")
     return {"summary": summary, "cells": cells, "claimed_broken": claimed_broken, "wall_s": wall_s,
             "evaluations": evaluations, "extras_s": extra_s, "unmet": unmet, "seed_dependent": unstable}

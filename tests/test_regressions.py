@@ -29,16 +29,19 @@ from tenantry.spec.invariants_core import largest_charge
 from tenantry.spec.invariants_run import run_checked
 from tenantry.testing.mutants import MUTANTS
 from tenantry.verify.offline import verify_history
+from tenantry.verify.protocol import load_factory
 from tenantry.verify.reference import make_reference
-from tenantry.verify.run import verify_workload
+from tenantry.verify.run import bind, verify_workload
 
 ROOT = Path(__file__).parent / "regressions"
+#: Where a ``step_mode`` ``target`` (``module:factory``) is imported from (as ``verify --target-path``).
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CASES = sorted(p.name for p in ROOT.iterdir() if (p / "expected.json").is_file())
 
 KEYS = {"about", "run", "findings", "requests", "steps", "derived", "offline", "step_mode"}
 RUN_KEYS = {"horizon_s", "max_steps", "variant", "ids", "depth"}
 OFFLINE_KEYS = {"setup", "claims_toml", "claimed", "findings"}
-STEP_MODE_KEYS = {"variant", "claimed", "findings"}
+STEP_MODE_KEYS = {"variant", "target", "claimed", "findings"}
 FINDING_KEYS = {"invariant", "step", "requests", "tenants", "observed", "allowed", "count"}
 
 
@@ -169,9 +172,14 @@ def check_case(d: Path) -> list[str]:
                                 verify_history(judged, claims, off.get("claimed", ())))
     if "step_mode" in exp:
         sm = exp["step_mode"]
-        assert set(sm) <= STEP_MODE_KEYS and "variant" in sm, f"{d.name}: 'step_mode' takes {sorted(STEP_MODE_KEYS)}"
-        factory = make_reference(cfg, reference=False, invariants=tuple(sm.get("claimed", ())),
-                                 variant=MUTANTS[sm["variant"]].variant)
+        assert set(sm) <= STEP_MODE_KEYS and ("variant" in sm) != ("target" in sm), \
+            f"{d.name}: 'step_mode' takes {sorted(STEP_MODE_KEYS)}, with one of variant and target"
+        if "target" in sm:  # a scheduler of examples/ with its own configuration and claims
+            assert "claimed" not in sm, f"{d.name}: a step_mode target makes its own claims"
+            factory = bind(load_factory(sm["target"], path=str(EXAMPLES)), cfg.tenants)
+        else:
+            factory = make_reference(cfg, reference=False, invariants=tuple(sm.get("claimed", ())),
+                                     variant=MUTANTS[sm["variant"]].variant)
         v = verify_workload(factory, wl, horizon_s=run["horizon_s"], max_steps=run["max_steps"], timeout_s=None,
                             determinism=False)
         bad += compare_findings("step-mode findings", sm.get("findings", []), list(v.findings))
