@@ -286,7 +286,8 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
     broken = [(k, c) for k, c in sorted(cells.items()) if c["findings"]]
     lines += ["", "## Broken invariants", ""]
     if not broken:
-        lines.append("None: no claimed invariant broke in any cell.")
+        lines.append("None in the matrix's cells" + (" (the extras below, the stateful run and the determinism "
+                     "re-run, say whether they found one)." if summary.get("extras") else "."))
     for (s, p), c in broken:
         for f in c["findings"]:
             during = f" (during the {f['search']} search, candidate {f['candidate']})" if "search" in f else ""

@@ -89,7 +89,7 @@ def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload
     cmd = f"tenantry verify --target {shlex.quote(target)} --workload {shlex.quote(str(path))}"
     if horizon_s is not None:
         cmd += f" --horizon-s {horizon_s}"
-    return path, cmd
+    return path, cmd + f" --out {shlex.quote(str(out / f'{name}-replay'))}"
 
 
 def shrink_finding(verdict: Callable[[Workload], Any], invariant: str, workload: Workload, *,
