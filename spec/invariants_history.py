@@ -618,19 +618,29 @@ def h_token_bucket(h: HistoryContext) -> list[Finding]:
             continue
         adm = sorted((start.get(r.admitted_step, r.arrival_s), r.request_id, r.prompt_tokens)
                      for r in h.history.requests if r.tenant == t.name and r.admitted_step is not None)
-        total, best, best_i = 0.0, None, None
-        for ts, rid, p in adm:
-            key = total - t.token_rate_per_s * ts
-            if best is None or key < best:
-                best, best_i = key, (ts, rid)
-            total += p
-            excess = total - t.token_rate_per_s * ts - best
-            if excess > t.token_burst_tokens + EPS:
-                out.append(_f("TOKEN-BUCKET", None, f"prompt tokens admitted between t={best_i[0]:.6g}s and "
-                              f"t={ts:.6g}s exceed burst + rate x window", excess, t.token_burst_tokens,
-                              [t.name], [best_i[1], rid]))
-                break
+        over = _window_over(((ts, p, rid) for ts, rid, p in adm), t.token_rate_per_s, t.token_burst_tokens)
+        if over is not None:
+            excess, (t1, r1), (t2, r2) = over
+            out.append(_f("TOKEN-BUCKET", None, f"prompt tokens admitted between t={t1:.6g}s and "
+                          f"t={t2:.6g}s exceed burst + rate x window", excess, t.token_burst_tokens,
+                          [t.name], [r1, r2]))
     return out
+
+
+def _window_over(charges, rate: float, burst: float):
+    """The first window [t1, t2] over which ``charges`` ((time s, tokens, request id), in time
+    order) exceed ``burst + rate * (t2 - t1)``: (excess, (t1, request), (t2, request)), or None.
+    One pass: the window's start is the earlier charge minimising ``total before it - rate * t``."""
+    total, best, best_i = 0.0, None, None
+    for ts, n, rid in charges:
+        key = total - rate * ts
+        if best is None or key < best:
+            best, best_i = key, (ts, rid)
+        total += n
+        excess = total - rate * ts - best
+        if excess > burst + EPS:
+            return excess, best_i, (ts, rid)
+    return None
 
 
 def h_token_limit(h: HistoryContext) -> list[Finding]:
@@ -657,18 +667,12 @@ def h_token_limit(h: HistoryContext) -> list[Finding]:
                 ledger.append((r.finish_s, 0 if r.outcome == "cancelled" else 2,
                                -(r.output_tokens - r.tokens_generated), r.request_id))
         ledger.sort()
-        total, best, best_i = 0.0, None, None
-        for ts, _, n, rid in ledger:
-            key = total - t.token_rate_per_s * ts
-            if best is None or key < best:
-                best, best_i = key, (ts, rid)
-            total += n
-            excess = total - t.token_rate_per_s * ts - best
-            if excess > t.token_burst_tokens + EPS:
-                out.append(_f("TOKEN-LIMIT", None, f"prompt + output tokens charged between t={best_i[0]:.6g}s and "
-                              f"t={ts:.6g}s exceed burst + rate x window", excess, t.token_burst_tokens,
-                              [t.name], [best_i[1], rid]))
-                break
+        over = _window_over(((ts, n, rid) for ts, _, n, rid in ledger), t.token_rate_per_s, t.token_burst_tokens)
+        if over is not None:
+            excess, (t1, r1), (t2, r2) = over
+            out.append(_f("TOKEN-LIMIT", None, f"prompt + output tokens charged between t={t1:.6g}s and "
+                          f"t={t2:.6g}s exceed burst + rate x window", excess, t.token_burst_tokens,
+                          [t.name], [r1, r2]))
     return out
 
 
