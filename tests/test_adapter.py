@@ -114,3 +114,35 @@ def test_reference_claim_reports_first_divergent_step():
     honest = verify_workload(make_reference(attrs.evolve(BASE, order=OrderConfig(policy="vtc"))), wl,
                              timeout_s=None, determinism=False)
     assert honest.ok, honest.render()
+
+
+def test_books_read_after_the_results_through_accounting():
+    """A scheduler that learns of a finish only from take_results resets an idle tenant's
+    deficit then: its plan's books are the ones from before the step.  Judged on the plan's
+    books it breaks NO-BANKED-CREDIT; with ``accounting()`` (read after take_results) it does not."""
+    from tenantry.verify.reference import ReferenceAdapter
+    from tenantry.verify.run import verify_workload
+
+    cfg = Config(tenants=(TenantConfig("a"), TenantConfig("b")), num_blocks=64, max_num_seqs=4, token_budget=64,
+                 order=OrderConfig(policy="drr_tokens"))
+
+    class BooksBeforeResults(ReferenceAdapter):
+        def plan_step(self, t_s):
+            before = self.state
+            plan = super().plan_step(t_s)
+            names = [t.name for t in self.config.tenants]
+            return attrs.evolve(plan, counters={n: t.counter for n, t in zip(names, before.tenants)},
+                                deficits={n: t.deficit for n, t in zip(names, before.tenants)})
+
+    class WithAccounting(BooksBeforeResults):
+        def accounting(self):
+            names = [t.name for t in self.config.tenants]
+            return ({n: t.counter for n, t in zip(names, self.state.tenants)},
+                    {n: t.deficit for n, t in zip(names, self.state.tenants)})
+
+    wl = Workload((Request(0, "a", 0.0, 40, 3), Request(1, "b", 0.0, 40, 30), Request(2, "b", 0.0, 40, 30)))
+    kw = dict(reference=False, invariants=("NO-BANKED-CREDIT",))
+    late = verify_workload(lambda: BooksBeforeResults(cfg, **kw), wl, timeout_s=None)
+    assert "NO-BANKED-CREDIT" in {f.invariant for f in late.findings}
+    ok = verify_workload(lambda: WithAccounting(cfg, **kw), wl, timeout_s=None)
+    assert ok.ok, ok.render()

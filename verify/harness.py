@@ -25,6 +25,8 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any, Callable, Iterable
 
+import attrs
+
 from tenantry.model.config import Config, TenantConfig
 from tenantry.model.history import History, RequestRecord, StepEvent, StepRecord
 from tenantry.model.policies import step_duration_s
@@ -36,7 +38,7 @@ from tenantry.model.workload import Request, StepInput, Workload
 from tenantry.spec.invariants_core import Finding
 
 from .calls import Caller, CallFailure
-from .protocol import Claims, Plan, PlanError, StepResults, finding, normalise_plan, plan_key
+from .protocol import Claims, Plan, PlanError, StepResults, finding, normalise_plan, per_tenant, plan_key
 
 #: Seconds the factory may take (at least): building a scheduler may import a
 #: large package (vLLM takes 10-20 s on a loaded 2-core machine).
@@ -373,10 +375,29 @@ class Harness:
             self._end(q, "finished", end)
         results = StepResults(k, t, dur, tuple(tokens), tuple(q.r.request_id for q in finished))
         ok, _ = self._call("take_results", self.adapter.take_results, results)
+        if ok and getattr(self.adapter, "accounting", None) is not None:
+            plan = self._books_after_results(plan)
+            if plan is None:
+                return None
         rec = self._record(plan, events, dur, freed_at_end)
         self.k, self.t_s = k + 1, end
         self.stats["steps"] += 1
         return rec if ok else None
+
+    def _books_after_results(self, plan: Plan) -> Plan | None:
+        """The plan with the counters and deficits of the adapter's ``accounting()``, read
+        after ``take_results`` (None: the call failed or returned a bad value; the run stops)."""
+        ok, raw = self._call("accounting", self.adapter.accounting)
+        if not ok:
+            return None
+        try:
+            counters, deficits = raw
+            return attrs.evolve(plan, counters=per_tenant(counters, "accounting counters"),
+                                deficits=per_tenant(deficits, "accounting deficits"))
+        except (TypeError, ValueError) as e:
+            self._stop(finding("PLAN-MALFORMED", self.k, f"accounting() returned bad books: {e}",
+                               call="accounting", observed=repr(raw)[:200]))
+            return None
 
     def _take_blocks(self, plan: Plan, running: list[_Req], after: dict[int, int], entries: list) -> None:
         """Take each running request's blocks from the plan (held during the step), and count cache hits."""

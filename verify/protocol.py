@@ -212,6 +212,13 @@ class SchedulerAdapter(Protocol):
     None (queued; it may still be rejected later in ``Plan.rejected``).  The
     request's ``output_tokens`` is the harness's secret: a scheduler must not
     read it (it learns of the end through ``StepResults.finished``).
+
+    Optional: ``accounting() -> (counters, deficits)`` (per tenant name, as in
+    :class:`Plan`).  When the adapter defines it, the harness calls it after
+    ``take_results`` and records those values for the step instead of the plan's:
+    a scheduler that charges output as results come back, or resets an idle
+    tenant's deficit when its last request finishes, can only report its books
+    after the step's results (SPEC.md 9).
     """
 
     claims: Claims
@@ -248,7 +255,7 @@ def _seq(v: Any, field: str) -> tuple:
     return tuple(v)
 
 
-def _per_tenant(v: Any, field: str) -> dict[str, float]:
+def per_tenant(v: Any, field: str) -> dict[str, float]:
     """A plan's per-tenant numbers (counters, deficits) as a dict (None: empty)."""
     if v is None:
         return {}
@@ -321,7 +328,7 @@ def normalise_plan(plan: Any) -> Plan:
     freed = {_int(r, "freed key"): _int(n, f"freed[{r}]") for r, n in dict(plan.freed or {}).items()}
     return Plan(batch=batch, preempted=preempted, rejected=rejected, blocks=blocks,
                 used_blocks=plan.used_blocks, free_blocks=plan.free_blocks,
-                counters=_per_tenant(plan.counters, "counters"), deficits=_per_tenant(plan.deficits, "deficits"),
+                counters=per_tenant(plan.counters, "counters"), deficits=per_tenant(plan.deficits, "deficits"),
                 freed=freed)
 
 
