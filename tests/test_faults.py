@@ -129,11 +129,8 @@ def test_witness_raises_exactly_its_recorded_invariants(fname):
 
 
 #: Witnesses on which the fixed twin is flagged: tenantry's false positives, kept strict so a fix shows.
-TWIN_FLAGGED = {
-    "vtc_prompt_only.jsonl": "VTC-GAP's counter premise compares the counters a plan reports (before the step's "
-                             "output tokens are charged, as a scheduler that charges on results has them) with the "
-                             "service after the step: a correct VTC claiming VTC-GAP is flagged at step 1",
-}
+#: Witnesses on which a fault's fixed twin is still flagged (a verifier false positive), with why.
+TWIN_FLAGGED: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("fname", [pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=TWIN_FLAGGED[f]))

@@ -672,6 +672,11 @@ class Adapter:
         self.step_index = results.step_index + 1
         self.sched.update(self._last, results.tokens, results.finished)
 
+    def accounting(self) -> tuple[dict[str, float], dict[str, float]]:
+        """The counters after the step's results (output is charged as it comes back)."""
+        s = self.sched
+        return (dict(s.counters) if s.setup.policy == "vtc" else {}), {}
+
 
 def build(scheduler_cls: type[Scheduler], setup: Setup, tenants: Iterable[TenantConfig] = (),
           adapter_cls: type[Adapter] = Adapter) -> Adapter:
