@@ -738,7 +738,7 @@ def h_victim(h: HistoryContext) -> list[Finding]:
             better = [c for c in cands if c in order and rank(c) < rank(rid)]
             if better:
                 out.append(_f("VICTIM", s.step_index, f"the {pol} policy ranks request {min(better, key=rank)} before "
-                              "the victim", rid, min(better, key=rank), requests=[rid, min(better, key=rank)]))
+                              f"the victim, request {rid}", rid, min(better, key=rank), requests=[rid, min(better, key=rank)]))
         prev_running = s.running
     return out
 

@@ -476,7 +476,7 @@ def check_victim(ctx: StepContext) -> list[Finding]:
             better = [c for c in running.values() if rank(c) < rank(v)]
             if better:
                 c = min(better, key=rank)
-                out.append(_f(ctx, "VICTIM", f"the {pol} policy ranks request {c.request_id} before the victim",
+                out.append(_f(ctx, "VICTIM", f"the {pol} policy ranks request {c.request_id} before the victim, request {v.request_id}",
                               v.request_id, c.request_id, [ctx.name(v.tenant)], [v.request_id, c.request_id]))
         elif pol == "largest" and e.kind == "preempted" and cfg.prefix_cache == "off":
             big = max(running.values(), key=lambda c: c.blocks_held, default=None)

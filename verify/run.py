@@ -337,8 +337,11 @@ class TargetSystem:
         for n, (a, b) in enumerate(zip(mine, other)):
             if a != b:
                 step = n - 1 if 0 < n <= len(history.steps) else None
+                i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                lo = max(0, i - 40)  # the history is not saved: show where the two lines part
                 return finding("DETERMINISM", step, f"a fresh process with PYTHONHASHSEED={seed} recorded another "
-                               f"history, first at line {n + 1}", observed=a[:120], allowed=b[:120]), checked
+                               f"history, first at line {n + 1}" + (f" (step {step})" if step is not None else "")
+                               + f", character {i + 1}", observed=a[lo:i + 80], allowed=b[lo:i + 80]), checked
         if len(mine) != len(other):
             return finding("DETERMINISM", None, f"a fresh process with PYTHONHASHSEED={seed} recorded "
                            f"{len(other)} history lines, this one {len(mine)}", observed=len(mine),
