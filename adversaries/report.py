@@ -232,6 +232,10 @@ def coverage_lines(setups: Sequence[str], patterns: Sequence[str],
     return out + [""]
 
 
+#: Findings of one invariant listed per cell in report.md (the rest are counted; cell.json has them all).
+FINDINGS_SHOWN = 3
+
+
 def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: Mapping[tuple[str, str], Mapping[str, Any]],
                  plots: Mapping[tuple[str, str], Iterable[str]], title: str = "tenantry check") -> Path:
     """``report.md``: how the run went, the matrix, the expectations, the findings and their plots, the legend."""
@@ -289,13 +293,21 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
         lines.append("None in the matrix's cells" + (" (the extras below, the stateful run and the determinism "
                      "re-run, say whether they found one)." if summary.get("extras") else "."))
     for (s, p), c in broken:
+        by_inv: dict[str, list] = {}
         for f in c["findings"]:
-            during = f" (during the {f['search']} search, candidate {f['candidate']})" if "search" in f else ""
-            lines.append(f"- `{s}` / `{p}`{during}: {Finding.from_json(f).render()}")
+            by_inv.setdefault(f["invariant"], []).append(f)
+        for inv, fs in by_inv.items():  # the first findings of each invariant, its witness once
+            for f in fs[:FINDINGS_SHOWN]:
+                during = f" (during the {f['search']} search, candidate {f['candidate']})" if "search" in f else ""
+                lines.append(f"- `{s}` / `{p}`{during}: {Finding.from_json(f).render()}")
+            if len(fs) > FINDINGS_SHOWN:
+                lines.append(f"- `{s}` / `{p}`: {len(fs) - FINDINGS_SHOWN} more {inv} findings (other requests or "
+                             f"tenants) in cells/{folder_name(s)}/{p}/cell.json")
+            f = fs[0]
             if "witness" in f:
                 d = f"cells/{folder_name(s)}/{p}"
                 w = Path(f["witness"]).name
-                lines.append(f"  Witness: [{d}/{w}]({d}/{w}), {f['witness_requests']} requests"
+                lines.append(f"  Witness of {inv}: [{d}/{w}]({d}/{w}), {f['witness_requests']} requests"
                              + ("" if f["reproduced"] else "; the invariant did NOT break again when this workload "
                                 "was replayed: the finding depends on more than the workload (timing, hash seed, "
                                 "a race, state left by earlier runs)") + f". Replay: `{f['replay']}`")
