@@ -79,8 +79,10 @@ class TenantryFailure(AssertionError):
 
 
 def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload,
-                 horizon_s: float | None = None) -> tuple[Path, str]:
-    """Write the workload (cancellations included) under ``out_dir``; return (path, replay command)."""
+                 horizon_s: float | None = None, tenants: Iterable[str] = ()) -> tuple[Path, str]:
+    """Write the workload (cancellations included) under ``out_dir``; return (path, replay command).
+    ``tenants``: the tenant order the run had (the command passes it as ``--victims``; without
+    it the replay orders tenants by first arrival, and order breaks ties)."""
     from tenantry.model.traces import write_workload_jsonl
 
     out = Path(out_dir)
@@ -89,6 +91,8 @@ def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload
     cmd = f"tenantry verify --target {shlex.quote(target)} --workload {shlex.quote(str(path))}"
     if horizon_s is not None:
         cmd += f" --horizon-s {horizon_s}"
+    if tenants:
+        cmd += f" --victims {shlex.quote(','.join(tenants))}"
     return path, cmd + f" --out {shlex.quote(str(out / f'{name}-replay'))}"
 
 
@@ -170,7 +174,7 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
                             max_evaluations=max_evaluations)
         v = verdict(wl)
         findings = [f for f in v.findings if f.invariant == first.invariant] or e.findings
-        path, cmd = write_replay(out_dir, f"stateful-{first.invariant}", target, wl)
+        path, cmd = write_replay(out_dir, f"stateful-{first.invariant}", target, wl, tenants=names)
         raise TenantryFailure(f"{target}: a stateful run breaks {first.invariant} (shrunk from "
                               f"{len(e.workload)} to {len(wl)} requests)", list(findings), wl, path,
                               cmd) from None

@@ -64,8 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adversaries", default="", metavar="NAMES", help="target mode with --workload: the adversary "
                    "tenants (comma-separated; first in the tenant order, tier 0 with --tiered), as in the matrix cell "
                    "the workload came from")
-    p.add_argument("--victims", default="", metavar="NAMES", help="target mode with --workload and --adversaries: "
-                   "the victim tenants in tenant order (default: order of first arrival)")
+    p.add_argument("--victims", default="", metavar="NAMES", help="target mode with --workload: the victim tenants "
+                   "in tenant order (default: order of first arrival; without --adversaries: every tenant, in this order)")
     p.add_argument("--patterns", default="", metavar="NAMES", help="target mode: comma-separated patterns "
                    "(default: all)")
     p.add_argument("--budget", type=budget, default=None,
@@ -257,8 +257,12 @@ def run_target(args: argparse.Namespace) -> int:
 
             victims = tuple(n.strip() for n in args.victims.split(",") if n.strip()) or None
             roles = list(scenario_from_workload(wl, adversaries, victims=victims).roles)
-        elif args.victims:
-            raise ConfigError("--victims", args.victims, "only with --adversaries")
+        elif args.victims:  # the tenant order alone (every tenant a victim), as a stateful run had it
+            victims = tuple(n.strip() for n in args.victims.split(",") if n.strip())
+            missing = [n for n in wl.tenants if n not in victims]
+            if missing:
+                raise ConfigError("--victims", args.victims, f"tenant {missing[0]} of the workload is not listed")
+            roles = [(n, "victim") for n in victims]
         _warn(TargetSystem(args.target, tiered=args.tiered, timeout_s=args.timeout_s,
                            path=args.target_path).preflight(roles))
         v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered)), wl,
