@@ -170,10 +170,12 @@ class StepRecord:
             by several sequences counts once): with a prefix cache, the pool's
             books balance only with it (``free_blocks + used_blocks = num_blocks``).
         held: per running request, the KV blocks it references after the step.
-        block_ids: per running request, the ids of its blocks in token order,
-            where the source knows them (an adapter's block ids; the model's
-            prefix-cache keys, private blocks left out): what salt isolation
-            follows from block to block.
+        block_ids: per running request, and per request finishing in the step
+            (its blocks as it finished, the blocks it wrote in its last step
+            included), the ids of its blocks in token order, where the source
+            knows them (an adapter's block ids; the model's prefix-cache keys,
+            then its private blocks by request and position): what salt
+            isolation follows from block to block.
         reserved: the request the step's starvation guard stopped admitting for
             (an overdue queue head that did not fit), or None.
     """

@@ -127,7 +127,10 @@ def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False
     if detail:
         held = {s.request_id: s.blocks_held for s in state.running}
         if config.prefix_cache != "off":
-            ids = {s.request_id: block_ids(s) for s in state.running} or None
+            ids = {s.request_id: block_ids(s) for s in state.running}
+            done = {e.request_id for e in out.events if e.kind == "finished"}
+            ids.update((s.request_id, block_ids(s)) for s in out.finished if s.request_id in done)
+            ids = ids or None  # and the blocks of requests finishing in the step, as they finished
     return StepRecord(
         step_index=out.step_index,
         start_s=out.start_s,

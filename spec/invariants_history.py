@@ -118,7 +118,7 @@ class HistoryContext:
             return 0
         ids = (prev.block_ids or {}) if prev is not None else {}
         if all(rid in ids for rid in gone):
-            stay = {b for rid, blocks in ids.items() if rid not in gone for b in blocks}
+            stay = {b for rid in prev.running if rid not in gone for b in ids.get(rid, ())}
             return len({b for rid in gone for b in ids[rid]} - stay)
         if self.shareable:
             return 0
@@ -786,7 +786,8 @@ def block_reads(h: HistoryContext) -> list[tuple[int, int, int, object, tuple]]:
     writer) for every block a running request holds at a computed position whose last
     writer was another salt or other content (the first such per request).  A block's
     writer is followed over its whole life, cache hit declared or not: the request
-    that computes tokens into a block (its entry's declared hits excepted) writes it."""
+    that computes tokens into a block (its entry's declared hits excepted) writes it,
+    in its last step too (a request finishing in a step has its block ids there)."""
     cfg, B, out = h.config, h.config.block_size_tokens, []
     salt = {t.name: (t.salt if cfg.prefix_cache == "salted" else None) for t in cfg.tenants}
     writer: dict = {}
@@ -798,6 +799,8 @@ def block_reads(h: HistoryContext) -> list[tuple[int, int, int, object, tuple]]:
             continue
         entered = {e.request_id: e.tokens for e in s.events if e.kind == "scheduled"}
         held = [(rid, c, s.block_ids.get(rid), h.requests.get(rid)) for rid, c in v.running.items()]
+        # a request finishing in the step wrote its last chunk too (its ids as it finished)
+        held += [(rid, c, s.block_ids.get(rid), h.requests.get(rid)) for rid, c in v.finished.items()]
         for rid, c_after, ids, r in held:
             if ids and r is not None:
                 start = entered[rid] // B if rid in entered else v.before.get(rid, (0, 0))[0] // B

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 
+import attrs
 import pytest
 
 from conftest import REPO
@@ -151,6 +152,19 @@ def test_clean_scheduler_raises_nothing_on_any_witness(name):
         assert not run.findings, (fname, [f.render() for f in run.findings[:5]])
 
 
+def test_the_cells_replay_command_reports_a_hash_seed_finding(tmp_path):
+    """``verify --target T --workload W`` (the command a cell prints) re-runs W in a fresh process
+    with another PYTHONHASHSEED, as the matrix does: hash_order's DETERMINISM finding replays."""
+    p = subprocess.run([sys.executable, "-m", "tenantry.cli", "verify", "--target", FAULTS["hash_order"].target,
+                        "--workload", str(WITNESS / "hash_order.jsonl"), "--horizon-s", "16",
+                        "--out", str(tmp_path / "rep")], env={**os.environ, "PYTHONHASHSEED": RERUN_HASH_SEEDS[1]},
+                       cwd=EXAMPLES, capture_output=True, text=True)
+    assert p.returncode == 1, p.stderr
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert "DETERMINISM" in report["findings_by_invariant"], report["findings_by_invariant"]
+    assert "PYTHONHASHSEED=1" in p.stdout
+
+
 # --- the gaps ------------------------------------------------------------------------------------
 
 
@@ -170,14 +184,28 @@ def test_gap_token_bucket_output_is_not_caught_though_the_tenant_overshoots():
     assert used > 2 * allowed, (used, allowed)
 
 
-def test_gap_cache_at_finish_is_flagged_though_every_hit_is_same_salt():
-    """A correct cache that also caches a request's last-step blocks is reported SALT-ISOLATION
-    (the history has no block ids for a request in the step it finishes); move it to CLEAN once fixed."""
-    target, _ = GAPS["fp_cache_at_finish"]
-    wl = read_workload_jsonl(FAULTS_DIR / "gaps" / "fp_cache_at_finish.jsonl")
-    run = _checked(target, wl, None)
-    assert [f.invariant for f in run.findings] == ["SALT-ISOLATION"], [f.render() for f in run.findings]
-    reader, writer = run.findings[0].requests
+def test_cache_at_finish_is_clean_and_only_the_last_step_block_ids_show_its_stale_salt_twin():
+    """A correct cache that also caches a request's last-step blocks is clean (it was once flagged
+    SALT-ISOLATION: the history had no block ids for a request in the step it finishes), and the
+    fault that caches them under another tenant's salt is caught only through those block ids."""
+    from tenantry.spec.invariants_history import HistoryContext, h_salt_isolation
+
+    wl = read_workload_jsonl(FAULTS_DIR / "cache_at_finish.jsonl")
+    run = _checked(CLEAN["fp_cache_at_finish"], wl, None)
+    assert not run.findings, [f.render() for f in run.findings]
+    assert run.coverage["SALT-ISOLATION"] == "checked"
+    assert run.history.steps[-1].block_ids or any(s.block_ids for s in run.history.steps)
+    wl = read_workload_jsonl(WITNESS / "stale_salt_at_finish.jsonl")
+    run = _checked(FAULTS["stale_salt_at_finish"].target, wl, 16.0)
+    (f,) = [f for f in run.findings if f.invariant == "SALT-ISOLATION"]
     by_id = {r.request_id: r for r in run.history.requests}
-    assert by_id[reader].tenant == "b" and by_id[writer].tenant == "a"  # a's old block, then b's own write
-    assert not _checked(CLEAN["clean_vtc_cache"], wl, None).findings
+    reader, writer = f.requests
+    assert (by_id[reader].tenant, by_id[writer].tenant) == ("b", "a") and by_id[writer].output_tokens == 1
+    # the writer never ran after a step: only the block ids of the step it finished in name it
+    assert all(writer not in s.running for s in run.history.steps)
+    blind = attrs.evolve(run.history, steps=tuple(
+        attrs.evolve(s, block_ids={r: b for r, b in (s.block_ids or {}).items() if r in s.running} or None)
+        for s in run.history.steps))
+    cfg = TargetSystem(FAULTS["stale_salt_at_finish"].target, path=str(EXAMPLES)).config(_roles(wl))
+    assert h_salt_isolation(HistoryContext(run.history, cfg))
+    assert not h_salt_isolation(HistoryContext(blind, cfg))

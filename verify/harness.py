@@ -371,6 +371,7 @@ class Harness:
                     finished.append(q)
                     events["tokens"].append(StepEvent("finished", q.r.request_id, tokens=q.output_done))
         freed_at_end = self._freed_by(finished, running)
+        finishing = {q.r.request_id: q.ids for q in finished if q.ids}  # their blocks as they finished
         for q in finished:
             self._end(q, "finished", end)
         results = StepResults(k, t, dur, tuple(tokens), tuple(q.r.request_id for q in finished))
@@ -379,7 +380,7 @@ class Harness:
             plan = self._books_after_results(plan)
             if plan is None:
                 return None
-        rec = self._record(plan, events, dur, freed_at_end)
+        rec = self._record(plan, events, dur, freed_at_end, finishing)
         self.k, self.t_s = k + 1, end
         self.stats["steps"] += 1
         return rec if ok else None
@@ -435,8 +436,9 @@ class Harness:
         return None
 
     def _record(self, plan: Plan, events: dict[str, list[StepEvent]], dur: float,
-                freed_at_end: int | None) -> StepRecord:
-        """The step record, in the model's history format (SPEC.md 6): the state after the step."""
+                freed_at_end: int | None, finishing: dict[int, tuple] | None = None) -> StepRecord:
+        """The step record, in the model's history format (SPEC.md 6): the state after the step
+        (``finishing``: the block ids of the requests that finished in it, as they finished)."""
         cfg = self.config
         names = [t.name for t in cfg.tenants]
         queued = {n: 0 for n in names}
@@ -458,6 +460,7 @@ class Harness:
             if q.status == "waiting":
                 queued[q.r.tenant] = queued.get(q.r.tenant, 0) + 1
         used = len(set(chain.from_iterable(ids.values()))) if ids else sum(held.values())
+        ids.update(finishing or {})
         if reported and plan.used_blocks is not None and not ids and freed_at_end is not None:
             used = plan.used_blocks - freed_at_end
         free = cfg.num_blocks - used

@@ -52,6 +52,8 @@ FAULTS: dict[str, Fault] = {
     "three_faults": _f("three_faults", ("KV-CONSERVE", "REFUSAL-TRUTH", "WORK-CONSERVING"), "4 three faults"),
     "hash_order": _f("hash_order", "DETERMINISM", "5 string hash order"),
     "salt_dedupe": _f("salt_dedupe", "SALT-ISOLATION", "6 prefix cache across salts"),
+    "stale_salt_at_finish": _f("stale_salt_at_finish", "SALT-ISOLATION",
+                               "6 prefix cache across salts, written in a request's last step"),
     "sjf_starves": _f("sjf_starves", "BOUNDED-WAIT", "7 starving order with a bounded wait"),
     "fcfs_lifo": _f("fcfs_lifo", "FCFS-TENANT", "8 FCFS within a tenant"),
     "fcfs_tenant_major": _f("fcfs_tenant_major", "FCFS-TIER", "8 FCFS within a tier"),
@@ -95,6 +97,7 @@ CLEAN: dict[str, str] = {
     "minisched": "minisched.tenantry_adapter:make_scheduler",
     "clean_rr": "faults.clean_rr:make_scheduler",
     "clean_vtc_cache": "faults.clean_vtc_cache:make_scheduler",
+    "fp_cache_at_finish": "faults.fp_cache_at_finish:make_scheduler",
 }
 
 #: Evidence of what tenantry cannot judge today: name -> (factory spec, what happens).
@@ -103,10 +106,6 @@ GAPS: dict[str, tuple[str, str]] = {
         "faults.token_bucket_output_free:make_scheduler",
         "not expressible: generated tokens are never charged to the token bucket, but TOKEN-BUCKET's history form "
         "bounds admitted prompt tokens only and no configuration reserves the output allowance"),
-    "fp_cache_at_finish": (
-        "faults.fp_cache_at_finish:make_scheduler",
-        "false positive: a correct salted cache that also caches the blocks a request completes in its last step "
-        "is reported SALT-ISOLATION (the history has no block ids for a request in the step it finishes)"),
 }
 
 __all__ = ["Fault", "FAULTS", "PENDING", "CLEAN", "GAPS"]

@@ -265,10 +265,8 @@ class Scheduler:
 
     The prefix cache keeps the blocks a request completes while it stays running;
     the blocks it completes in the step it finishes are freed uncached
-    (``cache_at_finish = False``).  Caching those too is just as correct, but
-    tenantry's history records no block ids for a request in the step it
-    finishes, so its SALT-ISOLATION check then misreads a later same-salt hit on
-    such a block as a cross-tenant read (``fp_cache_at_finish`` shows it).
+    (``cache_at_finish = False``; caching those too, ``fp_cache_at_finish``, is
+    just as correct).
 
     Args:
         setup: limits and policies (:class:`Setup`).
