@@ -7,8 +7,9 @@ forms after every step and its history forms at the end) and a scheduler
 under test behind the harness (built by :func:`tenantry.verify.suite.stateful_check`,
 judged by the harness's findings).  Its rules are the environment's actions
 of SPEC.md 5.1, one to one: a tenant sends a request (of any size, from one
-token to more than the pool), a tenant floods, a client cancels, the replica
-runs steps, nothing arrives for a while.
+token to more than the pool; a scheduler under test also gets requests at its
+claimed limits), a tenant floods, a client cancels, the replica runs steps,
+nothing arrives for a while.
 
 A finding raises :class:`StatefulFinding`, which carries the run's inputs as a
 workload (arrival times are the replica's clock when each request was sent;
@@ -65,6 +66,10 @@ class ReplicaMachine(RuleBasedStateMachine):
     max_output_tokens: int = 40
     #: Seconds an idle rule moves the clock per step it stands for.
     idle_step_s: float = 0.01
+    #: (prompt, output) tokens of requests at the replica's claimed limits (the token
+    #: budget, a block, the pool, the context, a KV cap, a token burst, one below and one
+    #: above each), sent whole by :meth:`at_limit`; a subclass sets them, empty: no such rule.
+    limit_sizes: tuple[tuple[int, int], ...] = ()
 
     # --- what a subclass provides ------------------------------------------------------------
 
@@ -127,6 +132,14 @@ class ReplicaMachine(RuleBasedStateMachine):
         self.requests.append(r)
         self.pending.append(r)
         return r.request_id
+
+    @precondition(lambda self: self.limit_sizes)
+    @rule(tenant=st.integers(0, 2), i=st.integers(0, 1 << 16))
+    def at_limit(self, tenant: int, i: int) -> None:
+        """Tenant ``tenant`` sends a request at one of the claimed limits (:attr:`limit_sizes`):
+        larger than any size the other rules draw (up to the pool and past it)."""
+        prompt, output = self.limit_sizes[i % len(self.limit_sizes)]
+        self._send(tenant, prompt, output, [])
 
     @rule(tenant=st.integers(0, 2), n=st.integers(2, 6), data=st.data())
     def flood(self, tenant: int, n: int, data: Any) -> None:

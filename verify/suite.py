@@ -182,6 +182,7 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
 
 def harness_machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_s: float | None):
     """A :class:`~tenantry.testing.stateful.ReplicaMachine` class driving a fresh harness per example."""
+    from tenantry.adversaries.patterns import MAX_BOUNDARY_TOKENS, boundary_sizes, limits_of
     from tenantry.testing.stateful import ReplicaMachine
 
     from .harness import Harness
@@ -191,6 +192,10 @@ def harness_machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_
     probe.close()
     cfg = probe.config
     max_prompt = max(1, min(cfg.max_context_tokens - 64, cfg.num_blocks * cfg.block_size_tokens // 2))
+    # the boundary pattern's sizes at the claimed limits (the first tenant's caps), at shifts 0 and 1 (a
+    # request's last token needs no KV: one more token shows a pool overrun), prompts capped as there
+    limits = tuple(dict.fromkeys((min(pr, MAX_BOUNDARY_TOKENS), o) for shift in (0, 1)
+                                 for pr, o in boundary_sizes(limits_of(cfg, names[0]), shift)))
 
     class SchedulerMachine(ReplicaMachine):
         """Requests arrive, clients cancel, the scheduler under test steps; the harness's protocol
@@ -198,6 +203,7 @@ def harness_machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_
 
         max_prompt_tokens = max_prompt
         max_output_tokens = 48
+        limit_sizes = limits
 
         def build(self, data):
             self.h = Harness.start(factory, names, timeout_s=timeout_s)
