@@ -213,6 +213,13 @@ def slot_caps_enforced(config: Config) -> bool:
     return adm.slot_cap and (bool(adm.tier_slot_caps) or any(t.max_running_seqs is not None for t in config.tenants))
 
 
+def hopeless(config: Config, prompt_tokens: int, output_tokens: int) -> bool:
+    """A request can never finish on ``config``'s pool: the KV it needs before its last
+    token (``prompt + output - 1`` tokens; the last token needs none) exceeds the whole
+    pool (``num_blocks * block_size_tokens``), so no schedule produces its last token."""
+    return prompt_tokens + output_tokens - 1 > config.num_blocks * config.block_size_tokens
+
+
 def at_slot_cap(config: Config, tenant: str, in_batch: Iterable[str]) -> bool:
     """Tenant ``tenant`` may not put one more sequence in the batch: with ``in_batch``
     the tenants of the sequences in the batch (one name per sequence), its own or

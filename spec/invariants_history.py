@@ -18,7 +18,7 @@ from tenantry.model.config import Config
 from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord, StepEvent
 
 from .invariants_core import (
-    EPS, Finding, ample_kv, at_slot_cap, caps_enforced, largest_charge, slot_caps, tier_share,
+    EPS, Finding, ample_kv, at_slot_cap, caps_enforced, hopeless, largest_charge, slot_caps, tier_share,
 )
 from .replay import Replay, StepView
 
@@ -290,6 +290,13 @@ def h_no_loss(h: HistoryContext) -> list[Finding]:
         if bad:
             out.append(_f("NO-LOSS", None, f"request record incoherent: {bad}", r.outcome, "a coherent record",
                           [r.tenant], [r.request_id]))
+        elif (r.admitted_step is not None and r.outcome not in ("rejected", "cancelled")
+              and hopeless(h.config, r.prompt_tokens, r.output_tokens)):
+            pool = h.config.num_blocks * h.config.block_size_tokens
+            out.append(_f("NO-LOSS", r.admitted_step, f"request {r.request_id} was admitted though its KV "
+                          f"(prompt + output - 1 = {r.prompt_tokens + r.output_tokens - 1} tokens) can never fit the "
+                          f"pool ({pool} tokens): it can never finish and is still {r.outcome} (refuse it too_large)",
+                          r.prompt_tokens + r.output_tokens - 1, pool, [r.tenant], [r.request_id]))
     lost_tenants: set[str] = set()
     for v in h.views:
         s, k = v.record, v.record.step_index

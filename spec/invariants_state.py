@@ -21,7 +21,7 @@ from tenantry.model.state import Sequence, State
 from tenantry.model.step import StepOutput
 from tenantry.model.workload import StepInput
 
-from .invariants_core import EPS, Finding, at_slot_cap, largest_charge, slot_caps, tier_share
+from .invariants_core import EPS, Finding, at_slot_cap, hopeless, largest_charge, slot_caps, tier_share
 
 
 
@@ -218,7 +218,8 @@ def check_queue_bound(ctx: StepContext) -> list[Finding]:
 
 def check_no_loss(ctx: StepContext) -> list[Finding]:
     """NO-LOSS (SPEC.md 7.1): every request is in exactly one place, and leaves
-    only through exactly one terminal event."""
+    only through exactly one terminal event; a request that can never finish
+    (:func:`hopeless`) is never queued."""
     out = []
     events_by: dict[int, list[str]] = {}
     for e in ctx.output.events:
@@ -240,6 +241,10 @@ def check_no_loss(ctx: StepContext) -> list[Finding]:
                           len(ev), 1, requests=[r.request_id]))
         if "queued" in ev:
             known.add(r.request_id)
+            if hopeless(ctx.config, r.prompt_tokens, r.output_tokens):
+                out.append(_f(ctx, "NO-LOSS", "a request whose KV can never fit the pool was queued (it can never "
+                              "finish; it is refused too_large)", r.total_tokens - 1,
+                              ctx.config.num_blocks * ctx.config.block_size_tokens, requests=[r.request_id]))
     for rid in known:
         here = rid in places
         kinds = [k for k in events_by.get(rid, []) if k.split(":")[0] in TERMINAL]

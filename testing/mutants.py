@@ -233,6 +233,21 @@ class QueueBoundOffByOne(Step):
         self.tenants[i] = self.tenants[i]._replace(fresh_queued=self.tenants[i].fresh_queued + 1)
 
 
+class AdmitsTooLarge(Step):
+    """Admission checks the context limit only: a request larger than the pool is queued
+    (it can never finish)."""
+
+    def arrive(self, r):
+        cfg = self.cfg
+        if r.total_tokens > cfg.max_context_tokens or cfg.blocks_for(r.total_tokens) <= cfg.num_blocks:
+            return super().arrive(r)
+        super().arrive(attrs.evolve(r, prompt_tokens=1, output_tokens=1))  # queued as if it fitted ...
+        i = cfg.tenant_index(r.tenant)
+        t = self.tenants[i]
+        self.tenants[i] = t._replace(queue=tuple(s._replace(request=r) if s.request_id == r.request_id else s
+                                                 for s in t.queue))  # ... with its real size
+
+
 class StopAtFirstMisfit(Step):
     """The batch stops filling at the first request that does not fit."""
 
@@ -478,6 +493,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("queue_bound_off_by_one", ("QUEUE-BOUND",), "the queue bound admits one request too many",
            QueueBoundOffByOne, _cfg("fcfs", tenants=_tenants(queue_bound=2), max_num_seqs=1),
            dict(bursty=True)),
+    Mutant("admits_too_large", ("NO-LOSS",), "a request larger than the pool is queued, not refused too_large",
+           AdmitsTooLarge, _cfg("fcfs", num_blocks=8, eviction=_TIGHT), dict(big=True)),
     Mutant("stop_at_first_misfit", ("WORK-CONSERVING",), "the batch stops filling at the first request that does "
            "not fit", StopAtFirstMisfit, _cfg("fcfs", ample=False, eviction=_TIGHT),
            dict(big=True)),

@@ -20,7 +20,8 @@ from tenantry.verify.protocol import Claims, Plan, Scheduled, StepResults
 from .scheduler import Scheduler, SchedulerOutput
 
 #: The replica minisched is run with in the examples: 8 sequences, 256 tokens a
-#: step, a 384-block pool of 16 tokens, and a slow accelerator's step times.
+#: step, a 384-block pool of 16 tokens (the context: prompt + output within the pool),
+#: and a slow accelerator's step times.
 NUM_BLOCKS, BLOCK_SIZE, MAX_SEQS, BUDGET = 384, 16, 8, 256
 COST = CostConfig(weight_read_s=0.025, kv_read_s_per_token=1e-6, flop_s_per_token=1.2e-4, overhead_s=0.002)
 
@@ -33,12 +34,14 @@ class MiniSchedAdapter:
         self.sched = Scheduler(num_blocks, BLOCK_SIZE, MAX_SEQS, BUDGET,
                                weights={t.name: t.weight for t in tenants})
         config = Config(tenants=tenants, block_size_tokens=BLOCK_SIZE, num_blocks=num_blocks, max_num_seqs=MAX_SEQS,
-                        token_budget=BUDGET, order=OrderConfig(policy="vtc"),
+                        token_budget=BUDGET, max_context_tokens=num_blocks * BLOCK_SIZE, order=OrderConfig(policy="vtc"),
                         eviction=EvictionConfig(victim="newest"), cost=COST)
         self.claims = Claims(config, invariants=("WORK-CONSERVING",), describe=f"minisched ({type(self).__module__})")
         self._last: SchedulerOutput | None = None
 
     def add_request(self, request) -> str | None:
+        if request.prompt_tokens + request.output_tokens > self.claims.config.max_context_tokens:
+            return "too_long"  # the API server's check: prompt + max_tokens within the context, the whole pool
         self.sched.add_request(request.request_id, request.tenant, request.prompt_tokens)
         return None
 
