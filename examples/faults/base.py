@@ -207,6 +207,10 @@ class Setup:
         queue_bound: most never-scheduled requests per tenant (None: unbounded).
         request_rate: (requests per second, burst) per tenant, or None.
         token_rate: (tokens per second, burst) per tenant, or None.
+        reserve_output: the token bucket takes each request's output allowance
+            (``max_tokens``) at admission with its prompt, gives back what a request
+            that leaves early did not generate, and is not charged as tokens are
+            produced (SPEC.md 4.2).
         waits: tenant name -> the wait (seconds from arrival to the first scheduling)
             promised to that tenant's requests (the BOUNDED-WAIT claim); others: none.
         tiers: tenant name -> tier for named tenants (others: ``default_tier``), or
@@ -229,6 +233,7 @@ class Setup:
     queue_bound: int | None = None
     request_rate: tuple[float, float] | None = None
     token_rate: tuple[float, float] | None = None
+    reserve_output: bool = False
     waits: tuple[tuple[str, float], ...] = ()
     tiers: tuple[tuple[str, int], ...] | None = None
     default_tier: int = 1
@@ -254,7 +259,8 @@ class Setup:
             order=OrderConfig(policy=self.policy, w_in=self.w_in, w_out=self.w_out),
             admission=AdmissionConfig(queue_bound=self.queue_bound is not None,
                                       request_rate_limit=self.request_rate is not None,
-                                      token_bucket=self.token_rate is not None, kv_cap=False),
+                                      token_bucket=self.token_rate is not None, kv_cap=False,
+                                      reserve_output=self.reserve_output),
             eviction=EvictionConfig(victim="newest", max_evictions=self.max_evictions,
                                     cooldown_steps=self.cooldown_steps),
             cost=COST)
@@ -339,20 +345,32 @@ class Scheduler:
         if seq.tenant in self.rate_buckets and self.rate_buckets[seq.tenant].refill(now_s) < 1.0:
             return "rate_limit"
         if seq.tenant in self.token_buckets:
-            b = self.token_buckets[seq.tenant]
-            if seq.prompt > b.burst or b.refill(now_s) < seq.prompt:
+            b, charge = self.token_buckets[seq.tenant], self.token_charge(seq)
+            if charge > b.burst or b.refill(now_s) < charge:
                 return "token_bucket"
         bound = self.tenant(seq.tenant).queue_bound
         if bound is not None and self.fresh_queued(seq.tenant) >= bound:
             return "queue_full"
         return None
 
+    def token_charge(self, seq: Seq) -> int:
+        """Tokens ``seq`` takes from its token bucket at admission: its prompt, and its output
+        allowance too under ``reserve_output``."""
+        return seq.prompt + (seq.max_tokens if self.setup.reserve_output else 0)
+
     def charge_admission(self, seq: Seq, now_s: float) -> None:
-        """Take one request from the tenant's rate bucket and the prompt from its token bucket."""
+        """Take one request from the tenant's rate bucket and :meth:`token_charge` from its token bucket."""
         if seq.tenant in self.rate_buckets:
             self.rate_buckets[seq.tenant].level -= 1.0
         if seq.tenant in self.token_buckets:
-            self.token_buckets[seq.tenant].level -= seq.prompt
+            self.token_buckets[seq.tenant].level -= self.token_charge(seq)
+
+    def refund_reservation(self, seq: Seq) -> None:
+        """``seq`` leaves before its last token: under ``reserve_output`` its bucket gets back
+        the output it did not generate (capped at the burst)."""
+        if self.setup.reserve_output and seq.tenant in self.token_buckets:
+            b = self.token_buckets[seq.tenant]
+            b.level = min(b.burst, b.level + seq.max_tokens - seq.output)
 
     def fresh_queued(self, tenant: str) -> int:
         """The tenant's queued requests that were never scheduled."""
@@ -363,6 +381,7 @@ class Scheduler:
         seq = self.seqs.pop(rid, None)
         if seq is None:
             return
+        self.refund_reservation(seq)
         if seq.status == RUNNING:
             self.running.remove(seq)
             self.release(seq)
@@ -510,6 +529,7 @@ class Scheduler:
         out.preempted.append(victim.rid)
         if self.evicted_too_often(victim):
             out.rejected.append((victim.rid, "evicted_too_often"))
+            self.refund_reservation(victim)
             self.seqs.pop(victim.rid, None)
             victim.status = ENDED
             return
@@ -576,9 +596,9 @@ class Scheduler:
             self.finish(self.seqs.pop(rid))
 
     def charge_output(self, seq: Seq) -> None:
-        """A generated token: charged to the counter and the token bucket."""
+        """A generated token: charged to the counter, and to the token bucket unless it was reserved."""
         self.charge(seq.tenant, self.setup.w_out)
-        if seq.tenant in self.token_buckets:
+        if seq.tenant in self.token_buckets and not self.setup.reserve_output:
             self.token_buckets[seq.tenant].level -= 1
 
     def finish(self, seq: Seq) -> None:
