@@ -115,3 +115,20 @@ def test_bad_target_is_a_usage_error(tmp_path):
     code, out = _pytest(tmp_path, "--tenantry-target=nosuchpkg.mod:make")
     assert code == 4
     assert "--tenantry-target: target='nosuchpkg.mod:make': cannot import nosuchpkg.mod" in out
+
+
+def test_items_give_the_same_outcomes_under_pytest_xdist(tmp_path):
+    """``pytest -n 2`` (pytest-xdist) runs the plugin's items in two workers with the outcomes of one process."""
+    pytest.importorskip("xdist")
+    args = (f"--tenantry-target={BUGGY}", "--tenantry-patterns=eviction_thrash,flood", "--tenantry-examples=20", "-rA")
+    def item(line: str) -> str:  # xdist's summary shows "...::stateful]": drop an unbalanced bracket
+        word, node = line.split()[:2]
+        name = node.split("]::", 1)[-1]
+        return f"{word} {name[:-1] if name.count(']') > name.count('[') else name}"
+
+    outcomes = []
+    for extra in ((), ("-n", "2")):
+        code, out = _pytest(tmp_path, *args, *extra)
+        assert code == 1, out
+        outcomes.append(sorted(item(line) for line in out.splitlines() if line.startswith(("PASSED ", "FAILED "))))
+    assert outcomes[0] == outcomes[1] == ["FAILED pattern[eviction_thrash]", "FAILED stateful", "PASSED pattern[flood]"]
