@@ -2,7 +2,9 @@
 
 Formats: Azure LLM inference trace 2023 CSV (wall-clock timestamps, 100 ns);
 Mooncake FAST'25 JSON Lines (ms timestamps, one chained hash id per 512 prompt
-tokens); the project's workload JSON Lines (:class:`Request` field names).
+tokens); BurstGPT CSV (seconds from the trace's start; model, log type or
+session as the tenant); the project's workload JSON Lines (:class:`Request`
+field names).
 Readers return requests with ids 0, 1, ... (callers renumber when composing);
 times are seconds, lengths tokens.  Bad input raises one :class:`ConfigError`,
 one line ``file:line: field=value: why``.  Writers are deterministic (same
@@ -33,6 +35,12 @@ from .workload import Request, Workload, renumber
 MOONCAKE_BLOCK_TOKENS = 512
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+#: BurstGPT's columns (Wang et al., "BurstGPT: A Real-world Workload Dataset to Optimize LLM Serving
+#: Systems", 2024): the six of the release files, and the two more of the session variant.
+BURSTGPT_COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
+BURSTGPT_SESSION_COLUMNS = ("Session ID", "Elapsed time")
+#: What names a BurstGPT request's tenant: its column.
+BURSTGPT_TENANT_COLUMNS = {"model": "Model", "log_type": "Log Type", "session": "Session ID"}
 _REQUIRED = ("request_id", "tenant", "arrival_s", "prompt_tokens", "output_tokens")
 _OPTIONAL = ("prefix_ids", "predicted_output_tokens", "prompt_bytes", "cancel_s")
 _TS = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d{1,7}))?")
@@ -179,6 +187,109 @@ def read_mooncake_jsonl(path: str | os.PathLike, tenant: str, *, block_size_toke
         ids = [h * per + j for h in hashes for j in range(per)][: prompt // block_size_tokens]
         out.append(Request(len(out), tenant, ts / 1000, prompt, output, tuple(ids)))
     return tuple(out)
+
+
+def read_burstgpt_csv(path: str | os.PathLike, *, tenant_by: str = "model", failed: str = "drop",
+                      max_rows: int | None = None) -> tuple[Request, ...]:
+    """Read a BurstGPT trace (CSV with a header; the 6-column release format
+    ``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`` or the
+    8-column one with ``Session ID,Elapsed time`` after them; extra columns ignored).
+
+    ``arrival_s`` = ``Timestamp`` (seconds from the trace's start, as published) minus
+    the first row's, so the workload starts at 0.  The tenant is the value of the
+    ``tenant_by`` column: ``model`` (``Model``, e.g. ChatGPT or GPT-4), ``log_type``
+    (``Log Type``: conversation or API log) or ``session`` (``Session ID``, as
+    ``s<id>``; the 8-column files only).  A failed request (0 response tokens, as
+    the trace records a failure) is dropped (``failed="drop"``, default) or kept
+    with one output token (``"keep"``: it still took its prefill).  A prompt of 0
+    tokens is clamped to 1.  At most ``max_rows`` data rows are read (dropped ones
+    count).  Ids are 0, 1, ... in file order.
+
+    Raises:
+        ConfigError: an unknown ``tenant_by`` or ``failed``; ``file:line`` with the
+            field and value for a missing column (naming the header seen), a
+            non-numeric or negative count or timestamp, a timestamp earlier than the
+            previous row's (naming both), an empty tenant value, malformed CSV.
+    """
+    if tenant_by not in BURSTGPT_TENANT_COLUMNS:
+        raise ConfigError("tenant_by", tenant_by, f"must be one of {', '.join(BURSTGPT_TENANT_COLUMNS)}")
+    if failed not in ("drop", "keep"):
+        raise ConfigError("failed", failed, "must be drop or keep")
+    _check_max_rows(max_rows)
+    reader = csv.reader(line for _, line in _text_lines(path))
+    try:
+        return tuple(_burstgpt_rows(reader, path, tenant_by, failed, max_rows))
+    except csv.Error as e:
+        raise ConfigError("csv", str(e), "malformed CSV", f"{path}:{reader.line_num}") from None
+
+
+def _burstgpt_rows(reader: Any, path: Any, tenant_by: str, failed: str, max_rows: int | None) -> Iterator[Request]:
+    header = [h.strip() for h in next(reader, [])]
+    tenant_col = BURSTGPT_TENANT_COLUMNS[tenant_by]
+    for col in ("Timestamp", "Request tokens", "Response tokens", tenant_col):
+        if col not in header:
+            raise ConfigError("header", header, f"missing column {col!r}", f"{path}:1")
+    i_ts, i_in, i_out, i_t = (header.index(c) for c in ("Timestamp", "Request tokens", "Response tokens", tenant_col))
+    origin: float | None = None
+    prev: tuple[float, int] | None = None
+    n = rows = 0
+    for row in reader:
+        if max_rows is not None and rows >= max_rows:
+            return
+        if not row:
+            continue
+        rows += 1
+        where = f"{path}:{reader.line_num}"
+        if len(row) < len(header):
+            raise ConfigError(header[len(row)], None, f"missing: row has {len(row)} fields, header {header}", where)
+        try:
+            ts = float(row[i_ts])
+        except ValueError:
+            ts = row[i_ts]
+        _finite(ts, "Timestamp", low=0, strict=False, where=where)
+        if prev is not None and ts < prev[0]:
+            raise ConfigError("Timestamp", row[i_ts], f"goes backwards: earlier than {prev[0]!r} on line {prev[1]}",
+                              where)
+        prev = (ts, reader.line_num)
+        origin = ts if origin is None else origin
+        out = row[i_out].strip()
+        if re.fullmatch(r"0+", out) and failed == "drop":
+            continue
+        name = row[i_t].strip()
+        if not name:
+            raise ConfigError(tenant_col, row[i_t], "empty: the tenant of this request", where)
+        yield Request(n, f"s{name}" if tenant_by == "session" else name, round(ts - origin, 9),
+                      _count(row[i_in], "Request tokens", where), _count(out, "Response tokens", where))
+        n += 1
+
+
+def write_burstgpt_csv(workload: Workload | Iterable[Request], path: str | os.PathLike, *,
+                       tenant_as: str = "model", log_type: str = "Conversation log") -> None:
+    """Write requests as a BurstGPT CSV (the 6-column release format), atomically.
+
+    ``Timestamp`` = ``arrival_s`` (seconds, shortest round-trip form); the tenant is
+    written into the ``Model`` column (``tenant_as="model"``) or the ``Log Type``
+    column (``"log_type"``, the model then ``ChatGPT``); ``Total tokens`` = request +
+    response.  :func:`read_burstgpt_csv` with the same ``tenant_by`` gives back
+    tenants, times and lengths (a workload starting at 0; ids renumbered in file order).
+
+    Raises:
+        ConfigError: an unknown ``tenant_as``; a tenant name holding a comma,
+            quote or line break (not written quoted, to keep the file plain).
+    """
+    if tenant_as not in ("model", "log_type"):
+        raise ConfigError("tenant_as", tenant_as, "must be model or log_type")
+
+    def lines() -> Iterator[str]:
+        yield ",".join(BURSTGPT_COLUMNS)
+        for r in workload:
+            if re.search(r'[,"\r\n]', r.tenant):
+                raise ConfigError("tenant", r.tenant, "cannot be written to a BurstGPT CSV (comma, quote or newline)")
+            model, log = (r.tenant, log_type) if tenant_as == "model" else ("ChatGPT", r.tenant)
+            yield (f"{r.arrival_s!r},{model},{r.prompt_tokens},{r.output_tokens},"
+                   f"{r.prompt_tokens + r.output_tokens},{log}")
+
+    atomic_write_text(path, lines())
 
 
 def read_workload_jsonl(path: str | os.PathLike) -> Workload:

@@ -148,3 +148,20 @@ def test_read_history_rejects_negative_counts_and_steps_that_go_back(tmp_path):
     bad.write_text("\n".join(lines) + "\n")
     with pytest.raises(ConfigError, match="start_s"):
         read_history(bad)
+
+
+def test_simulate_reads_a_burstgpt_trace_with_the_tenant_column_chosen(tmp_path, capsys):
+    f = tmp_path / "burst.csv"
+    f.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" + "".join(
+        f"{i * 0.05},{('ChatGPT', 'GPT-4')[i % 2]},{50 + i},{0 if i == 7 else 10},{60 + i},"
+        f"{('Conversation log', 'API log')[i % 3 == 0]}\n" for i in range(30)))
+    code, out, _ = run_cli(["simulate", "--burstgpt", str(f), "--policy", "vtc"], capsys)
+    assert code == 0
+    sent = {r[1]: int(r[2]) for r in (l.split() for l in out.splitlines() if l.startswith("vtc ")) if r[1] != "(total)"}
+    assert sent == {"ChatGPT": 15, "GPT-4": 14}  # request 7 (GPT-4) failed: dropped
+    code, out, _ = run_cli(["simulate", "--burstgpt", str(f), "--burstgpt-tenant", "log_type", "--burstgpt-failed",
+                            "keep", "--policy", "vtc"], capsys)
+    assert code == 0 and "API log" in out and "Conversation log" in out
+    rows = {name: line for name in ("API log", "Conversation log") for line in out.splitlines()
+            if line.startswith(f"vtc     {name}")}
+    assert sum(int(rows[n][len(f"vtc     {n}"):].split()[0]) for n in rows) == 30  # the failure kept

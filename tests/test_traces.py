@@ -294,7 +294,8 @@ def _exploding(w, after):
         yield r
 
 
-@pytest.mark.parametrize("writer", [T.write_workload_jsonl, T.write_azure_csv, T.write_mooncake_jsonl])
+@pytest.mark.parametrize("writer", [T.write_workload_jsonl, T.write_azure_csv, T.write_mooncake_jsonl,
+                                    T.write_burstgpt_csv])
 def test_failed_write_leaves_old_file(tmp_path, writer):
     p = tmp_path / "out.txt"
     writer(_workload(), p)
@@ -303,6 +304,69 @@ def test_failed_write_leaves_old_file(tmp_path, writer):
         writer(_exploding(_workload(), 2), p)
     assert p.read_bytes() == before
     assert [x.name for x in tmp_path.iterdir()] == ["out.txt"]  # no temporary file left
+
+
+# ---------------------------------------------------------------- BurstGPT (format as published; no data here)
+
+BG_HDR = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+BG8_HDR = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type,Session ID,Elapsed time\n"
+BG_ROWS = ("5,ChatGPT,472,18,490,Conversation log\n"
+           "45,ChatGPT,1087,0,1087,Conversation log\n"     # a failure: 0 response tokens
+           "118.5,GPT-4,417,276,693,API log\n"
+           "118.5,ChatGPT,0,30,30,API log\n")               # a prompt of 0 tokens, clamped to 1
+
+
+def test_burstgpt_tenants_times_and_failures(tmp_path):
+    p = tmp_path / "b.csv"
+    p.write_text(BG_HDR + BG_ROWS)
+    got = T.read_burstgpt_csv(p)
+    assert [(r.request_id, r.tenant, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in got] == [
+        (0, "ChatGPT", 0.0, 472, 18), (1, "GPT-4", 113.5, 417, 276), (2, "ChatGPT", 113.5, 1, 30)]
+    kept = T.read_burstgpt_csv(p, tenant_by="log_type", failed="keep", max_rows=3)
+    assert [(r.tenant, r.arrival_s, r.output_tokens) for r in kept] == [
+        ("Conversation log", 0.0, 18), ("Conversation log", 40.0, 1), ("API log", 113.5, 276)]
+    q = tmp_path / "b8.csv"
+    q.write_text(BG8_HDR + "0.25,ChatGPT,10,5,15,Conversation log,7,0.0\n1.25,ChatGPT,20,6,26,Conversation log,9,3.5\n")
+    assert [(r.tenant, r.arrival_s) for r in T.read_burstgpt_csv(q, tenant_by="session")] == [("s7", 0.0), ("s9", 1.0)]
+
+
+def test_burstgpt_round_trip(tmp_path):
+    w = Workload([Request(0, "a", 0.0, 100, 5), Request(1, "b", 0.1234567, 33, 2), Request(2, "a", 12.5, 1000, 50)])
+    p = tmp_path / "w.csv"
+    T.write_burstgpt_csv(w, p)
+    first = p.read_bytes()
+    back = T.read_burstgpt_csv(p)
+    assert [(r.tenant, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in back] == [
+        (r.tenant, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in w]
+    T.write_burstgpt_csv(w, p)
+    assert p.read_bytes() == first  # deterministic
+    T.write_burstgpt_csv(w, p, tenant_as="log_type")
+    assert [r.tenant for r in T.read_burstgpt_csv(p, tenant_by="log_type")] == ["a", "b", "a"]
+    with pytest.raises(ConfigError, match="tenant='x,y'"):
+        T.write_burstgpt_csv([Request(0, "x,y", 0.0, 1, 1)], tmp_path / "bad.csv")
+
+
+def burstgpt(p):
+    return T.read_burstgpt_csv(p)
+
+
+@pytest.mark.parametrize("text, line, needles", [
+    ("Timestamp,Model,Request tokens,Log Type\n5,ChatGPT,4,API log\n", 1, ["'Response tokens'", "header"]),
+    (BG_HDR + "5,ChatGPT,-4,18,14,API log\n", 2, ["Request tokens=-4"]),
+    (BG_HDR + "soon,ChatGPT,4,18,22,API log\n", 2, ["Timestamp='soon'"]),
+    (BG_HDR + "5,ChatGPT,4,18,22,API log\n3,GPT-4,4,18,22,API log\n", 3, ["Timestamp='3'", "backwards", "line 2"]),
+    (BG_HDR + "5,,4,18,22,API log\n", 2, ["Model=''", "empty"]),
+    (BG_HDR + "5,ChatGPT,4\n", 2, ["Response tokens=None", "missing"]),
+])
+def test_burstgpt_bad_input(tmp_path, text, line, needles):
+    _fails(tmp_path, text, burstgpt, line, *needles)
+
+
+def test_burstgpt_bad_arguments(tmp_path):
+    with pytest.raises(ConfigError, match="tenant_by='user'"):
+        T.read_burstgpt_csv(tmp_path / "x.csv", tenant_by="user")
+    with pytest.raises(ConfigError, match="failed='retry'"):
+        T.read_burstgpt_csv(tmp_path / "x.csv", failed="retry")
 
 
 # ---------------------------------------------------------------- compose and synthetic load

@@ -23,7 +23,7 @@ from tenantry.model.config import ConfigError
 from tenantry.model.setups import SETUPS, apply_setup, default_config, get_setup, load_config_toml, seed001_config
 from tenantry.model.history import History, write_history
 from tenantry.model.simulate import simulate
-from tenantry.model.traces import azure_two_tenant_workload, read_azure_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
+from tenantry.model.traces import azure_two_tenant_workload, read_azure_csv, read_burstgpt_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
 from tenantry.model.workload import Workload
 from .args import non_negative_int, positive_float, positive_int
 
@@ -83,6 +83,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--azure", nargs="+", metavar="FILE[:TENANT]", help="Azure LLM 2023 CSV files, one tenant each")
     src.add_argument("--mooncake", nargs="+", metavar="FILE[:TENANT]", help="Mooncake FAST'25 JSON Lines files, one tenant each")
     src.add_argument("--azure-pair", action="store_true", help="the Azure code and conv traces as two tenants (shared/ or the packaged excerpt)")
+    src.add_argument("--burstgpt", type=Path, metavar="FILE",
+                     help="a BurstGPT CSV trace (6- or 8-column release format); tenants by --burstgpt-tenant")
+    p.add_argument("--burstgpt-tenant", choices=("model", "log_type", "session"), default="model",
+                   help="the BurstGPT column that names the tenant (default model; session: the 8-column files)")
+    p.add_argument("--burstgpt-failed", choices=("drop", "keep"), default="drop",
+                   help="BurstGPT requests with 0 response tokens (failures): drop them (default) or keep them "
+                        "with one output token")
     p.add_argument("--speedup", type=positive_float, default=1.0, help="divide trace arrival times by this factor (default 1)")
     p.add_argument("--max-rows", type=positive_int, default=None, help="read at most this many rows per trace")
     p.add_argument("--policy", nargs="+", default=None, help=f"policy setups to compare: {', '.join(SETUPS)}, or all (default: the --config file's own policy, else {' '.join(DEFAULT_SETUPS)})")
@@ -106,6 +113,12 @@ def load_workload(args: argparse.Namespace, block_size_tokens: int) -> Workload:
         return read_workload_jsonl(args.workload)
     if args.azure_pair:
         return azure_two_tenant_workload(speedup=args.speedup, max_rows=args.max_rows)
+    if args.burstgpt:
+        reqs = read_burstgpt_csv(args.burstgpt, tenant_by=args.burstgpt_tenant, failed=args.burstgpt_failed,
+                                 max_rows=args.max_rows)
+        if not reqs:
+            raise ConfigError("--burstgpt", str(args.burstgpt), "no requests in this file", str(args.burstgpt))
+        return compose([TracePart(reqs, speedup=args.speedup)])
     if args.azure or args.mooncake:
         parts = []
         for arg in args.azure or []:
@@ -167,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         names = [f"{base.order.policy} ({args.config.name})"]
     else:
         names = list(DEFAULT_SETUPS)
-    inputs = [args.config, args.workload] + [_split(a, "")[0] for a in (args.azure or []) + (args.mooncake or [])]
+    inputs = [args.config, args.workload, args.burstgpt] + [_split(a, "")[0] for a in (args.azure or []) + (args.mooncake or [])]
     paths: dict[str, Path] = {}
     if args.history is not None:
         paths = history_paths(args.history, names)
@@ -180,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     if not len(workload):
         raise ConfigError("workload", 0, "no requests to run (empty file, or --max-rows too small?)")
     if base is None:
-        seed001 = not (args.workload or args.azure or args.mooncake or args.azure_pair)
+        seed001 = not (args.workload or args.azure or args.mooncake or args.azure_pair or args.burstgpt)
         base = seed001_config(workload.tenants) if seed001 else default_config(workload.tenants)
     if args.config and not args.policy:
         configs = [(names[0], base)]
