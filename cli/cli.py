@@ -25,6 +25,7 @@ COMMANDS = {
     "check": "tenantry.commands.check",
     "prove": "tenantry.commands.prove",
     "verify": "tenantry.commands.verify",
+    "study": "tenantry.commands.study",
 }
 
 

@@ -8,10 +8,11 @@ no random state.
 
 from __future__ import annotations
 
+import math
 from operator import attrgetter
 from typing import Any, Iterable, Iterator, NamedTuple, Protocol
 
-import attrs
+import numpy as np
 
 from .config import Config, ConfigError
 from .history import History, RequestRecord, StepEvent, StepRecord
@@ -360,3 +361,24 @@ def simulate(
         state = tr.state
     hdr = {"config": config_to_dict(config), "requests": len(wl), **(header or {})}
     return rec.history(state, hdr)
+
+
+def tenant_table(history: History, *, window_s: float, w_in: float, w_out: float) -> list[dict[str, Any]]:
+    """Per-tenant rows of a run (``tenantry simulate``'s table and the studies'): sent,
+    rejected (429), share finished by ``window_s`` (seconds), TTFT p50/p95/p99 in
+    seconds (inf when a request never got a token; percentiles by the inverted CDF)
+    and weighted tokens per second (``w_in`` per prompt token, ``w_out`` per output
+    token) finished within the window."""
+    rows = []
+    for tenant, recs in history.by_tenant().items():
+        admitted = [r for r in recs if r.outcome != "rejected"]
+        ttft = [r.ttft_s if r.ttft_s is not None else math.inf for r in admitted]
+        done = [r for r in recs if r.outcome == "finished" and r.finish_s is not None and r.finish_s <= window_s]
+        pct = (lambda q: float(np.percentile(ttft, q, method="inverted_cdf"))) if ttft else (lambda q: math.nan)
+        rows.append({
+            "tenant": tenant, "sent": len(recs), "rejected": len(recs) - len(admitted),
+            "finished_in_time": len(done) / len(recs) if recs else 0.0,
+            "ttft_p50_s": pct(50), "ttft_p95_s": pct(95), "ttft_p99_s": pct(99),
+            "weighted_tokens_per_s": sum(w_in * r.prompt_tokens + w_out * r.output_tokens for r in done) / window_s,
+        })
+    return rows

@@ -14,7 +14,7 @@ import textwrap
 import attrs
 import pytest
 
-from tenantry.commands.simulate import tenant_table
+from tenantry.model.simulate import tenant_table
 from tenantry.model.setups import apply_setup, default_config, seed001_config
 from tenantry.model.config import (
     AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig,

@@ -14,15 +14,12 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any, Iterable
-
-import attrs
-import numpy as np
+from typing import Any
 
 from tenantry.model.config import ConfigError
 from tenantry.model.setups import SETUPS, apply_setup, default_config, get_setup, load_config_toml, seed001_config
-from tenantry.model.history import History, write_history
-from tenantry.model.simulate import simulate
+from tenantry.model.history import write_history
+from tenantry.model.simulate import simulate, tenant_table
 from tenantry.model.traces import azure_two_tenant_workload, read_azure_csv, read_burstgpt_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
 from tenantry.model.workload import Workload
 from .args import non_negative_int, positive_float, positive_int
@@ -30,25 +27,6 @@ from .args import non_negative_int, positive_float, positive_int
 HELP = "Run the reference model on a workload and print a per-policy, per-tenant table."
 
 DEFAULT_SETUPS = ("fcfs", "rate_limit", "vtc")
-
-
-def tenant_table(history: History, *, window_s: float, w_in: float, w_out: float) -> list[dict[str, Any]]:
-    """Per-tenant rows: sent, rejected (429), share finished by ``window_s``,
-    TTFT p50/p95/p99 in seconds (inf when a request never got a token) and
-    weighted tokens per second finished within the window."""
-    rows = []
-    for tenant, recs in history.by_tenant().items():
-        admitted = [r for r in recs if r.outcome != "rejected"]
-        ttft = [r.ttft_s if r.ttft_s is not None else math.inf for r in admitted]
-        done = [r for r in recs if r.outcome == "finished" and r.finish_s is not None and r.finish_s <= window_s]
-        pct = (lambda q: float(np.percentile(ttft, q, method="inverted_cdf"))) if ttft else (lambda q: math.nan)
-        rows.append({
-            "tenant": tenant, "sent": len(recs), "rejected": len(recs) - len(admitted),
-            "finished_in_time": len(done) / len(recs) if recs else 0.0,
-            "ttft_p50_s": pct(50), "ttft_p95_s": pct(95), "ttft_p99_s": pct(99),
-            "weighted_tokens_per_s": sum(w_in * r.prompt_tokens + w_out * r.output_tokens for r in done) / window_s,
-        })
-    return rows
 
 
 def _fmt_s(x: float) -> str:

@@ -1,0 +1,99 @@
+"""tenantry study: the seed-001 experiments' directions, the abuse heat map from a matrix, determinism, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tenantry.adversaries.studies import abuse_study, get_study, seed001_study, write_study
+from tenantry.cli import main
+from tenantry.model.config import ConfigError
+
+
+@pytest.fixture(scope="module")
+def seed001():
+    return seed001_study(quick=True)
+
+
+def _row(result, experiment, measure):
+    (r,) = [r for r in result.headline.rows if r[0] == experiment and r[1] == measure]
+    return r
+
+
+def test_seed001_queue_bound_and_token_rate_go_the_way_the_lesson_predicts(seed001):
+    before, after = _row(seed001, "2 queue bound 50", "bulk 429s")[2:4]
+    assert before == 0 and after > 100  # the bound turns bulk's excess away ...
+    before, after = _row(seed001, "2 queue bound 50", "bulk TTFT p99 [s]")[2:4]
+    assert after < before / 2  # ... and what it admits waits far less
+    before, after = _row(seed001, "4 token rate vs request rate", "app 429s")[2:4]
+    assert before > 50 and after == 0  # a token rate spares the tenant of many mid-size requests
+    before, after = _row(seed001, "4 token rate vs request rate", "total tokens/s")[2:4]
+    assert after > 1.1 * before
+
+
+def test_seed001_weights_and_the_lift_change_nothing_for_tenants_that_get_all_they_ask(seed001):
+    """The lesson predicts changes that need a backlogged tenant; in its own workload only bulk
+    stays backlogged, so the model shows none, and the answer says why."""
+    for experiment, measure in (("1 chat weight 2", "chat TTFT p99 [s]"), ("3 w_out = 1", "bulk / app tokens"),
+                                ("5 chat late: no lift vs lift", "bulk/app worst TTFT p99 [s]")):
+        r = _row(seed001, experiment, measure)
+        assert r[2] == pytest.approx(r[3]) and r[-1] == "no"
+    assert "only bulk stays backlogged" in seed001.answer
+
+
+def test_a_study_writes_the_same_bytes_twice(tmp_path, seed001):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, result in ((a, seed001), (b, seed001_study(quick=True))):
+        d.mkdir()
+        write_study(result, d, command="tenantry study seed-001 --quick")
+    for name in ("report.md", "experiments.csv", "runs.csv"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    assert (a / "experiments.png").stat().st_size > 1000
+
+
+def _matrix(path, cells):
+    path.mkdir()
+    (path / "matrix.json").write_text(json.dumps({"cells": [
+        {"setup": s, "pattern": p, "metrics": {"ttft_p99_inflation": v}} for s, p, v in cells]}))
+    return path
+
+
+def test_abuse_reads_a_check_matrix_into_a_heat_map(tmp_path):
+    src = _matrix(tmp_path / "check", [("fcfs", "flood", 130.0), ("fcfs", "sybil", 2.0),
+                                       ("vtc", "flood", 7.0), ("vtc", "sybil", 8.0)])
+    r = abuse_study(source=src)
+    assert r.headline.rows == (("fcfs", "flood", 130.0, 1), ("vtc", "sybil", 8.0, 0))
+    assert r.tables[0].rows == (("fcfs", 130.0, 2.0), ("vtc", 7.0, 8.0))
+    assert "vtc holds the victims' worst TTFT p99 to x8" in r.answer and "fcfs lets it reach x130" in r.answer
+    out = tmp_path / "rep"
+    out.mkdir()
+    write_study(r, out, command="x")
+    assert (out / "heatmap.png").stat().st_size > 1000
+    assert (out / "ttft_p99_inflation.csv").read_text().splitlines()[1] == "fcfs,130.0,2.0"
+
+
+def test_bad_study_input_is_one_line(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="unknown study"):
+        get_study("nope")
+    (tmp_path / "junk").mkdir()
+    with pytest.raises(ConfigError, match="not a tenantry check report"):
+        abuse_study(source=tmp_path / "junk")
+    assert main(["study", "nope", "--out", str(tmp_path / "x")]) == 2
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    assert main(["study", "seed-001", "--quick", "--out", str(mine)]) == 2
+    assert (mine / "notes.txt").read_text() == "keep me" and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "not a tenantry study report" in err
+
+
+def test_study_command_prints_the_headline_and_writes_the_folder(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["study", "abuse", "--from", str(_matrix(tmp_path / "c", [("fcfs", "flood", 50.0)])),
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].startswith("setup") and "fcfs" in printed and f"report: {out}" in printed
+    assert {p.name for p in out.iterdir()} >= {"report.md", "heatmap.png", "worst_pattern_per_setup.csv",
+                                               ".tenantry-report"}
