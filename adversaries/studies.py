@@ -57,6 +57,8 @@ class Table:
 
 
 def _cell(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10_000:
+        return f"{v:,}"
     if isinstance(v, float):
         if math.isinf(v):
             return "never"
@@ -254,6 +256,137 @@ def _bar_plot(path: Path, labels: Sequence[str], before: Sequence[float], after:
     plt.close(fig)
 
 
+# --- thrash: evictions under realistic load, against the eviction_thrash pattern ----------------------
+
+#: Load factors (arrival-time speedups) of the thrash study; quick: fewer, and shorter traces.
+THRASH_LOADS, THRASH_LOADS_QUICK = (1.0, 2.0, 4.0), (1.0, 4.0)
+
+
+def _thrash_replicas(tenants: Sequence[str]) -> dict[str, Config]:
+    """The two replicas of the thrash study: the default one (70B on 8 H100s, SPEC 4.7) and the
+    check matrix's small one (its pool, batch and context limits)."""
+    from tenantry.model.setups import build_config, default_config
+
+    small = build_config("no_hysteresis", [("adv", "adversary"), ("victim", "victim")])
+    base = default_config(tenants)
+    return {"default": base, "small": attrs.evolve(base, num_blocks=small.num_blocks, max_num_seqs=small.max_num_seqs,
+                                                    token_budget=small.token_budget,
+                                                    max_context_tokens=small.max_context_tokens)}
+
+
+def thrash_study(quick: bool = False, seed: int = 0, source: Any = None,
+                 log: Callable[[str], None] = lambda s: None) -> StudyResult:
+    """Evictions per sequence, wasted prefill and goodput with and without eviction
+    hysteresis (setups ``no_hysteresis`` and ``hysteresis``) under realistic load:
+    the Azure 2023 pair (../shared/traces when present, else the packaged excerpts),
+    Mooncake's conversation trace (when ../shared/traces has it) and a BurstGPT file
+    (``source``, tenants by model), each at rising load factors (arrival times divided
+    by the factor) on the default replica and on the check matrix's small one; and
+    the ``eviction_thrash`` pattern's worst workload from a small matrix run
+    (``seed``).  Goodput: prompt + output tokens of the requests finished within the
+    trace's window, per second of it.
+
+    Raises:
+        ConfigError: a ``source`` that is not a BurstGPT CSV.
+    """
+    from tenantry.model.traces import _SHARED, azure_two_tenant_workload, read_burstgpt_csv, read_mooncake_jsonl
+
+    from .objectives import eviction_stats
+
+    loads = THRASH_LOADS_QUICK if quick else THRASH_LOADS
+    rows_cap = 400 if quick else None
+    traces: list[tuple[str, Workload]] = [("azure", azure_two_tenant_workload(max_rows=rows_cap))]
+    mc = _SHARED / "mooncake_fast25_conversation.jsonl"
+    if mc.exists() and not quick:
+        traces.append(("mooncake", Workload(read_mooncake_jsonl(mc, "mooncake", max_rows=2000))))
+    if source is not None:
+        traces.append(("burstgpt", Workload(read_burstgpt_csv(source, max_rows=rows_cap or 20_000))))
+    rows = []
+    for trace, wl0 in traces:
+        for load in loads:
+            from tenantry.model.traces import TracePart, compose
+
+            wl = compose([TracePart(wl0.requests, speedup=load)]) if load != 1.0 else wl0
+            window = max(wl.duration_s, 1.0)
+            for replica, base in _thrash_replicas(wl.tenants).items():
+                for setup in ("no_hysteresis", "hysteresis"):
+                    log(f"{trace} x{load:g} on the {replica} replica, {setup}")
+                    h = simulate(apply_setup(base, setup), wl, horizon_s=3 * window, record_steps=False)
+                    most, mean, wasted = eviction_stats(h)
+                    done = [r for r in h.requests if r.outcome == "finished" and r.finish_s is not None
+                            and r.finish_s <= window]
+                    rows.append((trace, load, replica, setup, len(wl), mean, most, wasted,
+                                 sum(1 for r in h.requests if r.outcome == "rejected"),
+                                 len(done) / len(wl), sum(r.prompt_tokens + r.output_tokens for r in done) / window))
+    from .check import run_check
+    from .search import Budget
+
+    log("eviction_thrash pattern (a small matrix run)")
+    res = run_check(setups=("no_hysteresis", "hysteresis"), patterns=("eviction_thrash",), seed=seed,
+                    budget=Budget(2 if quick else 6), searches=("random",), out=None, extras=False, progress=False,
+                    plots="none", spread_seeds=0, shrink_evaluations=0)
+    adv = []
+    for (setup, _), c in sorted(res["cells"].items()):
+        m = c["metrics"]
+        adv.append(("eviction_thrash", setup, m["evictions_per_seq"], m["max_evictions"], m["wasted_prefill_tokens"],
+                    m["goodput"], m["goodput_loss"]))
+    table = Table("realistic load", ("trace", "load x", "replica", "setup", "requests", "evictions/seq",
+                                     "most evictions", "wasted prefill [tokens]", "429s", "finished in window",
+                                     "goodput [tokens/s]"), tuple(rows))
+    pattern = Table("against the eviction_thrash pattern", ("pattern", "setup", "evictions/seq", "most evictions",
+                                                            "wasted prefill [tokens]", "victims' goodput [req/s]",
+                                                            "goodput loss"), tuple(adv))
+    worst = max((r for r in rows if r[3] == "no_hysteresis"), key=lambda r: r[5])
+    calm = [r for r in rows if r[2] == "default" and r[3] == "no_hysteresis"]
+    hyst = next(r for r in rows if r[:3] == worst[:3] and r[3] == "hysteresis")
+    adv_no = next((a for a in adv if a[1] == "no_hysteresis"), None)
+    answer = (f"Yes, without any adversary once the pool is small for the load: {worst[0]} at x{worst[1]:g} on the "
+              f"{worst[2]} replica evicts each sequence {worst[5]:.2f} times on average (at most {worst[6]}) and "
+              f"wastes {worst[7]:,} prefill tokens without hysteresis"
+              + (f", more than the eviction_thrash pattern's {adv_no[2]:.2f} per sequence" if adv_no and
+                 adv_no[2] < worst[5] else (f" (the eviction_thrash pattern: {adv_no[2]:.2f})" if adv_no else ""))
+              + f"; hysteresis bounds it to {hyst[6]} evictions at the price of {hyst[8]:,} refusals "
+              f"(finished in the window {worst[9]:.0%} -> {hyst[9]:.0%}). On the default replica the most "
+              f"evictions per sequence at any load is {max((r[5] for r in calm), default=0):.2f}.")
+
+    def plot(path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+        for ax, replica in zip(axes, ("small", "default")):
+            for trace in dict.fromkeys(r[0] for r in rows):
+                for setup, style in (("no_hysteresis", "-o"), ("hysteresis", "--s")):
+                    pts = [(r[1], r[5]) for r in rows if r[0] == trace and r[2] == replica and r[3] == setup]
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=f"{trace}, {setup}")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("load factor (arrival speedup)")
+            ax.set_ylabel("evictions per sequence")
+            ax.set_title(f"{replica} replica", fontsize=9)
+        for a in adv:
+            axes[0].axhline(a[2], color="grey", lw=0.8, ls=":")
+        axes[0].legend(fontsize=6)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100, metadata={"Software": None})
+        plt.close(fig)
+
+    return StudyResult("thrash", THRASH_QUESTION, answer, table, (pattern,), (("evictions", plot),), (
+        "replicas: default = 70B on 8 H100s (SPEC 4.7); small = the check matrix's (its pool, batch and context); "
+        "setups no_hysteresis (evict the newest, no hysteresis) and hysteresis (min 4 blocks freed, 4-step "
+        "cooldown, reject after 3)",
+        "traces: " + ", ".join(f"{t} ({len(w)} requests)" for t, w in traces) + f"; load factors {loads}"
+        + ("; Mooncake is used when ../shared/traces holds it (not in a quick run)" if quick or not mc.exists()
+           else ""),
+        "the grey lines in the left plot: the eviction_thrash pattern's evictions per sequence (matrix run, "
+        f"seed {seed})"))
+
+
+THRASH_QUESTION = ("Does eviction thrash show up without an adversary? Evictions per sequence, wasted prefill and "
+                   "goodput under realistic load, with and without hysteresis, against the eviction_thrash pattern.")
+
+
 # --- abuse: the check matrix as a heat map --------------------------------------------------------
 
 #: The small matrix the abuse study runs when given no check report (quick: fewer setups and patterns).
@@ -353,6 +486,7 @@ def _num(v: float | None) -> float:
 STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("seed-001", SEED001_QUESTION, seed001_study),
     Study("abuse", ABUSE_QUESTION, abuse_study),
+    Study("thrash", THRASH_QUESTION, thrash_study),
 )}
 
 
@@ -409,4 +543,4 @@ def _file_stem(name: str) -> str:
 
 
 __all__: Iterable[str] = ("Table", "StudyResult", "Study", "STUDIES", "get_study", "write_study",
-                          "seed001_study", "abuse_study")
+                          "seed001_study", "abuse_study", "thrash_study")

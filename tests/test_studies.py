@@ -97,3 +97,23 @@ def test_study_command_prints_the_headline_and_writes_the_folder(tmp_path, capsy
     assert printed.splitlines()[0].startswith("setup") and "fcfs" in printed and f"report: {out}" in printed
     assert {p.name for p in out.iterdir()} >= {"report.md", "heatmap.png", "worst_pattern_per_setup.csv",
                                                ".tenantry-report"}
+
+
+def test_thrash_shows_without_an_adversary_on_the_small_replica_and_hysteresis_bounds_it(tmp_path):
+    from tenantry.adversaries.studies import thrash_study
+
+    bg = tmp_path / "burst.csv"
+    bg.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" + "".join(
+        f"{i * 0.2},{('ChatGPT', 'GPT-4')[i % 2]},{1500 + 37 * i},{200 + i},{1700 + 38 * i},Conversation log\n"
+        for i in range(60)))
+    r = thrash_study(quick=True, source=bg)
+    rows = {(t, load, rep, s): row for t, load, rep, s, *row in r.headline.rows}
+    for trace in ("azure", "burstgpt"):
+        for load in (1.0, 4.0):
+            no, yes = rows[(trace, load, "small", "no_hysteresis")], rows[(trace, load, "small", "hysteresis")]
+            assert no[1] > 1.0 and no[1] > 2 * yes[1], (trace, load, no, yes)  # evictions per sequence
+            assert yes[2] <= 3 < no[2]  # most evictions of one sequence: bounded by max_evictions = 3
+    assert rows[("azure", 1.0, "default", "no_hysteresis")][1] == 0  # the large pool never evicts at x1
+    (adv_no, adv_yes) = sorted(r.tables[0].rows, key=lambda a: a[1] != "no_hysteresis")
+    assert adv_no[2] > adv_yes[2]
+    assert r.answer.startswith("Yes, without any adversary")
