@@ -387,6 +387,153 @@ THRASH_QUESTION = ("Does eviction thrash show up without an adversary? Evictions
                    "goodput under realistic load, with and without hysteresis, against the eviction_thrash pattern.")
 
 
+# --- accounting-cost: the host cost of each policy's bookkeeping at step rate ---------------------
+
+#: Policies, tenant counts and running sequences of the accounting-cost study (quick: a corner of it).
+COST_POLICIES = ("fcfs", "vtc", "drr_tokens", "drr_block_seconds")
+COST_TENANTS, COST_TENANTS_QUICK = (10, 100, 1000, 10_000), (10, 1000)
+COST_RUNNING, COST_RUNNING_QUICK = (16, 128, 512), (16, 128)
+#: Context tokens per running sequence when the decode step's duration is taken from the roofline.
+COST_CONTEXT_TOKENS = 2048
+
+
+def saturated_state(n_tenants: int, policy: str, max_num_seqs: int = 256, warm_steps: int = 30):
+    """A replica (config, state) with every tenant backlogged and ``max_num_seqs`` sequences
+    decoding, after ``warm_steps`` steps: tenants of weights 1-3 in two tiers, a 200,000-block
+    pool, a 2,048-token budget, unit step cost (the benchmarks' replica too)."""
+    from tenantry.model.config import CostConfig, OrderConfig, TenantConfig
+    from tenantry.model.state import initial_state
+    from tenantry.model.step import step
+    from tenantry.model.workload import Request, StepInput
+
+    tenants = [TenantConfig(f"t{i}", weight=1.0 + (i % 3), tier=i % 2) for i in range(n_tenants)]
+    order = OrderConfig(policy=policy, drr_quantum=2.0 if policy == "drr_block_seconds" else 512.0)
+    cfg = Config(tenants=tenants, num_blocks=200_000, max_num_seqs=max_num_seqs, token_budget=2048,
+                 order=order, cost=CostConfig(mode="unit"))
+    per = max(2, (2 * max_num_seqs) // n_tenants + 1)
+    reqs = [Request(i * per + j, f"t{i}", 0.0, 64 + (i * 7 + j) % 64, 4000) for i in range(n_tenants) for j in range(per)]
+    st = initial_state(cfg)
+    st, _ = step(cfg, st, StepInput(arrivals=reqs))
+    for _ in range(warm_steps):
+        st, _ = step(cfg, st)
+    return cfg, st
+
+
+def in_step_decision_us(cfg: Config, st: Any, repeats: int = 5) -> tuple[float, int]:
+    """Microseconds per admitted request of the waiting phase of one step whose batch starts
+    empty (the order policy's decisions inside a step, memoised keys included), best of
+    ``repeats``, and the requests admitted per step."""
+    import time
+
+    from tenantry.model.step import Step
+
+    st = attrs.evolve(st, running=(), kv=attrs.evolve(st.kv, used_blocks=0),
+                      tenants=tuple(t._replace(running=0, blocks=0) for t in st.tenants))
+    best, admitted = math.inf, 0
+    for _ in range(repeats):
+        s = Step(cfg, st)
+        t0 = time.perf_counter()
+        s.schedule_waiting()
+        best = min(best, time.perf_counter() - t0)
+        admitted = len(s.planned)
+    return best / max(admitted, 1) * 1e6, admitted
+
+
+def step_us(cfg: Config, st: Any, steps: int, repeats: int = 3) -> float:
+    """Microseconds per :func:`~tenantry.model.step.step` on a saturated replica, best of ``repeats``."""
+    import time
+
+    from tenantry.model.step import step
+
+    best = math.inf
+    for _ in range(repeats):
+        s = st
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            s, _ = step(cfg, s)
+        best = min(best, (time.perf_counter() - t0) / steps)
+    return best * 1e6
+
+
+def accounting_cost_study(quick: bool = False, seed: int = 0, source: Any = None,
+                          log: Callable[[str], None] = lambda s: None) -> StudyResult:
+    """Host cost per scheduling decision and per step of FCFS, VTC, DRR over tokens and DRR
+    over block-seconds at 10 to 10,000 tenants and 16 to 512 running sequences
+    (:func:`saturated_state`, :func:`in_step_decision_us`, :func:`step_us`: wall-clock
+    microseconds, best of 3; the counts are deterministic, the times are measurements of
+    this machine), beside the decode step they would run with: the model's roofline
+    duration (SPEC.md 4.7, 70B on 8 H100s) of a decode step of that many sequences of
+    :data:`COST_CONTEXT_TOKENS` context tokens each.
+
+    Raises:
+        ConfigError: a ``source`` (the study reads no file).
+    """
+    from tenantry.model.policies import step_duration_s
+    from tenantry.model.setups import default_config
+
+    if source is not None:
+        raise ConfigError("--from", str(source), "the accounting-cost study reads no file")
+    tenants_grid = COST_TENANTS_QUICK if quick else COST_TENANTS
+    running_grid = COST_RUNNING_QUICK if quick else COST_RUNNING
+    roof = default_config(("t",))
+    rows = []
+    for running in running_grid:
+        decode_ms = step_duration_s(roof, running, running * COST_CONTEXT_TOKENS) * 1e3
+        for n in tenants_grid:
+            for policy in COST_POLICIES:
+                log(f"{policy}, {n} tenants, {running} running")
+                cfg, st = saturated_state(n, policy, max_num_seqs=running, warm_steps=10 if quick else 30)
+                dec, picks = in_step_decision_us(cfg, st)
+                stp = step_us(cfg, st, 10 if quick else 30)
+                rows.append((policy, n, running, dec, picks, stp, decode_ms, stp / 1e3 / decode_ms))
+    table = Table("cost", ("policy", "tenants", "running", "decision [us]", "picks per step", "step [us]",
+                           "decode step [ms]", "step / decode step"), tuple(rows))
+    top_n, top_r = max(tenants_grid), max(running_grid)
+    head = Table("at the largest size", table.columns,
+                 tuple(r for r in rows if r[1] == top_n and r[2] == top_r))
+    bs = next(r for r in head.rows if r[0] == "drr_block_seconds")
+    fc = next(r for r in head.rows if r[0] == "fcfs")
+    worst = max(rows, key=lambda r: r[7])
+    answer = (("Yes" if worst[7] < 0.1 else "Not everywhere") + f": at {top_n:,} tenants and {top_r} running sequences a step with DRR over block-seconds costs "
+              f"{bs[5]:,.0f} us on this host ({bs[7]:.1%} of the {bs[6]:.1f} ms decode step the roofline gives; "
+              f"FCFS {fc[5]:,.0f} us) and a decision inside it {bs[3]:.0f} us; the worst case measured is "
+              f"{worst[0]} at {worst[1]:,} tenants and {worst[2]} running, {worst[7]:.1%} of its decode step.")
+
+    def plot(path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len(running_grid), figsize=(3.2 * len(running_grid), 3.2), sharey=True)
+        for ax, running in zip(axes, running_grid):
+            for policy in COST_POLICIES:
+                pts = [(r[1], r[5]) for r in rows if r[0] == policy and r[2] == running]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", label=policy, ms=3)
+            ax.axhline(next(r[6] for r in rows if r[2] == running) * 1e3, color="grey", ls=":", label="decode step")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("tenants")
+            ax.set_title(f"{running} running", fontsize=9)
+        axes[0].set_ylabel("host us per step")
+        axes[0].legend(fontsize=6)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100, metadata={"Software": None})
+        plt.close(fig)
+
+    return StudyResult("accounting-cost", COST_QUESTION, answer, head, (table,), (("cost", plot),), (
+        "host: wall-clock microseconds on this machine, best of 3 (not deterministic: the counts are); the "
+        "replica: every tenant backlogged, the batch full of decoding sequences, unit step cost",
+        f"decode step: the model's roofline (SPEC.md 4.7: max(weight read + KV read, compute) + overhead, "
+        f"Williams et al., CACM 2009) for a 70B model on 8 H100s with that many sequences of "
+        f"{COST_CONTEXT_TOKENS} context tokens: the 10-30 ms the question names",))
+
+
+COST_QUESTION = ("Is block-seconds accounting cheap enough at step rate? The host cost per decision and per step of "
+                 "FCFS, VTC, DRR over tokens and DRR over block-seconds at 10 to 10,000 tenants and 16 to 512 "
+                 "running sequences, beside a decode step.")
+
+
 # --- abuse: the check matrix as a heat map --------------------------------------------------------
 
 #: The small matrix the abuse study runs when given no check report (quick: fewer setups and patterns).
@@ -487,6 +634,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("seed-001", SEED001_QUESTION, seed001_study),
     Study("abuse", ABUSE_QUESTION, abuse_study),
     Study("thrash", THRASH_QUESTION, thrash_study),
+    Study("accounting-cost", COST_QUESTION, accounting_cost_study),
 )}
 
 
@@ -543,4 +691,5 @@ def _file_stem(name: str) -> str:
 
 
 __all__: Iterable[str] = ("Table", "StudyResult", "Study", "STUDIES", "get_study", "write_study",
-                          "seed001_study", "abuse_study", "thrash_study")
+                          "seed001_study", "abuse_study", "thrash_study", "accounting_cost_study",
+                          "saturated_state")

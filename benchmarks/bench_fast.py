@@ -1,7 +1,7 @@
 """Benchmark: the model's step against the frozen copy of the step before issue 13
 (tests/frozen_step.py), every ratio measured in the same run.
 
-Run on demand (not a test):  python benchmarks/bench_fast.py [--quick] [--skip-tenants]
+Run on demand (not a test):  python benchmarks/bench_fast.py [--quick] [--only simulate tenants running spread evaluations]
 
 * simulate: ``tenantry simulate``'s default work (the seed-001 workload, 2,827
   requests, under fcfs, rate_limit and vtc, step records kept), seconds, new
@@ -9,7 +9,7 @@ Run on demand (not a test):  python benchmarks/bench_fast.py [--quick] [--skip-t
   ../shared/seeds/001_*.txt when present) run in a subprocess, for the ratio
   the issue asks about;
 * step at N tenants: microseconds per ``step()`` on a saturated replica
-  (benchmarks/bench_model.py's :func:`saturated_state`), fcfs and vtc, at 3,
+  (:func:`tenantry.adversaries.studies.saturated_state`), fcfs and vtc, at 3,
   100, 1,000 and 10,000 tenants;
 * step at R running: microseconds per step with 16, 128, 512 sequences decoding
   (3 tenants, every one backlogged);
@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 import frozen_step  # noqa: E402  (tests/frozen_step.py)
-from bench_model import saturated_state  # noqa: E402
+from tenantry.adversaries.studies import saturated_state  # noqa: E402
 from tenantry.model import simulate as sim  # noqa: E402
 from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig  # noqa: E402
 from tenantry.model.setups import apply_setup, seed001_config  # noqa: E402

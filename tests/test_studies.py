@@ -117,3 +117,22 @@ def test_thrash_shows_without_an_adversary_on_the_small_replica_and_hysteresis_b
     (adv_no, adv_yes) = sorted(r.tables[0].rows, key=lambda a: a[1] != "no_hysteresis")
     assert adv_no[2] > adv_yes[2]
     assert r.answer.startswith("Yes, without any adversary")
+
+
+def test_accounting_cost_covers_every_policy_and_size_and_sets_the_decode_step_from_the_roofline():
+    """Shape and sources only: the times are measurements (no speed target in a unit test)."""
+    from tenantry.adversaries.studies import COST_POLICIES, COST_RUNNING_QUICK, COST_TENANTS_QUICK, \
+        accounting_cost_study
+    from tenantry.model.policies import step_duration_s
+    from tenantry.model.setups import default_config
+
+    r = accounting_cost_study(quick=True)
+    rows = r.tables[0].rows
+    assert {(p, n, k) for p, n, k, *_ in rows} == {(p, n, k) for p in COST_POLICIES for n in COST_TENANTS_QUICK
+                                                 for k in COST_RUNNING_QUICK}
+    for policy, n, running, dec, picks, stp, decode_ms, frac in rows:
+        assert dec > 0 and stp > 0 and picks >= 1
+        assert decode_ms == pytest.approx(step_duration_s(default_config(("t",)), running, running * 2048) * 1e3)
+        assert frac == pytest.approx(stp / 1e3 / decode_ms)
+    assert 5 < rows[-1][6] < 40  # the 10-30 ms decode step the question names, from the roofline
+    assert r.answer.split(":")[0] in ("Yes", "Not everywhere")
