@@ -42,7 +42,7 @@ from tenantry.spec.invariants_core import Finding
 from tenantry.spec.invariants_run import CheckedRun, run_checked
 
 from tenantry.model.setups import build_config, get_setup
-from .objectives import all_metrics
+from .objectives import TTFT_SLO_S, all_metrics
 from .patterns import ADVERSARY, PATTERNS, Scenario, get_pattern, limits_of, make_scenario
 from .space import freeze
 from .victims import DEFAULT_VICTIMS
@@ -211,7 +211,9 @@ def run_scenario(setup: "str | System", scenario: Scenario, depth: str | None = 
     unit = max((cfg.order.w_in * r.prompt_tokens + cfg.order.w_out * r.output_tokens for r in scenario.workload), default=1.0)
     m = all_metrics(hist, base, adversaries=scenario.adversaries, victims=scenario.victims,
                     horizon_s=scenario.horizon_s, unit_cost=unit, twin=twin,
-                    cached_before=cached_before(scenario) if twin is not None else None)
+                    cached_before=cached_before(scenario) if twin is not None else None,
+                    slos={t.name: (t.slo_ttft_s if t.slo_ttft_s is not None else TTFT_SLO_S, t.slo_tpot_s)
+                          for t in cfg.tenants if t.name in set(scenario.victims)})
     objective = PATTERNS[scenario.pattern].objective if scenario.pattern in PATTERNS else "ttft_p99_inflation"
     ev = Evaluation(m[objective], m, run.findings, run.unchecked, run.coverage)
     return hist, base, twin, ev

@@ -57,6 +57,8 @@ OBJECTIVES: dict[str, str] = {
     "contended_share": "the actor's share of weighted service over contended steps",
     "kv_share": "the actor's share of KV block-seconds",
     "victim_rejected": "victim requests refused (429)",
+    "victims_outside_slo": "victim tenants whose TTFT p99 or TPOT p99 misses their target (slo_ttft_s, default "
+                           "the goodput SLO; slo_tpot_s when set; a refused request misses it)",
 }
 
 
@@ -134,6 +136,40 @@ def goodput(history: History, victims: Iterable[str], horizon_s: float, slo_s: f
     ok = sum(1 for r in history.requests if r.tenant in want and r.ttft_s is not None and r.ttft_s <= slo_s
              and r.outcome == "finished")
     return ok / horizon_s
+
+
+def tpot_s(r: RequestRecord) -> float | None:
+    """Time per output token after the first (seconds): ``(finish - first token) / (tokens - 1)``,
+    for a finished request of at least two output tokens; else None."""
+    if r.outcome != "finished" or r.tokens_generated < 2 or r.finish_s is None or r.first_token_s is None:
+        return None
+    return (r.finish_s - r.first_token_s) / (r.tokens_generated - 1)
+
+
+def outside_slo(history: History, targets: Mapping[str, tuple[float | None, float | None]]) -> list[str]:
+    """The tenants of ``targets`` (name -> (TTFT target, TPOT target), seconds, None: none) that miss
+    their service-level objective in ``history``: TTFT p99 over their admitted requests (censored
+    at the end of the run, :func:`censored_ttfts`) above the TTFT target, or TPOT p99 over their
+    finished requests (:func:`tpot_s`) above the TPOT target; a tenant with a refused request
+    misses it too (a 429 is no service).  In ``targets`` order."""
+    names = list(targets)
+    ttfts = censored_ttfts(history, names)
+    tpots: dict[str, list[float]] = {n: [] for n in names}
+    refused = set()
+    for r in history.requests:
+        if r.tenant in tpots:
+            if r.outcome == "rejected":
+                refused.add(r.tenant)
+            t = tpot_s(r)
+            if t is not None:
+                tpots[r.tenant].append(t)
+    out = []
+    for n in names:
+        ttft_target, tpot_target = targets[n]
+        if (n in refused or (ttft_target is not None and percentile(ttfts[n], 99) > ttft_target)
+                or (tpot_target is not None and percentile(tpots[n], 99) > tpot_target)):
+            out.append(n)
+    return out
 
 
 def _actor(tenant: str, adversaries: frozenset[str]) -> str:
@@ -255,9 +291,11 @@ def eviction_stats(history: History) -> tuple[int, float, int]:
 
 def all_metrics(hist: History, base: History, *, adversaries: Sequence[str], victims: Sequence[str],
                 horizon_s: float, unit_cost: float, twin: History | None = None,
-                cached_before: Mapping[int, bool] | None = None) -> dict[str, float]:
+                cached_before: Mapping[int, bool] | None = None,
+                slos: Mapping[str, tuple[float | None, float | None]] | None = None) -> dict[str, float]:
     """Every metric of :data:`OBJECTIVES` (plus per-victim inflation entries
-    ``ttft_p99_inflation[<victim>]``) for one run and its baseline."""
+    ``ttft_p99_inflation[<victim>]``) for one run and its baseline; ``slos``: per victim
+    (TTFT target, TPOT target) in seconds (default: :data:`TTFT_SLO_S` and no TPOT target)."""
     p50, _ = ttft_inflation(hist, base, victims, 50)
     p99, per99 = ttft_inflation(hist, base, victims, 99)
     a = censored_ttfts(hist, victims)
@@ -283,6 +321,8 @@ def all_metrics(hist: History, base: History, *, adversaries: Sequence[str], vic
         "contended_share": contended_share(hist, adversaries, victims),
         "kv_share": kv_share(hist, adversaries),
         "victim_rejected": float(sum(1 for r in hist.requests if r.tenant in set(victims) and r.outcome == "rejected")),
+        "victims_outside_slo": float(len(outside_slo(hist, {v: (slos or {}).get(v, (TTFT_SLO_S, None))
+                                                             for v in victims}))),
     }
     for v, x in sorted(per99.items()):
         m[f"ttft_p99_inflation[{v}]"] = x

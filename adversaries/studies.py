@@ -534,6 +534,132 @@ COST_QUESTION = ("Is block-seconds accounting cheap enough at step rate? The hos
                  "running sequences, beside a decode step.")
 
 
+# --- batch-size: the batch that serves the most tenants within their SLO, against throughput ------------
+
+#: max_num_seqs values, token budgets and policies of the batch-size study (quick: fewer).
+BATCH_SEQS, BATCH_SEQS_QUICK = (4, 8, 16, 32, 64, 128, 256), (4, 16, 64)
+BATCH_BUDGETS, BATCH_BUDGETS_QUICK = (512, 2048, 8192), (2048,)
+BATCH_POLICIES, BATCH_POLICIES_QUICK = ("fcfs", "vtc", "drr_tokens"), ("fcfs", "vtc")
+#: Default service-level targets (seconds) of a tenant without its own: TTFT p99, TPOT p99.
+BATCH_SLO = (2.0, 0.05)
+#: The replica of the batch-size study: the default model on a quarter of its pool, so the
+#: batch size decides (with the whole pool and short traces every batch size serves everyone).
+BATCH_POOL_BLOCKS = 8_192
+
+
+def batch_size_study(quick: bool = False, seed: int = 9, source: Any = None,
+                     log: Callable[[str], None] = lambda s: None) -> StudyResult:
+    """For each workload and policy, the ``max_num_seqs`` and token budget that serve the most
+    tenants within their SLO (:func:`~tenantry.adversaries.objectives.outside_slo`: TTFT p99
+    and TPOT p99 within each tenant's ``slo_ttft_s`` / ``slo_tpot_s``, default
+    :data:`BATCH_SLO`), against those that maximise throughput (prompt + output tokens of
+    requests finished within the trace's window, per second).  Workloads: seed 001's three
+    tenants (``seed``), the Azure 2023 pair at twice its rate, Mooncake's conversation
+    trace split into 4 tenants by request id (when ../shared/traces has it; not in a quick
+    run).  The replica: the default (SPEC.md 4.7) with a :data:`BATCH_POOL_BLOCKS`-block pool.
+    Ties go to the more throughput, then the smaller batch.  A ``source`` TOML replaces the replica (its tenants'
+    SLO targets are used for tenants of the same name).
+
+    Raises:
+        ConfigError: a bad ``source`` configuration (naming the field).
+    """
+    from tenantry.model.setups import default_config, load_config_toml
+    from tenantry.model.traces import _SHARED, TracePart, azure_two_tenant_workload, compose, read_mooncake_jsonl
+
+    from .objectives import outside_slo
+
+    seqs = BATCH_SEQS_QUICK if quick else BATCH_SEQS
+    budgets = BATCH_BUDGETS_QUICK if quick else BATCH_BUDGETS
+    policies = BATCH_POLICIES_QUICK if quick else BATCH_POLICIES
+    given = load_config_toml(source) if source is not None else None
+    traces: list[tuple[str, Workload]] = [
+        ("seed-001", seed001_workload(seed=seed, duration_s=60.0 if quick else 300.0)),
+        ("azure x2", compose([TracePart(azure_two_tenant_workload(max_rows=400 if quick else None).requests,
+                                        speedup=2.0)]))]
+    mc = _SHARED / "mooncake_fast25_conversation.jsonl"
+    if mc.exists() and not quick:
+        reqs = read_mooncake_jsonl(mc, "mooncake", max_rows=2000)
+        traces.append(("mooncake", Workload(tuple(attrs.evolve(r, tenant=f"mc{r.request_id % 4}") for r in reqs))))
+    rows, best = [], []
+    for trace, wl in traces:
+        window = max(wl.duration_s, 1.0)
+        if given is not None:
+            from tenantry.model.setups import config_with_tenants
+
+            base = config_with_tenants(given, wl.tenants)
+        else:
+            base = attrs.evolve(default_config(wl.tenants), num_blocks=BATCH_POOL_BLOCKS)
+        targets = {t.name: (t.slo_ttft_s if t.slo_ttft_s is not None else BATCH_SLO[0],
+                            t.slo_tpot_s if t.slo_tpot_s is not None else BATCH_SLO[1]) for t in base.tenants}
+        for policy in policies:
+            cells = []
+            for budget in budgets:
+                for n in seqs:
+                    log(f"{trace}, {policy}, max_num_seqs {n}, token budget {budget}")
+                    cfg = attrs.evolve(apply_setup(base, policy), max_num_seqs=n, token_budget=budget)
+                    h = simulate(cfg, wl, horizon_s=3 * window, record_steps=False)
+                    missed = outside_slo(h, targets)
+                    done = [r for r in h.requests if r.outcome == "finished" and r.finish_s is not None
+                            and r.finish_s <= window]
+                    tput = sum(r.prompt_tokens + r.output_tokens for r in done) / window
+                    cell = (trace, policy, n, budget, len(targets) - len(missed), len(targets), tput,
+                            " ".join(missed) or "-")
+                    rows.append(cell)
+                    cells.append(cell)
+            by_slo = max(cells, key=lambda c: (c[4], c[6], -c[2], -c[3]))  # ties: the more throughput
+            by_tput = max(cells, key=lambda c: (c[6], -c[2], -c[3]))
+            best.append((trace, policy, f"{by_slo[2]} / {by_slo[3]}", f"{by_slo[4]} of {by_slo[5]}", by_slo[6],
+                         f"{by_tput[2]} / {by_tput[3]}", f"{by_tput[4]} of {by_tput[5]}", by_tput[6]))
+    headline = Table("best batch per workload and policy", (
+        "workload", "policy", "most within SLO: seqs / budget", "tenants within SLO", "its tokens/s",
+        "most throughput: seqs / budget", "tenants within SLO", "its tokens/s"), tuple(best))
+    table = Table("grid", ("workload", "policy", "max_num_seqs", "token budget", "tenants within SLO", "tenants",
+                           "tokens/s", "outside SLO"), tuple(rows))
+    differ = [b for b in best if b[2] != b[5]]
+    answer = (f"In {len(differ)} of {len(best)} workload-policy pairs the batch that serves the most tenants within "
+              "their SLO is not the one of the most throughput"
+              + (": " + "; ".join(f"{b[0]} under {b[1]}: {b[2]} ({b[3]} within SLO, {b[4]:,.0f} tokens/s) against "
+                                  f"{b[5]} ({b[6]}, {b[7]:,.0f} tokens/s)" for b in differ[:3]) if differ else "")
+              + ".")
+
+    def plot(path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        names = list(dict.fromkeys(r[0] for r in rows))
+        fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3.2))
+        axes = axes if len(names) > 1 else [axes]
+        budget = budgets[len(budgets) // 2]
+        for ax, trace in zip(axes, names):
+            for policy in policies:
+                pts = [r for r in rows if r[0] == trace and r[1] == policy and r[3] == budget]
+                ax.plot([r[2] for r in pts], [r[6] for r in pts], "-o", ms=3, label=f"{policy}: tokens/s")
+                for r in pts:
+                    ax.annotate(str(r[4]), (r[2], r[6]), fontsize=6, xytext=(2, 2), textcoords="offset points")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel(f"max_num_seqs (token budget {budget})")
+            ax.set_title(f"{trace} (labels: tenants within SLO)", fontsize=8)
+        axes[0].set_ylabel("tokens/s finished in the window")
+        axes[0].legend(fontsize=6)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100, metadata={"Software": None})
+        plt.close(fig)
+
+    return StudyResult("batch-size", BATCH_QUESTION, answer, headline, (table,), (("batch", plot),), (
+        f"replica: {'the configuration in ' + str(source) if source else 'the default (SPEC 4.7) with a pool of '}"
+        f"{'' if source else f'{BATCH_POOL_BLOCKS:,} blocks'}; max_num_seqs {seqs}; token budgets {budgets}; "
+        f"policies {policies}",
+        f"SLO: TTFT p99 <= {BATCH_SLO[0]} s and TPOT p99 <= {BATCH_SLO[1]} s unless the tenant's slo_ttft_s / "
+        "slo_tpot_s say otherwise; a tenant with a refused request is outside its SLO",
+        "workloads: " + ", ".join(f"{t} ({len(w)} requests, {len(w.tenants)} tenants)" for t, w in traces)))
+
+
+BATCH_QUESTION = ("Which max_num_seqs and token budget serve the most tenants within their SLO, and is that the "
+                  "batch of the most throughput?")
+
+
 # --- abuse: the check matrix as a heat map --------------------------------------------------------
 
 #: The small matrix the abuse study runs when given no check report (quick: fewer setups and patterns).
@@ -635,6 +761,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("abuse", ABUSE_QUESTION, abuse_study),
     Study("thrash", THRASH_QUESTION, thrash_study),
     Study("accounting-cost", COST_QUESTION, accounting_cost_study),
+    Study("batch-size", BATCH_QUESTION, batch_size_study),
 )}
 
 
@@ -692,4 +819,4 @@ def _file_stem(name: str) -> str:
 
 __all__: Iterable[str] = ("Table", "StudyResult", "Study", "STUDIES", "get_study", "write_study",
                           "seed001_study", "abuse_study", "thrash_study", "accounting_cost_study",
-                          "saturated_state")
+                          "saturated_state", "batch_size_study")

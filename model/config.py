@@ -117,6 +117,11 @@ class TenantConfig:
             (sequences; batch slots), enforced with ``admission.slot_cap``.  A
             head that would exceed it is skipped like one that does not fit
             (SPEC.md 4.3).  None: only ``max_num_seqs`` bounds it.
+        slo_ttft_s, slo_tpot_s: the tenant's service-level targets (seconds): its
+            TTFT p99 and its TPOT p99 (time per output token after the first) at
+            most these.  Read by measurements only (the ``victims_outside_slo``
+            objective, ``tenantry study batch-size``); the model schedules without
+            them.  None: no target on that measure.
     """
 
     name: str = attrs.field()
@@ -131,6 +136,8 @@ class TenantConfig:
     cache_salt: str | None = attrs.field(default=None)
     max_wait_s: float | None = attrs.field(default=None, validator=_positive)
     max_running_seqs: int | None = attrs.field(default=None, validator=_positive_int)
+    slo_ttft_s: float | None = attrs.field(default=None, validator=_positive)
+    slo_tpot_s: float | None = attrs.field(default=None, validator=_positive)
 
     @name.validator
     def _check_name(self, attribute: attrs.Attribute, value: Any) -> None:

@@ -136,3 +136,47 @@ def test_accounting_cost_covers_every_policy_and_size_and_sets_the_decode_step_f
         assert frac == pytest.approx(stp / 1e3 / decode_ms)
     assert 5 < rows[-1][6] < 40  # the 10-30 ms decode step the question names, from the roofline
     assert r.answer.split(":")[0] in ("Yes", "Not everywhere")
+
+
+def _rec(rid, tenant, ttft, tokens=5, tpot=0.01, outcome="finished"):
+    from tenantry.model.history import RequestRecord
+
+    first = None if ttft is None else 1.0 + ttft
+    return RequestRecord(rid, tenant, 1.0, 10, tokens, outcome, "queue_full" if outcome == "rejected" else None,
+                         None, 0 if outcome != "rejected" else None, 1.0 if first else None, first,
+                         None if first is None else first + tpot * (tokens - 1), tokens if first else 0, 0, 0, 0)
+
+
+def test_outside_slo_reads_ttft_and_tpot_p99_and_counts_a_refusal_as_a_miss():
+    from tenantry.adversaries.objectives import outside_slo
+    from tenantry.model.history import History
+
+    h = History(header={}, steps=(), requests=(
+        _rec(0, "a", 0.5), _rec(1, "a", 0.7, tpot=0.2),     # a: TTFT fine, one slow decode
+        _rec(2, "b", 3.0),                                   # b: TTFT past 2 s
+        _rec(3, "c", 0.1), _rec(4, "c", None, outcome="rejected"),  # c: one 429
+        _rec(5, "d", 1.9, tpot=0.04)))                       # d: within both
+    assert outside_slo(h, {"a": (2.0, 0.05), "b": (2.0, None), "c": (2.0, 0.05), "d": (2.0, 0.05)}) == ["a", "b", "c"]
+    assert outside_slo(h, {"a": (2.0, None), "b": (5.0, None)}) == []
+    from tenantry.adversaries.objectives import OBJECTIVES, all_metrics
+
+    assert "victims_outside_slo" in OBJECTIVES
+    m = all_metrics(h, h, adversaries=("x",), victims=("a", "b", "d"), horizon_s=10.0, unit_cost=1.0,
+                    slos={"a": (2.0, 0.05), "b": (2.0, None), "d": (2.0, 0.05)})
+    assert m["victims_outside_slo"] == 2.0  # a (TPOT) and b (TTFT)
+    assert all_metrics(h, h, adversaries=("x",), victims=("a", "d"), horizon_s=10.0,
+                       unit_cost=1.0)["victims_outside_slo"] == 1.0  # default: TTFT 1 s (d's 1.9 s misses), no TPOT
+
+
+def test_batch_size_finds_the_slo_batch_and_the_throughput_batch_per_workload_and_policy():
+    from tenantry.adversaries.studies import BATCH_POLICIES_QUICK, BATCH_SEQS_QUICK, batch_size_study
+
+    r = batch_size_study(quick=True)
+    grid = r.tables[0].rows
+    assert len(grid) == 2 * len(BATCH_POLICIES_QUICK) * len(BATCH_SEQS_QUICK)
+    for trace, policy, slo_cfg, slo_n, slo_tput, tput_cfg, tput_n, tput in r.headline.rows:
+        cells = [g for g in grid if g[0] == trace and g[1] == policy]
+        assert tput == max(g[6] for g in cells)
+        assert int(slo_n.split()[0]) == max(g[4] for g in cells) >= int(tput_n.split()[0])
+    seed = [g for g in grid if g[0] == "seed-001" and g[1] == "vtc"]
+    assert max(g[4] for g in seed) >= 1 and all("bulk" in g[7] for g in seed)  # bulk is the overload: never in SLO
