@@ -540,8 +540,8 @@ COST_QUESTION = ("Is block-seconds accounting cheap enough at step rate? The hos
 # --- batch-size: the batch that serves the most tenants within their SLO, against throughput ------------
 
 #: max_num_seqs values, token budgets and policies of the batch-size study (quick: fewer).
-BATCH_SEQS, BATCH_SEQS_QUICK = (4, 8, 16, 32, 64, 128, 256), (4, 16, 64)
-BATCH_BUDGETS, BATCH_BUDGETS_QUICK = (512, 2048, 8192), (2048,)
+BATCH_SEQS, BATCH_SEQS_QUICK = (4, 16, 64, 256), (4, 16, 64)
+BATCH_BUDGETS, BATCH_BUDGETS_QUICK = (2048, 8192), (2048,)
 BATCH_POLICIES, BATCH_POLICIES_QUICK = ("fcfs", "vtc", "drr_tokens"), ("fcfs", "vtc")
 #: Default service-level targets (seconds) of a tenant without its own: TTFT p99, TPOT p99.
 BATCH_SLO = (2.0, 0.05)
@@ -557,8 +557,8 @@ def batch_size_study(quick: bool = False, seed: int = 9, source: Any = None,
     and TPOT p99 within each tenant's ``slo_ttft_s`` / ``slo_tpot_s``, default
     :data:`BATCH_SLO`), against those that maximise throughput (prompt + output tokens of
     requests finished within the trace's window, per second).  Workloads: seed 001's three
-    tenants (``seed``), the Azure 2023 pair at twice its rate, Mooncake's conversation
-    trace split into 4 tenants by request id (when ../shared/traces has it; not in a quick
+    tenants (``seed``), the Azure 2023 pair at twice its rate and Mooncake's conversation
+    trace split into 4 tenants by request id (the first :data:`THRASH_ROWS` rows of each file) (when ../shared/traces has it; not in a quick
     run).  The replica: the default (SPEC.md 4.7) with a :data:`BATCH_POOL_BLOCKS`-block pool.
     Ties go to the more throughput, then the smaller batch.  A ``source`` TOML replaces the replica (its tenants'
     SLO targets are used for tenants of the same name).
@@ -577,11 +577,11 @@ def batch_size_study(quick: bool = False, seed: int = 9, source: Any = None,
     given = load_config_toml(source) if source is not None else None
     traces: list[tuple[str, Workload]] = [
         ("seed-001", seed001_workload(seed=seed, duration_s=60.0 if quick else 300.0)),
-        ("azure x2", compose([TracePart(azure_two_tenant_workload(max_rows=400 if quick else None).requests,
+        ("azure x2", compose([TracePart(azure_two_tenant_workload(max_rows=400 if quick else THRASH_ROWS).requests,
                                         speedup=2.0)]))]
     mc = _SHARED / "mooncake_fast25_conversation.jsonl"
     if mc.exists() and not quick:
-        reqs = read_mooncake_jsonl(mc, "mooncake", max_rows=2000)
+        reqs = read_mooncake_jsonl(mc, "mooncake", max_rows=THRASH_ROWS)
         traces.append(("mooncake", Workload(tuple(attrs.evolve(r, tenant=f"mc{r.request_id % 4}") for r in reqs))))
     rows, best = [], []
     for trace, wl in traces:
