@@ -9,7 +9,7 @@ Run on demand (not a test):  python benchmarks/bench_fast.py [--quick] [--only s
   ../shared/seeds/001_*.txt when present) run in a subprocess, for the ratio
   the issue asks about;
 * step at N tenants: microseconds per ``step()`` on a saturated replica
-  (:func:`tenantry.adversaries.studies.saturated_state`), fcfs and vtc, at 3,
+  (:func:`tenantry.adversaries.studies_load.saturated_state`), fcfs and vtc, at 3,
   100, 1,000 and 10,000 tenants;
 * step at R running: microseconds per step with 16, 128, 512 sequences decoding
   (3 tenants, every one backlogged);
@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 import frozen_step  # noqa: E402  (tests/frozen_step.py)
-from tenantry.adversaries.studies import saturated_state  # noqa: E402
+from tenantry.adversaries.studies_load import saturated_state  # noqa: E402
 from tenantry.model import simulate as sim  # noqa: E402
 from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig  # noqa: E402
 from tenantry.model.setups import apply_setup, seed001_config  # noqa: E402

@@ -10,7 +10,7 @@ Run on demand (not a test):  python benchmarks/bench_model.py [--tenants 3 100 1
   keys make later picks in a step cheaper); both per policy, with the ratio to
   FCFS measured in the same run.
 * step: ``step()`` on a saturated replica (the replica and the timings are
-  ``tenantry study accounting-cost``'s: :mod:`tenantry.adversaries.studies`) (max_num_seqs sequences decoding,
+  ``tenantry study accounting-cost``'s: :mod:`tenantry.adversaries.studies_load`) (max_num_seqs sequences decoding,
   every tenant backlogged), steps/s and microseconds per step.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from tenantry.adversaries.studies import in_step_decision_us, saturated_state, step_us
+from tenantry.adversaries.studies_load import in_step_decision_us, saturated_state, step_us
 from tenantry.model.config import Config
 from tenantry.model.policies import ORDER, SelectView
 

@@ -100,7 +100,7 @@ def test_study_command_prints_the_headline_and_writes_the_folder(tmp_path, capsy
 
 
 def test_thrash_shows_without_an_adversary_on_the_small_replica_and_hysteresis_bounds_it(tmp_path):
-    from tenantry.adversaries.studies import thrash_study
+    from tenantry.adversaries.studies_load import thrash_study
 
     bg = tmp_path / "burst.csv"
     bg.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" + "".join(
@@ -121,7 +121,7 @@ def test_thrash_shows_without_an_adversary_on_the_small_replica_and_hysteresis_b
 
 def test_accounting_cost_covers_every_policy_and_size_and_sets_the_decode_step_from_the_roofline():
     """Shape and sources only: the times are measurements (no speed target in a unit test)."""
-    from tenantry.adversaries.studies import COST_POLICIES, COST_RUNNING_QUICK, COST_TENANTS_QUICK, \
+    from tenantry.adversaries.studies_load import COST_POLICIES, COST_RUNNING_QUICK, COST_TENANTS_QUICK, \
         accounting_cost_study
     from tenantry.model.policies import step_duration_s
     from tenantry.model.setups import default_config
@@ -169,7 +169,7 @@ def test_outside_slo_reads_ttft_and_tpot_p99_and_counts_a_refusal_as_a_miss():
 
 
 def test_batch_size_finds_the_slo_batch_and_the_throughput_batch_per_workload_and_policy():
-    from tenantry.adversaries.studies import BATCH_POLICIES_QUICK, BATCH_SEQS_QUICK, batch_size_study
+    from tenantry.adversaries.studies_load import BATCH_POLICIES_QUICK, BATCH_SEQS_QUICK, batch_size_study
 
     r = batch_size_study(quick=True)
     grid = r.tables[0].rows

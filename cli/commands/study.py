@@ -19,7 +19,8 @@ from pathlib import Path
 from .args import non_negative_int
 from tenantry.adversaries.studies import STUDIES, get_study, write_study
 
-HELP = "Run a study (seed-001, abuse): a report folder with tables (CSV), plots (PNG) and the answer."
+HELP = ("Run a study (seed-001, accounting-cost, thrash, batch-size, abuse): a report folder with tables (CSV), "
+        "plots (PNG) and the answer.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=non_negative_int, default=None,
                         help="the study's seed (default: the study's own, 9 for seed-001, 0 for abuse)")
     parser.add_argument("--from", dest="source", type=Path, default=None,
-                        help="abuse: read a tenantry check report folder (or its matrix.json) instead of running "
-                             "a matrix")
+                        help="abuse: a tenantry check report folder (or its matrix.json) instead of running a "
+                             "matrix; thrash: a BurstGPT CSV as a third workload; batch-size: a replica TOML")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default study-NAME)")
 
 
