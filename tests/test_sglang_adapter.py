@@ -239,11 +239,30 @@ def test_too_large_for_the_pool_is_refused_not_clipped():
     assert a.add_request(Request(1, "t", 0.0, 900, 60)) is None
     assert a.add_request(Request(2, "t", 0.0, 1010, 14)) == "too_large"  # SGLang keeps a page + 1 token
     assert a.add_request(Request(3, "t", 0.0, 8000, 500)) == "too_long"  # over the 8,192-token context
-    big = sg.SglangAdapter(policy="lpm")  # an ample pool: the context binds, five tokens short of 8,192
-    assert big.claims.config.max_context_tokens == big.s.max_request_tokens == 8187
-    assert big.s.max_input_tokens == 8186
-    assert big.add_request(Request(4, "t", 0.0, 8000, 188)) == "too_long"
-    assert big.add_request(Request(5, "t", 0.0, 8186, 1)) is None  # the longest prompt SGLang takes
+    big = sg.SglangAdapter(policy="lpm")  # an ample pool: the context binds, six tokens short of 8,192
+    assert big.claims.config.max_context_tokens == big.s.max_request_tokens == 8186
+    assert big.s.max_input_tokens == 8185  # SGLang refuses a prompt of max_req_input_len (8,186) or more
+    assert big.add_request(Request(4, "t", 0.0, 8000, 187)) == "too_long"
+    assert big.add_request(Request(5, "t", 0.0, 8186, 1)) == "too_long"  # SGLang would abort it with an error
+    assert big.add_request(Request(6, "t", 0.0, 8185, 1)) is None  # the longest prompt SGLang takes
+
+
+@needs_sglang
+def test_the_longest_prompt_the_adapter_lets_through_finishes_on_sglang():
+    """The boundary pattern found the adapter one token generous: a prompt of exactly
+    max_req_input_len went to SGLang, which aborted it with an error and still put it in a
+    batch (NO-LOSS and KV-CONSERVE on the adapter's books).  At the limit it now runs."""
+    from tenantry.model.workload import Request, Workload
+    from tenantry.verify.run import verify_workload
+
+    a = sg.SglangAdapter(policy="lpm")
+    limit = a.s.max_input_tokens
+    v = verify_workload(lambda: sg.SglangAdapter(policy="lpm"), Workload((
+        Request(0, "t", 0.0, limit, 1), Request(1, "t", 0.0, limit + 1, 1), Request(2, "t", 0.0, 100, 3))),
+        timeout_s=None, determinism=False)
+    assert v.ok, v.render()
+    out = {r.request_id: (r.outcome, r.reason) for r in v.history.requests}
+    assert out == {0: ("finished", None), 1: ("rejected", "too_long"), 2: ("finished", None)}
 
 
 @needs_sglang

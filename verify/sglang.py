@@ -515,21 +515,25 @@ class SglangScheduler:
     @property
     def max_request_tokens(self) -> int:
         """The most prompt + output tokens the adapter lets through to SGLang as within
-        the context: ``context_len - 5``.  SGLang has two limits: an output is clipped
+        the context: ``context_len - 6``.  SGLang has two limits: an output is clipped
         past ``max_req_len - 1`` prompt + output tokens (``max_req_len`` is at most
         ``context_len - 1``, ``TpModelWorker``; ``Scheduler.init_req_max_new_tokens``),
-        and a prompt over ``max_req_input_len = max_req_len - 5`` is refused with an
-        error.  One total limit covers both: with at least one output token, a total of
-        ``context_len - 5`` keeps the prompt within ``context_len - 6``; the three
-        totals above it that SGLang would run are refused ``too_long`` (conservative).
-        A smaller pool lowers ``max_req_len`` too: that part is ``too_large``."""
-        return int(self.model_config.context_len) - 5
+        and a prompt of ``max_req_input_len = max_req_len - 5`` tokens *or more* is
+        refused with an error (``validate_input_length`` compares with ``>=``; its
+        message says the input "exceeds" the maximum when it equals it).  One total
+        limit covers both: with at least one output token, a total of
+        ``context_len - 6`` keeps the prompt within ``context_len - 7 =
+        max_req_input_len - 1``; the four totals above it that SGLang would run are
+        refused ``too_long`` (conservative).  A smaller pool lowers ``max_req_len``
+        too: that part is ``too_large``."""
+        return int(self.model_config.context_len) - 6
 
     @property
     def max_input_tokens(self) -> int:
-        """The longest prompt SGLang takes (``max_req_input_len``: ``max_req_len - 5``; a
-        pool smaller than the context lowers it)."""
-        return int(self._sched.max_req_input_len)
+        """The longest prompt SGLang takes: ``max_req_input_len - 1`` (it refuses a prompt of
+        ``max_req_input_len = max_req_len - 5`` tokens or more; a pool smaller than the
+        context lowers it)."""
+        return int(self._sched.max_req_input_len) - 1
 
     def max_output_tokens(self, prompt_tokens: int, output_tokens: int) -> int | None:
         """What SGLang's admission leaves of ``output_tokens`` (its own
@@ -829,7 +833,7 @@ class SglangAdapter:
                                  token_budget=replica["token_budget"], policy="fcfs" if priority else policy,
                                  priority=priority, prefix_cache=cache != "off", overlap=overlap,
                                  max_model_len=replica["max_context_tokens"], conservativeness=conservativeness)
-        # the context the claims state is one SGLang enforces (max_request_tokens: 5 tokens short of it)
+        # the context the claims state is one SGLang enforces (max_request_tokens: 6 tokens short of it)
         self.max_context_tokens = self.s.max_request_tokens
         ordered = policy in ("fcfs", "priority") or cache == "off"
         if not priority:
