@@ -99,6 +99,24 @@ class Study:
     run: Callable[..., StudyResult]
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no screen)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_png(fig: Any, path: Path) -> None:
+    """Write ``fig`` to ``path`` as a PNG (100 dpi, no software stamp, so the bytes follow the
+    figure only) and close it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    pyplot().close(fig)
+
+
 # --- seed-001: the lesson's "Try it" experiments ------------------------------------------------
 
 
@@ -234,10 +252,7 @@ def _why(ref: dict) -> str:
 
 def _bar_plot(path: Path, labels: Sequence[str], before: Sequence[float], after: Sequence[float], title: str,
               normalise: bool = False) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     b = np.array(before, dtype=float)
@@ -252,9 +267,7 @@ def _bar_plot(path: Path, labels: Sequence[str], before: Sequence[float], after:
     ax.set_xticks(x, labels, fontsize=7)
     ax.set_title(title, fontsize=9)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
+    save_png(fig, path)
 
 
 # --- abuse: the check matrix as a heat map --------------------------------------------------------
@@ -318,10 +331,7 @@ def abuse_study(quick: bool = False, seed: int = 0, source: Any = None,
               f"{sum(1 for v in grid.values() if v >= 10)} of {len(grid)} cells inflate it 10x or more.")
 
     def plot(path: Path) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
         import numpy as np
 
         m = np.array([[math.log10(max(_num(grid.get((s, p))), 1e-3)) for p in patterns] for s in setups])
@@ -337,9 +347,7 @@ def abuse_study(quick: bool = False, seed: int = 0, source: Any = None,
                         color="white" if m[i, j] > 1 else "black")
         fig.colorbar(im, ax=ax).set_label("log10 of the victims' TTFT p99 inflation", fontsize=7)
         ax.set_title("what each pattern does to the other tenants' TTFT p99", fontsize=9)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100, metadata={"Software": None})
-        plt.close(fig)
+        save_png(fig, path)
 
     return StudyResult("abuse", ABUSE_QUESTION, answer, worst, (table,), (("heatmap", plot),),
                        (f"source: {origin}; a cell's value is its worst workload's victims' TTFT p99 with the "

@@ -15,7 +15,7 @@ from tenantry.model.simulate import simulate
 from tenantry.model.traces import seed001_workload
 from tenantry.model.workload import Workload
 
-from .studies import BATCH_QUESTION, COST_QUESTION, THRASH_QUESTION, StudyResult, Table
+from .studies import BATCH_QUESTION, COST_QUESTION, THRASH_QUESTION, StudyResult, Table, pyplot, save_png
 
 
 # --- thrash: evictions under realistic load, against the eviction_thrash pattern ----------------------
@@ -115,10 +115,7 @@ def thrash_study(quick: bool = False, seed: int = 0, source: Any = None,
               f"evictions per sequence at any load is {max((r[5] for r in calm), default=0):.2f}.")
 
     def plot(path: Path) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
 
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
         for ax, replica in zip(axes, ("small", "default")):
@@ -133,9 +130,7 @@ def thrash_study(quick: bool = False, seed: int = 0, source: Any = None,
         for a in adv:
             axes[0].axhline(a[2], color="grey", lw=0.8, ls=":")
         axes[0].legend(fontsize=6)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100, metadata={"Software": None})
-        plt.close(fig)
+        save_png(fig, path)
 
     return StudyResult("thrash", THRASH_QUESTION, answer, table, (pattern,), (("evictions", plot),), (
         "replicas: default = 70B on 8 H100s (SPEC 4.7); small = the check matrix's (its pool, batch and context); "
@@ -263,10 +258,7 @@ def accounting_cost_study(quick: bool = False, seed: int = 0, source: Any = None
               f"{worst[0]} at {worst[1]:,} tenants and {worst[2]} running, {worst[7]:.1%} of its decode step.")
 
     def plot(path: Path) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
 
         fig, axes = plt.subplots(1, len(running_grid), figsize=(3.2 * len(running_grid), 3.2), sharey=True)
         for ax, running in zip(axes, running_grid):
@@ -280,9 +272,7 @@ def accounting_cost_study(quick: bool = False, seed: int = 0, source: Any = None
             ax.set_title(f"{running} running", fontsize=9)
         axes[0].set_ylabel("host us per step")
         axes[0].legend(fontsize=6)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100, metadata={"Software": None})
-        plt.close(fig)
+        save_png(fig, path)
 
     return StudyResult("accounting-cost", COST_QUESTION, answer, head, (table,), (("cost", plot),), (
         "host: wall-clock microseconds on this machine, best of 3 (not deterministic: the counts are); the "
@@ -386,10 +376,7 @@ def batch_size_study(quick: bool = False, seed: int = 9, source: Any = None,
               + ".")
 
     def plot(path: Path) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
 
         names = list(dict.fromkeys(r[0] for r in rows))
         fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3.2))
@@ -406,9 +393,7 @@ def batch_size_study(quick: bool = False, seed: int = 9, source: Any = None,
             ax.set_title(f"{trace} (labels: tenants within SLO)", fontsize=8)
         axes[0].set_ylabel("tokens/s finished in the window")
         axes[0].legend(fontsize=6)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100, metadata={"Software": None})
-        plt.close(fig)
+        save_png(fig, path)
 
     return StudyResult("batch-size", BATCH_QUESTION, answer, headline, (table,), (("batch", plot),), (
         f"replica: {'the configuration in ' + str(source) if source else 'the default (SPEC 4.7) with a pool of '}"
