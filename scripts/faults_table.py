@@ -17,13 +17,12 @@ For each entry it runs, from ``examples/``::
   the whole verification;
 * witness: a stored workload that shows the expected invariant: the stateful
   extra's workload (shrunk by tenantry for that invariant) when it shows it
-  again with the workload's own tenants, or a cell's workload
-  whose own replay showed it, shrunk here with tenantry's shrinker
-  (``tenantry.verify.suite.shrink_finding``) because tenantry shrinks a cell only
-  for its objective; when the invariant was seen only in a search candidate
-  (whose workload the report does not keep), the pattern's default scenario if
-  that was the candidate (candidate 0 of the random and evolution searches),
-  regenerated and shrunk the same way; otherwise none;
+  again with the workload's own tenants, else tenantry's own witness of a cell
+  (``finding-<ID>.jsonl``: the workload it broke on, shrunk by tenantry on that
+  invariant), the smallest that shows it; for reports older than those
+  witnesses, a cell's workload or the pattern's default scenario (candidate 0
+  of the random and evolution searches) shrunk here with tenantry's shrinker
+  (``tenantry.verify.suite.shrink_finding``); otherwise none;
 * replay OK: ``tenantry verify --target T --workload <witness> --horizon-s 16``
   (the cells' replay command on the shrunk workload) reports the expected
   invariant again.  That command compares two runs in one process, so for
@@ -166,7 +165,11 @@ def read_report(folder: Path) -> dict:
         found[inv][1] += 1
         first_s.setdefault(inv, timing["wall_s"])  # the stateful extra runs after every cell
         stateful = (inv, int(hit.group(2)), int(hit.group(3)), Path(hit.group(4)))
+    # tenantry's own witnesses: each broken invariant's workload, shrunk on it (finding-<ID>.jsonl)
+    witnesses = {inv: sorted(folder.glob(f"cells/*/*/finding-{inv}.jsonl"), key=lambda p: sum(1 for _ in open(p)))
+                 for inv in found}
     return {"found": found, "direct": direct, "candidate_only": candidate_only, "stateful": stateful,
+            "witnesses": witnesses,
             "stateful_text": text, "first_s": first_s, "wall_s": timing["wall_s"]}
 
 
@@ -199,24 +202,29 @@ def pick_witness(e: dict, rep: dict, inv: str, timeout_s: float) -> tuple[object
         # workload's own, in the order they appear, and a finding that follows the tenant order is lost
         if inv in invariants_on(e["target"], wl, want, timeout_s):
             return wl, f"stateful extra, shrunk by tenantry from {st[1]} to {st[2]} requests"
+    for path in rep.get("witnesses", {}).get(inv, []):  # tenantry already shrank it on this invariant
+        wl = read_workload_jsonl(path)
+        if inv in invariants_on(e["target"], wl, want, timeout_s):
+            return wl, f"tenantry's witness of cell {path.parent.name} ({len(wl)} requests)"
+
+    def shrunk(wl):  # reports older than tenantry's per-invariant witnesses
+        return shrink_finding(lambda w: checked(e["target"], w, want, timeout_s), inv, wl,
+                              max_evaluations=SHRINK_EVALUATIONS)
+
     cells = rep["direct"].get(inv, [])
     for path in sorted(cells, key=lambda p: sum(1 for _ in open(p))):
         wl = read_workload_jsonl(path)
         if inv not in invariants_on(e["target"], wl, want, timeout_s):
             continue
-        small = shrink_finding(lambda w: checked(e["target"], w, want, timeout_s), inv, wl,
-                               max_evaluations=SHRINK_EVALUATIONS)
-        return small, (f"cell {path.parent.name} ({len(wl)} requests), shrunk by this script with tenantry's "
-                       f"shrinker ({SHRINK_EVALUATIONS} evaluations at most)")
+        return shrunk(wl), (f"cell {path.parent.name} ({len(wl)} requests), shrunk by this script with tenantry's "
+                            f"shrinker ({SHRINK_EVALUATIONS} evaluations at most)")
     for pattern, search, index in rep["candidate_only"].get(inv, []):
         if index != 0 or search not in ("random", "evolution"):
             continue
         wl = default_scenario(e["target"], pattern)  # candidate 0 of these searches is the pattern's defaults
         if inv not in invariants_on(e["target"], wl, want, timeout_s):
             continue
-        small = shrink_finding(lambda w: checked(e["target"], w, want, timeout_s), inv, wl,
-                               max_evaluations=SHRINK_EVALUATIONS)
-        return small, (f"{pattern} at its defaults ({search} candidate 0, {len(wl)} requests), regenerated and "
+        return shrunk(wl), (f"{pattern} at its defaults ({search} candidate 0, {len(wl)} requests), regenerated and "
                        f"shrunk by this script with tenantry's shrinker ({SHRINK_EVALUATIONS} evaluations at most)")
     if inv in rep["candidate_only"]:
         where = ", ".join(f"{p}: {s} candidate {i}" for p, s, i in rep["candidate_only"][inv][:3])
