@@ -25,8 +25,9 @@ For each entry it runs, from ``examples/``::
   (``tenantry.verify.suite.shrink_finding``); otherwise none;
 * replay OK: ``tenantry verify --target T --workload <witness> --horizon-s 16``
   (the cells' replay command on the shrunk workload) reports the expected
-  invariant again.  That command compares two runs in one process, so for
-  DETERMINISM the witness is also judged as the matrix judges it
+  invariant again (it re-runs the workload in a fresh process with another
+  ``PYTHONHASHSEED`` too); for DETERMINISM the witness is also judged as the
+  matrix judges it
   (:meth:`tenantry.verify.run.TargetSystem.checked`: a fresh process with
   another ``PYTHONHASHSEED``); this script re-executes itself with
   ``PYTHONHASHSEED=2`` so that this check is the same on every run, while the
