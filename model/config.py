@@ -188,6 +188,11 @@ class OrderConfig:
         aging_rate_per_s: tiers gained per second of waiting (policy ``aging``).
         tier_floors: for ``floors``, the guaranteed share of each tier, as a
             tuple indexed by tier (sums to at most 1).
+        strict_tiers: tiers as strict lanes under any policy: the policy picks
+            among the backlogged tenants of the best (lowest-numbered) tier
+            that can go in this step, and a lower tier only when none of them
+            can (the gateway lab's interactive and batch lanes; SPEC.md 4.3).
+            The policy ``priority`` is FCFS with strict tiers.
         guard_steps, guard_wait_s: the starvation guard (SPEC.md 4.3).  A ready
             queue head is *overdue* once it has waited ``guard_steps`` steps
             since it became ready, or (never scheduled) ``guard_wait_s``
@@ -206,6 +211,7 @@ class OrderConfig:
     drr_reset_when_idle: bool = True
     aging_rate_per_s: float = attrs.field(default=1.0, validator=_positive)
     tier_floors: tuple[float, ...] = attrs.field(default=(0.8, 0.2), converter=tuple)
+    strict_tiers: bool = False
     guard_steps: int | None = attrs.field(default=None, validator=_positive_int)
     guard_wait_s: float | None = attrs.field(default=None, validator=_positive)
 
@@ -238,6 +244,21 @@ class AdmissionConfig:
         kv_watermarks: fraction of the pool in use above which a tier's arrivals
             are refused with ``kv_watermark``, as a tuple indexed by tier; empty
             disables.  Tiers past the end use the last value.
+        kv_watermark_queued: the watermark also counts queued work, as the
+            gateway lab of the seed documents does: a tier-t arrival is refused
+            when blocks in use + the blocks (``blocks_for(prompt + output)``)
+            of every never-scheduled request queued by tenants of tiers 0..t +
+            its own blocks exceed the watermark x ``num_blocks`` (SPEC.md 4.2).
+        wait_limits_s: estimated-wait shedding: most estimated queue wait
+            (seconds) of a tier's arrivals, as a tuple indexed by tier (past
+            the end: the last value); empty disables.  The estimate of a
+            tier-t arrival is the service tokens (``order.w_in`` x prompt +
+            ``order.w_out`` x output, the request's max tokens) of every
+            never-scheduled request queued by tier-t tenants, divided by
+            ``wait_service_rate_tokens_per_s``; over the limit, the arrival is
+            refused ``estimated_wait`` with retry-after = estimate - limit.
+        wait_service_rate_tokens_per_s: the service rate (service tokens per
+            second) the estimate divides by; needed with ``wait_limits_s``.
         slot_cap: enforce each tenant's ``max_running_seqs`` and the tier caps
             below (in scheduling: a head over a cap is skipped, SPEC.md 4.3).
         tier_slot_caps: most sequences of a tier's tenants in the batch at
@@ -260,6 +281,9 @@ class AdmissionConfig:
     slot_cap: bool = True
     tier_slot_caps: tuple[int, ...] = attrs.field(default=(), converter=tuple)
     reserve_output: bool = False
+    kv_watermark_queued: bool = False
+    wait_limits_s: tuple[float, ...] = attrs.field(default=(), converter=tuple)
+    wait_service_rate_tokens_per_s: float | None = attrs.field(default=None, validator=_positive)
 
     @tier_slot_caps.validator
     def _check_tier_slot_caps(self, attribute: attrs.Attribute, value: tuple) -> None:
@@ -270,6 +294,17 @@ class AdmissionConfig:
     def __attrs_post_init__(self) -> None:
         if self.reserve_output and not self.token_bucket:
             raise ConfigError("reserve_output", True, "reserving output needs token_bucket = true")
+        if self.wait_limits_s and self.wait_service_rate_tokens_per_s is None:
+            raise ConfigError("wait_service_rate_tokens_per_s", None,
+                              "estimated-wait shedding (wait_limits_s) needs the service rate it divides by")
+        if self.kv_watermark_queued and not self.kv_watermarks:
+            raise ConfigError("kv_watermark_queued", True, "counting queued blocks needs kv_watermarks")
+
+    @wait_limits_s.validator
+    def _check_wait_limits(self, attribute: attrs.Attribute, value: tuple) -> None:
+        for w in value:
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0:
+                raise ConfigError("wait_limits_s", value, "each tier's wait limit must be a positive number of seconds")
 
     @kv_watermarks.validator
     def _check_watermarks(self, attribute: attrs.Attribute, value: tuple) -> None:

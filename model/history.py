@@ -39,10 +39,11 @@ REJECT_REASONS = (
     "token_bucket",      # token bucket empty
     "queue_full",        # tenant queue at its bound
     "kv_watermark",      # pool above the tier's watermark
+    "estimated_wait",    # the tier's estimated queue wait over its limit
     "evicted_too_often", # preempted max_evictions times and chosen again
 )
 #: The reasons given at admission (a refusal before the request was ever queued).
-ADMISSION_REASONS = REJECT_REASONS[:6]
+ADMISSION_REASONS = tuple(r for r in REJECT_REASONS if r != "evicted_too_often")
 #: Reasons of a ``preempted`` event: ``priority`` when a waiting higher tier took
 #: the victim's place (``eviction.preempt_for_priority``, SPEC.md 4.5); no reason
 #: when the victim made room for a running sequence.

@@ -149,6 +149,35 @@ def step(config: Config, state: State, inputs: StepInput = StepInput(),
     return s.result()
 
 
+def strict_tier_candidates(cfg: Config, avail: set[int]) -> set[int]:
+    """The tenants of ``avail`` in its best (lowest-numbered) tier: with
+    ``order.strict_tiers`` the order policy picks among these only, and a lower tier
+    is served only when none of them can go in this step (SPEC.md 4.3)."""
+    best = min(cfg.tenants[j].tier for j in avail)
+    return {j for j in avail if cfg.tenants[j].tier == best}
+
+
+def queued_blocks(cfg: Config, tenants: list[TenantState], tier: int) -> int:
+    """KV blocks (``blocks_for(prompt + output)`` each) of the never-scheduled requests
+    queued by tenants of tiers 0..``tier``: the queued work a ``kv_watermark_queued``
+    watermark counts (SPEC.md 4.2; the seeds' gateway lab counts the same)."""
+    return sum(cfg.blocks_for(q.request.total_tokens)
+               for tc, t in zip(cfg.tenants, tenants) if tc.tier <= tier
+               for q in t.queue if q.never_scheduled)
+
+
+def estimated_wait_s(cfg: Config, tenants: list[TenantState], tier: int) -> float:
+    """Estimated queue wait (seconds) of a tier-``tier`` arrival: the service tokens
+    (``w_in`` x prompt + ``w_out`` x output, output = the request's max tokens) of the
+    never-scheduled requests queued by that tier's tenants, over
+    ``admission.wait_service_rate_tokens_per_s`` (SPEC.md 4.2)."""
+    o = cfg.order
+    pending = sum(o.w_in * q.request.prompt_tokens + o.w_out * q.request.output_tokens
+                  for tc, t in zip(cfg.tenants, tenants) if tc.tier == tier
+                  for q in t.queue if q.never_scheduled)
+    return pending / cfg.admission.wait_service_rate_tokens_per_s
+
+
 class Step:
     """One step in progress: a mutable scratch copy of the state, and the phases.
 
@@ -234,6 +263,14 @@ class Step:
         if tc.request_rate_per_s is not None:
             changes["bucket_requests"] = min(tc.request_burst, t.bucket_requests + tc.request_rate_per_s * dt)
         return self._set(i, **changes)
+
+    def _queued_blocks(self, tier: int) -> int:
+        """:func:`queued_blocks` of this step's state (a method, so a mutant can replace it)."""
+        return queued_blocks(self.cfg, self.tenants, tier)
+
+    def _estimated_wait_s(self, tier: int) -> float:
+        """:func:`estimated_wait_s` of this step's state (a method, so a mutant can replace it)."""
+        return estimated_wait_s(self.cfg, self.tenants, tier)
 
     def _cap(self, i: int) -> int | None:
         return self.cfg.tenants[i].kv_block_cap if self.cfg.admission.kv_cap else None
@@ -401,8 +438,16 @@ class Step:
             return self._reject(r, i, "queue_full", self.st.last_step_s * max(1, t.fresh_queued), t_s)
         if adm.kv_watermarks:
             wm = adm.kv_watermarks[min(tc.tier, len(adm.kv_watermarks) - 1)]
-            if self.used >= wm * cfg.num_blocks:
+            if adm.kv_watermark_queued:
+                if self.used + self._queued_blocks(tc.tier) + need > wm * cfg.num_blocks:
+                    return self._reject(r, i, "kv_watermark", self.st.last_step_s, t_s)
+            elif self.used >= wm * cfg.num_blocks:
                 return self._reject(r, i, "kv_watermark", self.st.last_step_s, t_s)
+        if adm.wait_limits_s:
+            limit = adm.wait_limits_s[min(tc.tier, len(adm.wait_limits_s) - 1)]
+            wait = self._estimated_wait_s(tc.tier)
+            if wait > limit:
+                return self._reject(r, i, "estimated_wait", wait - limit, t_s)
         salt = None if cfg.prefix_cache == "shared" else tc.salt
         keys = self._prefix_keys(r, salt) if cfg.prefix_cache != "off" else ()
         seq = Sequence(request=r, tenant=i, arrival_seq=self.next_seq, admitted_step=self.k,
@@ -511,14 +556,19 @@ class Step:
             return
         avail = set(self.backlogged)  # backlogged and not blocked in this step
         while avail and len(self.running) < cfg.max_num_seqs and self.budget > 0:
-            view = self._view(avail)
+            cands = strict_tier_candidates(cfg, avail) if cfg.order.strict_tiers else avail
+            memo = cands is avail  # the key memo needs a candidate set that only shrinks (KeyMemo)
+            view = self._view(cands, memo)
             i = policy.select(view)
             if i is None and policy.refill is not None:
                 for j, d in policy.refill(view).items():
                     self._set(j, deficit=d)
-                i = policy.select(self._view(avail))
+                i = policy.select(self._view(cands, memo))
             if i is None:
-                return
+                if cands is avail:
+                    return
+                avail -= cands  # nothing of this tier can go: the next tier's turn
+                continue
             if not self._admit_head(i) or not self.tenants[i].queue:
                 avail.discard(i)
 
@@ -553,9 +603,9 @@ class Step:
         self.reserved = guard_reservation(view)
         return self.reserved is not None
 
-    def _view(self, cands: set[int]) -> SelectView:
+    def _view(self, cands: set[int], memo: bool = True) -> SelectView:
         return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional,
-                          self.backlogged, self._keys, self.k)
+                          self.backlogged, self._keys if memo else None, self.k)
 
     def _admit_head(self, i: int) -> bool:
         """Move tenant i's first ready sequence into the batch; False if none is ready or it does not fit."""

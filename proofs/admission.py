@@ -47,7 +47,6 @@ import z3
 from z3 import And, Bool, If, Implies, Int, Not, Or, Real, Store
 
 from tenantry.model.config import AdmissionConfig, Config, CostConfig, OrderConfig, TenantConfig
-from tenantry.model.history import ADMISSION_REASONS
 from tenantry.model.simulate import simulate
 from tenantry.model.workload import Request
 from tenantry.testing.mutants import BucketChargesRejected
@@ -60,8 +59,11 @@ from .core import Domain, Proof, Replay, Twin, bool_array, implies_all, int_arra
 FAMILY = "admission"
 
 #: Codes of an arrival's answer: the admission reasons in cascade order, then ``queued``.
+#: The encoding covers the cascade with ``kv_watermark_queued`` off and no
+#: ``wait_limits_s`` (its domain, see :func:`arrive`); ``estimated_wait`` is judged
+#: by the catalog only (SPEC.md 8.10).
 TOO_LONG, TOO_LARGE, RATE_LIMIT, TOKEN_BUCKET, QUEUE_FULL, KV_WATERMARK, QUEUED = range(7)
-ANSWERS = ADMISSION_REASONS + ("queued",)
+ANSWERS = ("too_long", "too_large", "rate_limit", "token_bucket", "queue_full", "kv_watermark", "queued")
 
 
 # --- the buckets -------------------------------------------------------------------------

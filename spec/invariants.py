@@ -135,7 +135,8 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
     _inv("FCFS-TIER", "within a tier, requests are first scheduled in admission order (past one that surely "
          "did not fit)", "7.2", _pol("fcfs"), history=C.h_fcfs_tier, needs=_HELD),
     _inv("TIER-ORDER", "no request is first scheduled while a higher tier's earlier request waits and surely "
-         "fits", "7.2", _pol("priority"), history=C.h_tier_order, needs=_HELD),
+         "fits", "7.2", lambda c: c.order.policy == "priority" or c.order.strict_tiers, history=C.h_tier_order,
+         needs=_HELD),
     _inv("TOKEN-BUCKET", "bucket moves by refill minus admitted and produced tokens; admitted prompts in any "
          "window <= burst + rate*T", "7.3",
          lambda c: c.admission.token_bucket and any(t.token_rate_per_s is not None for t in c.tenants),

@@ -48,8 +48,11 @@ def h_refusal_truth(h: HistoryContext) -> list[Finding]:
     (the token bucket held less than the prompt, plus the output with
     ``reserve_output``, or that charge exceeds the burst),
     ``queue_full`` (the tenant's never-scheduled queue at its bound),
-    ``kv_watermark`` (blocks in use at or above the tier's watermark),
-    ``evicted_too_often`` (max_evictions evictions so far).  The buckets and
+    ``kv_watermark`` (blocks in use at or above the tier's watermark; with
+    ``kv_watermark_queued``, blocks in use + the blocks of never-scheduled
+    requests queued in tiers 0..t + its own over it), ``estimated_wait`` (the
+    service tokens queued never-scheduled in its tier over the service rate
+    exceed the tier's limit), ``evicted_too_often`` (max_evictions evictions so far).  The buckets and
     the queue are recomputed from the configuration and the records; a bucket
     charged by a byte-length estimate is not judged."""
     cfg, adm, out = h.config, h.config.admission, []
@@ -64,12 +67,14 @@ def h_refusal_truth(h: HistoryContext) -> list[Finding]:
     for v in h.views:
         s, k, t0 = v.record, v.record.step_index, v.record.start_s
         fresh: dict[str, int] = {}
+        fresh_ids = set(prev_fresh)  # never-scheduled queued requests, as arrivals see them
         for rid in prev_fresh:
             fresh[h.requests[rid].tenant] = fresh.get(h.requests[rid].tenant, 0) + 1
         for rid, computed in v.cancelled:
             r = h.requests.get(rid)
             if r is not None and rid in prev_fresh:
                 fresh[r.tenant] -= 1
+                fresh_ids.discard(rid)
             if r is not None and reserve and r.tenant in tok_b and r.admitted_step is not None:
                 _give_back(tok_b[r.tenant], t0, r.output_tokens - r.tokens_generated)
         used -= h.cancel_freed(v, prev)
@@ -80,6 +85,7 @@ def h_refusal_truth(h: HistoryContext) -> list[Finding]:
             tc = h.tenant_cfg.get(r.tenant)
             if answer == "queued":
                 fresh[r.tenant] = fresh.get(r.tenant, 0) + 1
+                fresh_ids.add(rid)
                 if r.tenant in req_b and adm.request_rate_limit:
                     req_b[r.tenant].at(t0)
                     req_b[r.tenant].level -= 1.0
@@ -87,7 +93,7 @@ def h_refusal_truth(h: HistoryContext) -> list[Finding]:
                     tok_b[r.tenant].at(t0)
                     tok_b[r.tenant].level -= r.prompt_tokens + (r.output_tokens if reserve else 0)
                 continue
-            why = _false_refusal(h, r, tc, answer, t0, req_b, tok_b, fresh, used, judge_tokens)
+            why = _false_refusal(h, r, tc, answer, t0, req_b, tok_b, fresh, fresh_ids, used, judge_tokens)
             if why:
                 out.append(_f("REFUSAL-TRUTH", k, f"request {rid} was refused {answer!r}, but {why[0]}", why[1],
                               why[2], [r.tenant], [rid]))
@@ -111,7 +117,7 @@ def h_refusal_truth(h: HistoryContext) -> list[Finding]:
     return out
 
 
-def _false_refusal(h: HistoryContext, r, tc, reason: str, t0: float, req_b, tok_b, fresh, used: int,
+def _false_refusal(h: HistoryContext, r, tc, reason: str, t0: float, req_b, tok_b, fresh, fresh_ids, used: int,
                    judge_tokens: bool) -> tuple[str, object, object] | None:
     """Why refusing ``r`` with ``reason`` at a step starting at ``t0`` was false: (why, observed, allowed) or None."""
     cfg, adm = h.config, h.config.admission
@@ -148,13 +154,43 @@ def _false_refusal(h: HistoryContext, r, tc, reason: str, t0: float, req_b, tok_
     if reason == "kv_watermark":
         if not adm.kv_watermarks:
             return "no KV watermark is configured", reason, "no kv_watermark refusal"
-        wm = adm.kv_watermarks[min(tc.tier if tc is not None else 0, len(adm.kv_watermarks) - 1)]
+        tier = tc.tier if tc is not None else 0
+        wm = adm.kv_watermarks[min(tier, len(adm.kv_watermarks) - 1)]
+        if adm.kv_watermark_queued:
+            queued = sum(cfg.blocks_for(q.prompt_tokens + q.output_tokens) for q in _queued(h, fresh_ids)
+                         if _tier(h, q.tenant) <= tier)
+            occ = used + queued + cfg.blocks_for(total)
+            return None if occ > wm * cfg.num_blocks - EPS else (
+                f"{used} blocks in use + {queued} queued in tiers 0..{tier} + its {cfg.blocks_for(total)} were "
+                f"{occ}, within the watermark of {wm:g} x {cfg.num_blocks}", occ, f"> {wm * cfg.num_blocks:g}")
         return None if used >= wm * cfg.num_blocks - EPS else (
             f"{used} blocks were in use, under the watermark of {wm:g} x {cfg.num_blocks}", used,
             f">= {wm * cfg.num_blocks:g}")
+    if reason == "estimated_wait":
+        if not adm.wait_limits_s:
+            return "no wait limit is configured", reason, "no estimated_wait refusal"
+        tier = tc.tier if tc is not None else 0
+        limit = adm.wait_limits_s[min(tier, len(adm.wait_limits_s) - 1)]
+        o = cfg.order
+        pending = sum(o.w_in * q.prompt_tokens + o.w_out * q.output_tokens for q in _queued(h, fresh_ids)
+                      if _tier(h, q.tenant) == tier)
+        wait = pending / adm.wait_service_rate_tokens_per_s
+        return None if wait > limit - EPS else (
+            f"its tier's {pending:g} queued service tokens estimate a wait of {wait:.6g}s, within the limit of "
+            f"{limit:g}s", wait, f"> {limit:g}")
     if reason == "evicted_too_often":
         return "it was never admitted, so never evicted", reason, "an admitted request"
     return None
+
+
+def _queued(h: HistoryContext, ids) -> list:
+    """The request records of ``ids`` (never-scheduled queued requests), in id order."""
+    return [h.requests[rid] for rid in sorted(ids) if rid in h.requests]
+
+
+def _tier(h: HistoryContext, tenant: str) -> int:
+    tc = h.tenant_cfg.get(tenant)
+    return tc.tier if tc is not None else 0
 
 
 def h_request_rate(h: HistoryContext) -> list[Finding]:

@@ -25,7 +25,7 @@ from tenantry.model.config import (
     AdmissionConfig, Config, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
 )
 from tenantry.model.state import prefix_keys
-from tenantry.model.step import Step
+from tenantry.model.step import Step, estimated_wait_s, queued_blocks
 
 
 @attrs.frozen
@@ -417,6 +417,32 @@ class GuardIgnored(Step):
         return False
 
 
+class StrictTiersIgnored(Step):
+    """``strict_tiers`` is ignored: the policy picks across every tier."""
+
+    def schedule_waiting(self):
+        cfg = self.cfg
+        self.cfg = attrs.evolve(cfg, order=attrs.evolve(cfg.order, strict_tiers=False))
+        try:
+            super().schedule_waiting()
+        finally:
+            self.cfg = cfg
+
+
+class WaitCountsEveryTier(Step):
+    """Estimated-wait shedding counts the queued work of every tier, not the arrival's own."""
+
+    def _estimated_wait_s(self, tier):
+        return sum(estimated_wait_s(self.cfg, self.tenants, t) for t in {tc.tier for tc in self.cfg.tenants})
+
+
+class WatermarkCountsEveryTier(Step):
+    """A queued-blocks watermark counts the queued blocks of every tier, lower ones too."""
+
+    def _queued_blocks(self, tier):
+        return queued_blocks(self.cfg, self.tenants, max(tc.tier for tc in self.cfg.tenants))
+
+
 # --- configurations in which the bugs show --------------------------------------------
 
 
@@ -533,6 +559,21 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("guard_ignored", ("GUARD",), "the starvation guard never stops filling for an overdue head",
            GuardIgnored, _cfg("fcfs", ample=False, eviction=_TIGHT,
                               order=OrderConfig(policy="fcfs", guard_steps=3)), dict(big=True)),
+    Mutant("strict_tiers_ignored", ("TIER-ORDER",), "strict_tiers has no effect: DRR picks across tiers",
+           StrictTiersIgnored,
+           _cfg("drr_tokens", max_num_seqs=1, order=OrderConfig(policy="drr_tokens", drr_quantum=64.0,
+                                                                drr_carry_bound=128.0, strict_tiers=True)),
+           dict(bursty=True)),
+    Mutant("wait_counts_every_tier", ("REFUSAL-TRUTH",), "estimated-wait shedding counts every tier's queued "
+           "work", WaitCountsEveryTier,
+           _cfg("fcfs", max_num_seqs=1, admission=AdmissionConfig(wait_limits_s=(0.05,),
+                                                                  wait_service_rate_tokens_per_s=2000.0)),
+           dict(bursty=True)),
+    Mutant("watermark_counts_every_tier", ("REFUSAL-TRUTH",), "a queued-blocks KV watermark counts the queued "
+           "blocks of lower tiers too", WatermarkCountsEveryTier,
+           _cfg("fcfs", ample=False, max_num_seqs=1, admission=AdmissionConfig(kv_watermarks=(0.9,),
+                                                                               kv_watermark_queued=True)),
+           dict(bursty=True)),
     Mutant("evicts_without_need", ("EVICT-PROGRESS",), "the newest sequence is evicted whenever the pool is half "
            "full", EvictsWithoutNeed, _cfg("fcfs", ample=False, eviction=_TIGHT), dict(big=True)),
 )}

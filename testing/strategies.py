@@ -73,13 +73,15 @@ MAX_CONTEXT = 512
 
 
 @st.composite
-def configs(draw, policy: str | None = None):
+def configs(draw, policy: str | None = None, lanes: bool = True):
     """A small replica for every policy family (or ``policy``), with an ample or a tight pool:
     2-3 tenants of mixed weights and tiers, optional queue bounds, KV caps, batch-slot
     caps (per tenant and per tier) and token buckets (with or without output
     reservation), every victim policy and hysteresis setting (and preemption for
     priority under ``priority``), with or without the starvation guard, every prefix-cache
-    mode, unit-cost steps of 10 ms."""
+    mode, unit-cost steps of 10 ms.  With ``lanes`` (default), also the gateway lab's
+    mechanisms: strict tiers, KV watermarks per tier (counting queued blocks or not) and
+    estimated-wait shedding (False: none of them, for a reference that predates them)."""
     n = draw(st.integers(2, 3))
     bucket = draw(st.booleans())
     tenants = tuple(
@@ -97,7 +99,10 @@ def configs(draw, policy: str | None = None):
     pol = policy or draw(st.sampled_from(ORDER_POLICIES))
     order = OrderConfig(policy=pol, drr_quantum=draw(st.sampled_from((32.0, 128.0))), drr_carry_bound=256.0,
                         aging_rate_per_s=draw(st.sampled_from((1.0, 20.0))), tier_floors=(0.6, 0.4),
-                        guard_steps=draw(st.sampled_from((None, None, 3))))
+                        guard_steps=draw(st.sampled_from((None, None, 3))),
+                        strict_tiers=lanes and draw(st.sampled_from((False, False, True))))
+    watermarks = draw(st.sampled_from(((), (), (0.9, 0.5)))) if lanes else ()
+    shed = lanes and draw(st.sampled_from((False, False, True)))
     eviction = EvictionConfig(
         victim=draw(st.sampled_from(VICTIM_POLICIES)), min_free_blocks=draw(st.sampled_from((0, 0, 2))),
         cooldown_steps=draw(st.sampled_from((0, 2))), max_evictions=draw(st.sampled_from((None, 1, 3))),
@@ -108,7 +113,11 @@ def configs(draw, policy: str | None = None):
         token_budget=draw(st.sampled_from((16, 48, 64))), max_context_tokens=MAX_CONTEXT, order=order,
         admission=AdmissionConfig(token_bucket=bucket, kv_cap=draw(st.booleans()),
                                   tier_slot_caps=draw(st.sampled_from(((), (), (3, 1)))),
-                                  reserve_output=bucket and draw(st.booleans())),
+                                  reserve_output=bucket and draw(st.booleans()),
+                                  kv_watermarks=watermarks,
+                                  kv_watermark_queued=bool(watermarks) and draw(st.booleans()),
+                                  wait_limits_s=(0.05, 0.2) if shed else (),
+                                  wait_service_rate_tokens_per_s=2000.0 if shed else None),
         eviction=eviction, cost=CostConfig(mode="unit", unit_step_s=0.01),
         prefix_cache=draw(st.sampled_from(PREFIX_CACHE_MODES)),
     )

@@ -52,6 +52,19 @@ def test_invariant_holds_on_the_model(inv_id, data):
     assert not found, "\n".join(map(str, found))
 
 
+@pytest.mark.parametrize(("mutant", "inv_id"), [(m.name, k) for m in MUTANTS.values() for k in m.killers
+                                                if k not in ("DETERMINISM", "NONINTERFERENCE")])
+@settings(max_examples=15)
+@given(data=st.data())
+def test_clean_model_passes_each_mutants_killer_on_its_config(mutant, inv_id, data):
+    """The clean model on every mutant's configuration and workload shape passes the
+    invariants that kill that mutant (above, one mutant per invariant gets the full profile)."""
+    m = MUTANTS[mutant]
+    wl = data.draw(workloads(m.config, **m.shape), label="workload")
+    found = run_checked(m.config, wl, max_steps=300, ids=(inv_id,)).findings
+    assert not found, "\n".join(map(str, found))
+
+
 def test_finding_renders_one_line_and_round_trips_as_json():
     f = Finding("KV-CAP", 7, ("a",), (3, 4), 13, 12, "a tenant's sequences hold more blocks than its cap")
     assert f.render() == str(f) == ("KV-CAP step 7 tenant a requests 3, 4: a tenant's sequences hold more blocks "

@@ -106,7 +106,7 @@ def test_hypothesis_workloads_on_every_setup(data, setup):
 @settings(max_examples=200 if FULL else 40)
 @given(data=st.data())
 def test_hypothesis_workloads_on_every_policy_family(data):
-    cfg = data.draw(configs())
+    cfg = data.draw(configs(lanes=False))  # the frozen copy predates strict tiers, queued watermarks, wait shedding
     wl = data.draw(workloads(cfg, max_requests=20, big=data.draw(st.booleans()), long_outputs=True,
                              shared_prefixes=cfg.prefix_cache != "off", cancels=True, idle_gaps=True))
     assert_same_history(cfg, wl, horizon_s=60.0)
