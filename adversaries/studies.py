@@ -172,6 +172,22 @@ def seed001_study(quick: bool = False, seed: int = 9, source: Any = None,
         ("chat late, lift", lambda: _run(vtc, late, duration)),
         ("chat late, no lift", lambda: _run(apply_setup(base, "vtc_nolift"), late, duration)),
     ]
+    # The contended variant: app at 4x and chat at 100x the lesson's rates, so that every
+    # tenant asks more than an equal share and stays backlogged under VTC (the weights,
+    # w_out and the lift decide only between backlogged tenants).
+    c_dur = 30.0 if quick else 100.0
+    cwl = seed001_workload(seed=seed, duration_s=c_dur, rate_scale=CONTENDED)
+    clate = Workload(tuple(r for r in cwl if r.tenant != "chat" or r.arrival_s >= c_dur / 2))
+    cvtc = apply_setup(seed001_config(cwl.tenants), "vtc")
+    experiments += [
+        ("contended: vtc", lambda: _run(cvtc, cwl, c_dur)),
+        ("contended: chat weight 2", lambda: _run(_tenants(cvtc, weight={"chat": 2.0}), cwl, c_dur)),
+        ("contended: w_out = 1", lambda: _run(attrs.evolve(cvtc, order=attrs.evolve(cvtc.order, w_out=1.0)), cwl,
+                                              c_dur)),
+        ("contended: chat late, lift", lambda: _run(cvtc, clate, c_dur)),
+        ("contended: chat late, no lift", lambda: _run(apply_setup(seed001_config(cwl.tenants), "vtc_nolift"),
+                                                       clate, c_dur)),
+    ]
     runs = {"vtc": ref}
     for name, fn in experiments:
         log(name)
@@ -185,6 +201,9 @@ def seed001_study(quick: bool = False, seed: int = 9, source: Any = None,
     w2, qb, wo, rl, tb = (runs[k] for k in ("chat weight 2", "queue bound 50", "w_out = 1", "request-rate limit",
                                             "token-rate limit 20k/s"))
     lift, nolift = runs["chat late, lift"], runs["chat late, no lift"]
+    cref, cw2, cwo, clift, cnolift = (runs["contended: " + k] for k in (
+        "vtc", "chat weight 2", "w_out = 1", "chat late, lift", "chat late, no lift"))
+    others = lambda r: r["bulk"]["tokens_per_s"] + r["app"]["tokens_per_s"]
     rows = [
         ("1 chat weight 2", "chat TTFT p99 [s]", ref["chat"]["ttft_p99_s"], w2["chat"]["ttft_p99_s"], "lower",
          _agrees(w2["chat"]["ttft_p99_s"], ref["chat"]["ttft_p99_s"], "lower")),
@@ -203,6 +222,17 @@ def seed001_study(quick: bool = False, seed: int = 9, source: Any = None,
          _agrees(sum(r["tokens_per_s"] for r in tb.values()), sum(r["tokens_per_s"] for r in rl.values()), "higher")),
         ("5 chat late: no lift vs lift", "bulk/app worst TTFT p99 [s]", late_others(lift), late_others(nolift),
          "higher", _agrees(late_others(nolift), late_others(lift), "higher")),
+        ("1c chat weight 2 (contended)", "chat TTFT p99 [s]", cref["chat"]["ttft_p99_s"], cw2["chat"]["ttft_p99_s"],
+         "lower", _agrees(cw2["chat"]["ttft_p99_s"], cref["chat"]["ttft_p99_s"], "lower")),
+        ("1c chat weight 2 (contended)", "app tokens/s", cref["app"]["tokens_per_s"], cw2["app"]["tokens_per_s"],
+         "lower", _agrees(cw2["app"]["tokens_per_s"], cref["app"]["tokens_per_s"], "lower")),
+        ("3c w_out = 1 (contended)", "bulk / app tokens", share(cref), share(cwo), "changes",
+         _agrees(share(cwo), share(cref), "changes")),
+        ("5c chat late: no lift vs lift (contended)", "app TTFT p99 [s]", clift["app"]["ttft_p99_s"],
+         cnolift["app"]["ttft_p99_s"], "higher",
+         _agrees(cnolift["app"]["ttft_p99_s"], clift["app"]["ttft_p99_s"], "higher")),
+        ("5c chat late: no lift vs lift (contended)", "bulk + app tokens/s", others(clift), others(cnolift),
+         "lower", _agrees(others(cnolift), others(clift), "lower")),
     ]
     headline = Table("experiments", ("experiment", "measure", "before", "after", "lesson predicts", "model agrees"),
                      tuple(rows))
@@ -210,7 +240,10 @@ def seed001_study(quick: bool = False, seed: int = 9, source: Any = None,
     answer = (f"The model agrees with the lesson on {agree} of {len(rows)} predicted directions"
               + ("" if agree == len(rows) else ": not on " + "; ".join(
                   f"{r[0]} ({r[1]} {_cell(r[2])} -> {_cell(r[3])})" for r in rows if r[-1] != "yes"))
-              + ". " + _why(ref))
+              + ". " + _why(ref)
+              + (" In the contended variant, where every tenant stays backlogged, weight 2, w_out = 1 and the "
+                 "missing lift go the way the lesson predicts (rows 1c, 3c, 5c)."
+                 if all(r[-1] == "yes" for r in rows if "(contended)" in r[0]) else ""))
 
     def plot(path: Path) -> None:
         _bar_plot(path, [f"{r[0]}\n{r[1]}" for r in rows], [r[2] for r in rows], [r[3] for r in rows],
@@ -222,8 +255,14 @@ def seed001_study(quick: bool = False, seed: int = 9, source: Any = None,
          "and chat; each run's window is the workload's duration, its horizon three times that",
          "before: the lesson's VTC (setup vtc) unless the row says otherwise (experiment 4 compares the request-"
          "rate limit, setup rate_limit, with a token bucket of 20,000 tokens/s, burst 40,000, under VTC; "
-         "experiment 5 drops chat's requests of the first half and compares vtc_nolift with vtc)"))
+         "experiment 5 drops chat's requests of the first half and compares vtc_nolift with vtc)",
+         f"rows 1c, 3c, 5c: the contended variant, seed001_workload(seed={seed}, duration_s={c_dur:g}, "
+         f"rate_scale={CONTENDED}): {len(cwl)} requests, app at 4x and chat at 100x the lesson's rates, so that "
+         "every tenant stays backlogged under VTC, the condition under which a weight, w_out or the lift act"))
 
+
+#: Rate factors of the seed-001 study's contended variant (every tenant backlogged under VTC).
+CONTENDED = {"app": 4.0, "chat": 100.0}
 
 SEED001_QUESTION = ("Seed 001's 'Try it': what do a weight of 2 for chat, a queue bound of 50, w_out = 1, a "
                     "token-rate instead of a request-rate limit, and a late tenant without the counter lift do "

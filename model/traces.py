@@ -22,7 +22,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -507,16 +507,26 @@ def poisson_tenant(tenant: str, rate_per_s: float, prompt_tokens_mean: float, ou
 SEED001_TENANTS = {"bulk": (6.0, 8000, 500), "app": (3.0, 1500, 300), "chat": (0.5, 500, 150)}
 
 
-def seed001_workload(seed: int = 9, duration_s: float = 300.0) -> Workload:
+def seed001_workload(seed: int = 9, duration_s: float = 300.0,
+                     rate_scale: Mapping[str, float] | None = None) -> Workload:
     """The three-tenant "seed 001" workload (bulk, app, chat; see SEED001_TENANTS).
 
     Tenant i uses the seed ``SeedSequence([seed, i]).generate_state(1)[0]``, so the
-    tenants' streams are distinct and each is fixed by ``seed``.
+    tenants' streams are distinct and each is fixed by ``seed``.  ``rate_scale``
+    multiplies the named tenants' request rates (the seed-001 study's contended
+    variant, where app and chat ask more than an equal share).
+
+    Raises:
+        ConfigError: for a scale of an unknown tenant or one that is not positive.
     """
+    scale = dict(rate_scale or {})
+    for name, x in scale.items():
+        if name not in SEED001_TENANTS or not x > 0:
+            raise ConfigError("rate_scale", f"{name}={x}", f"a positive factor for one of {', '.join(SEED001_TENANTS)}")
     parts = []
     for i, (name, (rate, p, o)) in enumerate(SEED001_TENANTS.items()):
         sub = int(np.random.SeedSequence([seed, i]).generate_state(1)[0])
-        parts.append(TracePart(poisson_tenant(name, rate, p, o, duration_s, seed=sub)))
+        parts.append(TracePart(poisson_tenant(name, rate * scale.get(name, 1.0), p, o, duration_s, seed=sub)))
     return compose(parts)
 
 

@@ -42,6 +42,23 @@ def test_seed001_weights_and_the_lift_change_nothing_for_tenants_that_get_all_th
     assert "only bulk stays backlogged" in seed001.answer
 
 
+def test_seed001_contended_variant_goes_the_way_the_lesson_predicts(seed001):
+    """With every tenant backlogged (app 4x, chat 100x), weight 2 lowers chat's TTFT and costs
+    app tokens, w_out = 1 moves the bulk/app share, and a late chat without the lift takes
+    service from the others (their TTFT up, their tokens down)."""
+    before, after = _row(seed001, "1c chat weight 2 (contended)", "chat TTFT p99 [s]")[2:4]
+    assert after < 0.8 * before
+    before, after = _row(seed001, "1c chat weight 2 (contended)", "app tokens/s")[2:4]
+    assert after < 0.9 * before
+    before, after = _row(seed001, "3c w_out = 1 (contended)", "bulk / app tokens")[2:4]
+    assert after < 0.97 * before  # bulk's output is cheaper relative to its prompt: its share falls
+    before, after = _row(seed001, "5c chat late: no lift vs lift (contended)", "app TTFT p99 [s]")[2:4]
+    assert after > 1.05 * before
+    before, after = _row(seed001, "5c chat late: no lift vs lift (contended)", "bulk + app tokens/s")[2:4]
+    assert after < 0.9 * before
+    assert "rows 1c, 3c, 5c" in seed001.answer
+
+
 def test_a_study_writes_the_same_bytes_twice(tmp_path, seed001):
     a, b = tmp_path / "a", tmp_path / "b"
     for d, result in ((a, seed001), (b, seed001_study(quick=True))):
