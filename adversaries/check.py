@@ -28,6 +28,7 @@ import queue
 import re
 import shlex
 import threading
+import sys
 import time
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
@@ -313,14 +314,16 @@ STATEFUL_SETUPS = ("protected", "hysteresis", "salted_cache")
 
 
 def _extras(out: Path | None, systems: Sequence = (), proof_timeout_s: float = 2.0,
-            stateful_examples: int = 8) -> tuple[dict[str, str], bool, dict[str, float]]:
+            stateful_examples: int = 8, note: Callable[[str], None] | None = None,
+            ) -> tuple[dict[str, str], bool, dict[str, float]]:
     """A short run of the proofs and the stateful suite of the model setups, and each
     other system's own extras (``system.extras(out)``: a scheduler under test's
     stateful run and its determinism across processes).
 
     Returns ({name: one-line result}, whether an extra found a broken invariant,
     {name: wall seconds}); the seconds go to timing.json only, never into matrix.json or report.md.
-    A failing proof is reported, not counted as a broken claim of a setup.
+    A failing proof is reported, not counted as a broken claim of a setup.  ``note`` is told
+    when each extra starts and ends (the progress lines after the matrix's bar).
     """
     out_d: dict[str, str] = {}
     seconds: dict[str, float] = {}
@@ -332,8 +335,10 @@ def _extras(out: Path | None, systems: Sequence = (), proof_timeout_s: float = 2
     for sys_ in systems:
         if not isinstance(sys_, str) and hasattr(sys_, "extras"):
             runs += [(name, (lambda f=f: f())) for name, f in sys_.extras(out)]
-    for label, run in runs:
+    for n, (label, run) in enumerate(runs, 1):
         t0 = time.monotonic()
+        if note:
+            note(f"{label} ({n} of {len(runs)} after the matrix)...")
         try:
             text, ok = run()
         except ImportError as e:
@@ -344,6 +349,8 @@ def _extras(out: Path | None, systems: Sequence = (), proof_timeout_s: float = 2
             continue
         out_d[label] = text
         seconds[label] = round(time.monotonic() - t0, 1)
+        if note:
+            note(f"{label}: {text} ({seconds[label]:.0f} s)")
         if label != "proofs" and not ok:
             broke = True
     return out_d, broke, seconds
@@ -547,6 +554,9 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             finally:
                 bar.close()
             plotted: dict[tuple[str, str], list[str]] = {}
+            note = (lambda m: print(f"tenantry {kind}: {m}", file=sys.stderr, flush=True)) if progress else None
+            if outp is not None and plots == "findings" and note and any(c["finding"] for c in cells.values()):
+                note(f"plotting the {sum(1 for c in cells.values() if c['finding'])} cells with a finding...")
             if outp is not None and plots == "findings":
                 for (s, p), c in sorted(cells.items()):
                     if c["finding"]:
@@ -556,7 +566,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             elif plots == "all":
                 plotted = {k: c.get("plots", []) for k, c in cells.items()}
             skip_extras = deadline is not None and time.monotonic() >= deadline
-            extra, stateful_broke, extra_s = _extras(outp, systems) if extras and not skip_extras else ({}, False, {})
+            extra, stateful_broke, extra_s = (_extras(outp, systems, note=note) if extras and not skip_extras
+                                              else ({}, False, {}))
             if extras and skip_extras:
                 extra = {"proofs": "skipped: the total budget was spent", "stateful": "skipped: the total budget was spent"}
         except BaseException as e:
