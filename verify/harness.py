@@ -30,7 +30,7 @@ import attrs
 from tenantry.model.config import Config, TenantConfig
 from tenantry.model.history import History, RequestRecord, StepEvent, StepRecord
 from tenantry.model.policies import step_duration_s
-from tenantry.model.setups import config_to_dict, config_with_tenants
+from tenantry.model.setups import config_with_tenants
 from tenantry.model.simulate import drive
 from tenantry.model.state import initial_state
 from tenantry.model.step import idle, step as model_step
@@ -38,6 +38,7 @@ from tenantry.model.workload import Request, StepInput, Workload
 from tenantry.spec.invariants_core import Finding
 
 from .calls import Caller, CallFailure
+from .offline import history_header
 from .protocol import Claims, Plan, PlanError, StepResults, finding, normalise_plan, per_tenant, plan_key
 
 #: Seconds the factory may take (at least): building a scheduler may import a
@@ -530,8 +531,7 @@ class Harness:
                 recs.append(RequestRecord(r.request_id, r.tenant, r.arrival_s, r.prompt_tokens, r.output_tokens,
                                           "unfinished", prefix_ids=r.prefix_ids))
         recs.sort(key=lambda x: x.request_id)
-        hdr = {"config": config_to_dict(self.config), "requests": len(recs), "scheduler": self.claims.describe,
-               "claims": sorted(self.claimed), **(header or {})}
+        hdr = history_header(self.config, len(recs), self.claims.describe, self.claimed, header)
         return History(header=hdr, steps=tuple(self.steps), requests=tuple(recs))
 
 

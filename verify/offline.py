@@ -14,7 +14,9 @@ from bisect import bisect_left
 from typing import Iterable
 
 from tenantry.model.config import Config
-from tenantry.model.history import History
+from tenantry.model.history import History, RequestRecord, StepEvent, StepRecord
+from tenantry.model.setups import config_to_dict
+from tenantry.model.workload import Request
 
 from tenantry.spec.invariants_core import Finding
 
@@ -100,3 +102,173 @@ def verify_history(history: History, config: Config | None = None, claimed: Iter
     found = [locate(f, history) for f in dedup(check_history(history, claims))]
     found.sort(key=lambda f: (f.step if f.step is not None else 1 << 60, f.invariant))
     return found
+
+
+def history_header(config: Config, num_requests: int, scheduler: str, claims: Iterable[str] = (),
+                   extra: dict | None = None) -> dict:
+    """The header of a recorded history (SPEC.md 6): the claimed configuration, the
+    number of request records, the scheduler's one-line description and its claims
+    (what ``tenantry verify --history`` reads when given no ``--config`` / ``--claims``)."""
+    return {"config": config_to_dict(config), "requests": num_requests, "scheduler": scheduler,
+            "claims": sorted(claims), **(extra or {})}
+
+
+class Recording:
+    """A history built from the decisions of a scheduler tenantry did not write, as
+    it made them (history mode's recorder; the step-mode harness records its own).
+
+    Two kinds of source:
+
+    * one with steps (a simulation that runs batches): call :meth:`step` once per
+      step with what it decided (answers to arrivals, entries into the batch, the
+      batch's tokens, what runs and waits after it, the KV blocks each running
+      request holds, its own counters or deficits).  The recording produces the
+      tokens the way every tenantry history does (a batch entry that brings a
+      request's computed tokens to prompt + generated produces one token), and
+      from them the ``first_token`` / ``finished`` events, the request records and
+      each tenant's service (``w_in`` x prompt when first scheduled, ``w_out`` per
+      token) and block-seconds; a batch entry for a request that already ended is
+      recorded as given and produces nothing (the checks report it);
+    * one without steps (a request log): call :meth:`settle` once per request with
+      its outcome and times.  Such a history has request records only, and the
+      invariants that need steps report ``unknown`` (SPEC.md 6).
+
+    Args:
+        config: the configuration the scheduler claims (tenants, pool, batch limits, policy).
+        scheduler: one line naming the scheduler, for the header and reports.
+        claims: claim-level invariant ids it asserts (the safety ones are always checked).
+        header: further header entries (free-form JSON).
+    """
+
+    def __init__(self, config: Config, *, scheduler: str, claims: Iterable[str] = (),
+                 header: dict | None = None) -> None:
+        self.config, self.scheduler, self.claims = config, scheduler, tuple(claims)
+        self.extra = dict(header or {})
+        self.requests: dict[int, Request] = {}
+        self.records: dict[int, dict] = {}
+        self.steps: list = []
+        self._computed: dict[int, int] = {}
+        self._generated: dict[int, int] = {}
+        names = [t.name for t in config.tenants]
+        self.service = {n: 0.0 for n in names}
+        self.block_seconds = {n: 0.0 for n in names}
+
+    def offer(self, request: Request) -> None:
+        """Request ``request`` is offered (before any step that answers it)."""
+        self.requests[request.request_id] = request
+        self.records[request.request_id] = {
+            "request_id": request.request_id, "tenant": request.tenant, "arrival_s": request.arrival_s,
+            "prompt_tokens": request.prompt_tokens, "output_tokens": request.output_tokens,
+            "outcome": "unfinished", "prefix_ids": request.prefix_ids}
+
+    def step(self, start_s: float, duration_s: float, *, batch: Iterable[tuple[int, int]],
+             running: Iterable[int], queued: dict[str, int], answers: Iterable[tuple[int, str | None]] = (),
+             scheduled: Iterable[int] = (), held: dict[int, int] | None = None,
+             counters: dict[str, float] | None = None, deficits: dict[str, float] | None = None) -> StepRecord:
+        """Record one step (times in seconds) and return its :class:`StepRecord`.
+
+        Args:
+            batch: (request id, tokens computed in the step), in batch order.
+            running: ids holding KV after the step (in the batch, or admitted to it
+                and not computed in this step).
+            queued: per tenant, requests waiting in its queue after the step.
+            answers: the step's arrivals in order: (id, None) queued, or (id, reason)
+                refused at admission (a reason of :data:`~tenantry.model.history.REJECT_REASONS`).
+            scheduled: ids entering the batch in this step (first or again).
+            held: KV blocks each running request holds after the step; None: the blocks
+                of its computed tokens.
+            counters, deficits: the scheduler's own books after the step (per tenant), if it keeps them.
+
+        Raises:
+            ValueError: naming the request when an answer or entry names an unknown request.
+        """
+        cfg, k = self.config, len(self.steps)
+        end_s = start_s + duration_s
+        events = []
+        for rid, reason in answers:
+            rec = self._rec(rid)
+            if reason is None:
+                rec["admitted_step"] = k
+                events.append(StepEvent("queued", rid))
+            else:
+                rec.update(outcome="rejected", reason=reason, finish_s=rec["arrival_s"])
+                events.append(StepEvent("rejected", rid, reason))
+        for rid in scheduled:
+            rec = self._rec(rid)
+            if rec.get("first_scheduled_s") is None:
+                rec["first_scheduled_s"] = start_s
+                self.service[rec["tenant"]] += cfg.order.w_in * rec["prompt_tokens"]
+            self._computed.setdefault(rid, 0)
+            events.append(StepEvent("scheduled", rid))
+        batch = tuple((rid, n) for rid, n in batch)
+        tokens = []
+        for rid, n in batch:
+            rec = self._rec(rid)
+            if rec["outcome"] != "unfinished":
+                continue  # an entry for an ended request produces nothing (the replay reports it)
+            c = self._computed[rid] = self._computed.get(rid, 0) + n
+            g = self._generated.get(rid, 0)
+            if c == rec["prompt_tokens"] + g:
+                g = self._generated[rid] = g + 1
+                self.service[rec["tenant"]] += cfg.order.w_out
+                rec["tokens_generated"] = g
+                if g == 1:
+                    rec["first_token_s"] = end_s
+                    tokens.append(StepEvent("first_token", rid))
+                if g == rec["output_tokens"]:
+                    rec.update(outcome="finished", finish_s=end_s)
+                    tokens.append(StepEvent("finished", rid, tokens=g))
+        running = tuple(running)
+        if held is None:
+            held = {rid: cfg.blocks_for(self._computed.get(rid, 0)) for rid in running}
+        blocks = {n: 0 for n in self.service}
+        for rid in running:
+            blocks[self.records[rid]["tenant"]] += held.get(rid, 0)
+        for name, b in blocks.items():
+            self.block_seconds[name] += b * duration_s
+        used = sum(held.get(rid, 0) for rid in running)
+        rec = StepRecord(
+            step_index=k, start_s=start_s, duration_s=duration_s, batch=batch, preempted=(), running=running,
+            queued=dict(queued), blocks_in_use=blocks, free_blocks=cfg.num_blocks - used,
+            counters=dict(counters or {}), deficits=dict(deficits or {}), service=dict(self.service),
+            block_seconds=dict(self.block_seconds), events=tuple(events) + tuple(tokens), used_blocks=used,
+            held={rid: held.get(rid, 0) for rid in running})
+        self.steps.append(rec)
+        return rec
+
+    def settle(self, request_id: int, *, admitted: bool, reason: str | None = None, start_s: float | None = None,
+               first_token_s: float | None = None, finish_s: float | None = None) -> None:
+        """Record the outcome of one request of a source without steps (times in seconds).
+
+        ``admitted`` without ``reason``: it was queued and served whole (``start_s``,
+        ``first_token_s``, ``finish_s``); ``reason`` without ``admitted``: refused at
+        admission at ``finish_s``; both: refused at ``finish_s`` after it had been
+        queued.  With no steps there is no step index to give, so ``admitted_step`` is
+        0 for every admitted request (it says "admitted", not when).
+
+        Raises:
+            ValueError: on an unknown request, or a served request without its times.
+        """
+        rec = self._rec(request_id)
+        if admitted:
+            rec["admitted_step"] = 0
+        if reason is not None:
+            rec.update(outcome="rejected", reason=reason, finish_s=finish_s)
+            return
+        if not admitted or None in (start_s, first_token_s, finish_s):
+            raise ValueError(f"request {request_id}: a served request needs admitted=True, start_s, "
+                             f"first_token_s and finish_s (given {start_s}, {first_token_s}, {finish_s})")
+        rec.update(outcome="finished", first_scheduled_s=start_s, first_token_s=first_token_s, finish_s=finish_s,
+                   tokens_generated=rec["output_tokens"])
+
+    def _rec(self, rid: int) -> dict:
+        rec = self.records.get(rid)
+        if rec is None:
+            raise ValueError(f"request {rid} was never offered to the recording (call offer() first)")
+        return rec
+
+    def history(self) -> History:
+        """The recorded run: header (:func:`history_header`), steps, request records in id order."""
+        recs = tuple(RequestRecord(**self.records[rid]) for rid in sorted(self.records))
+        return History(header=history_header(self.config, len(recs), self.scheduler, self.claims, self.extra),
+                       steps=tuple(self.steps), requests=recs)
