@@ -106,7 +106,7 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
     _inv("BATCH-LIMITS", "sequences <= max_num_seqs, tokens <= token_budget, preempted never in the batch", "7.1",
          _always, state=S.check_batch_limits, history=H.h_batch_limits, always=True, needs=_STEPS),
     _inv("REFUSAL-TRUTH", "every 429's reason was true when it was given", "7.3", _always,
-         history=C.h_refusal_truth, always=True),
+         history=C.h_refusal_truth, always=True, needs=_STEPS),
     _inv("WORK-CONSERVING", "no unused slot and budget while a ready waiting request surely fits", "7.1",
          _always, state=S.check_work_conserving, history=H.h_work_conserving, needs=_HELD),
     _inv("VTC-GAP", "backlogged tenants' normalised service differs by <= D/w_f + D/w_g", "7.2",
