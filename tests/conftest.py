@@ -25,4 +25,8 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_TRACES = REPO.parent / "shared" / "traces"
+#: ../shared beside the repository (read-only inputs; tests that need them skip without them).
+SHARED = REPO.parent / "shared"
+SHARED_TRACES = SHARED / "traces"
+#: The documents the project started from (seed programs are extracted from them at test time).
+SHARED_SEEDS = SHARED / "seeds"
