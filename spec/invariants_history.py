@@ -284,7 +284,8 @@ def h_no_loss(h: HistoryContext) -> list[Finding]:
         elif r.outcome == "finished" and r.tokens_generated != r.output_tokens:
             bad = "finished without producing all its tokens"
         elif r.outcome == "rejected" and r.reason in ADMISSION_REASONS and r.admitted_step is not None:
-            bad = "refused at admission yet recorded as admitted"
+            bad = (f"refused {r.reason!r} after it was admitted, a reason given only to an arrival (an admitted "
+                   "request ends refused only as evicted_too_often)")
         elif r.outcome == "finished" and r.admitted_step is None:
             bad = "never admitted yet recorded as served"
         if bad:

@@ -342,7 +342,7 @@ def test_lab_sheds_a_queued_request_at_dispatch(tmp_path):
     assert (r.outcome, r.reason, r.admitted_step, r.finish_s) == ("rejected", "kv_watermark", 0, pytest.approx(0.33778, abs=1e-5))
     found = judge(h, tmp_path)
     assert [(f.invariant, f.requests) for f in found] == [("NO-LOSS", (1,))]
-    assert "refused at admission yet recorded as admitted" in found[0].message
+    assert "refused 'kv_watermark' after it was admitted, a reason given only to an arrival" in found[0].message
     w2 = workload(("i", 0.0, 6000, 400), ("b", 0.001, 4500, 300))
     h2 = run_lab(w2, lab_quotas(w2, batch=("b",)), mode="service_token_drr", admission_control=True)
     assert [x.outcome for x in h2.requests] == ["finished", "finished"] and judge(h2, tmp_path) == []

@@ -55,7 +55,7 @@ def locate(f: Finding, history: History) -> Finding:
     """The finding with its step and request filled in where the history tells them.
 
     A request-level finding without a step gets the step where the request
-    ended (or was admitted); a QUEUE-BOUND finding gets the newest request of
+    ended (or was admitted), in a history with step records; a QUEUE-BOUND finding gets the newest request of
     its tenant still queued and never scheduled (the one that should have been
     refused); another step-level finding gets the newest running request of
     its tenant (or of any tenant) at that step.
@@ -67,7 +67,7 @@ def locate(f: Finding, history: History) -> Finding:
     if step is None and rid is not None and rid in recs:
         r = recs[rid]
         step = _step_at(history, r.finish_s, end=r.outcome == "finished")
-        if step is None:
+        if step is None and history.steps:  # without step records there is no step to name
             step = r.admitted_step
     if rid is None and f.invariant == "QUEUE-BOUND" and tenant is not None and step is not None:
         rid = _newest_fresh(history, tenant, step)
