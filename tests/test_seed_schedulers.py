@@ -19,7 +19,11 @@ prompt tokens, output tokens)):
   the prefill step produces), so a counter moves by 2 less than the service
   (VTC-GAP's premise, with a claimed context limit that makes the pool ample):
   [("a", 0, 513, 2)]; and at most 4 requests prefill at once, so a fifth small
-  one waits with seats and budget free (WORK-CONSERVING): five ("a", 0, 1, 2).
+  one waits with seats and budget free (WORK-CONSERVING): five ("a", 0, 1, 2);
+  and its lift only reaches the least *backlogged* counter, so a tenant arriving
+  while nobody is queued keeps a low counter (VTC-GAP's spread): 281 ("a", 0, 1,
+  16), then 5 ("b", 2, 1, 16) and ("a", 2, 1, 16) (the bound grows with 256 seats,
+  so no much smaller workload can show it).
 * fairness.py: FCFS-TIER, FCFS-TENANT, REQUEST-RATE, REFUSAL-TRUTH,
   NO-BANKED-CREDIT and the safety checks hold on every workload here.
 * the lab (request records only: it has no steps): DRR-DEFICIT,
@@ -211,6 +215,30 @@ def test_fairness_vtc_counter_skips_the_first_output_token(tmp_path):
     assert [s.service["a"] for s in h.steps] == [513.0, 515.0, 517.0]
     h2, _ = run_fairness(workload(("a", 0.0, 512, 2)), "VTC", ample=True)
     assert judge(h2, tmp_path) == []
+
+
+@needs_seeds
+def test_fairness_vtc_lift_leaves_a_newcomer_low_when_nobody_waits(tmp_path):
+    """fairness.py lifts a newly backlogged tenant only to the least counter of the *backlogged*
+    tenants; when nobody is queued it keeps its old counter (the lesson: "idleness does not turn
+    into a burst that starves the others").  Tenant a is served alone (281 requests, counter
+    281 x 31 = 8,711: the first token is not charged), b arrives (5 requests, counter 0) when a's
+    queue is empty, then a sends one more: both wait with counters 8,711 and 4 at the end of step
+    86, further apart than D = 2 x 256 seats x 17 tokens = 8,704 (VTC-GAP's spread).  280
+    requests of a: within D.  tenantry's model lifts b to the counter of the last tenant whose
+    queue emptied, and keeps the bound on the same workload."""
+    from tenantry.model.simulate import simulate
+
+    reqs = [("a", 0.0, 1, 16)] * 281 + [("b", 2.0, 1, 16)] * 5 + [("a", 2.0, 1, 16)]
+    h, _ = run_fairness(workload(*reqs), "VTC", ample=True)
+    found = judge(h, tmp_path)
+    spread = [f for f in found if "ran ahead of the least backlogged counter" in f.message]
+    assert [(f.step, f.tenants, f.observed, f.allowed) for f in spread] == [(86, ("a", "b"), 8707, 8704)]
+    assert (h.steps[86].counters, h.steps[86].queued) == ({"a": 8711.0, "b": 4.0}, {"a": 1, "b": 1})
+    cfg, claims = fairness_config("VTC", ("a", "b"), ample=True)
+    assert verify_history(simulate(cfg, workload(*reqs)), cfg, claims) == []
+    h280, _ = run_fairness(workload(*reqs[1:]), "VTC", ample=True)
+    assert not [f for f in judge(h280, tmp_path) if "ran ahead" in f.message]
 
 
 @needs_seeds
