@@ -41,8 +41,7 @@ import re
 import sys
 import types
 from functools import lru_cache
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import pytest
 
