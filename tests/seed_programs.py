@@ -473,15 +473,18 @@ def lab_config(quotas: list, *, mode: str, admission_control: bool,
     and the claim ids.
 
     ``service_token_drr``: DRR over weighted tokens with w_in = 1, w_out = 4 (its decode
-    weight), quantum 1,200 per unit weight, no carry bound, an idle tenant's deficit reset
-    (DRR-DEFICIT, NO-BANKED-CREDIT, FCFS-TENANT); lanes as tiers (interactive 0, batch 1;
-    tenantry has no policy that is strict priority between tiers and DRR within one, so
-    the lanes are stated as tiers only); a pool of 1,600 blocks of 16 tokens.  With
-    admission control: KV watermarks 0.90 and 0.65 of the pool, and each batch tenant's
-    service-token bucket as a token bucket that reserves the output (TOKEN-BUCKET,
-    TOKEN-LIMIT; the lab charges prompt + 4 x output, more than tenantry's prompt + output,
-    so its bucket is the stricter one).  ``request_count_fifo``: request round robin
-    (FCFS-TENANT); with admission control, one watermark of 0.90 checked at dispatch.
+    weight), quantum 1,200 per unit weight, no carry bound (the lab has none), an idle
+    tenant's deficit reset, the lanes as strict tiers (interactive 0, batch 1;
+    DRR-DEFICIT, NO-BANKED-CREDIT, FCFS-TENANT, TIER-ORDER); a pool of 1,600 blocks of 16
+    tokens.  With admission control: KV watermarks 0.90 and 0.65 of the pool counting
+    queued blocks (``kv_watermark_queued``), estimated-wait shedding at 420 ms and 3,500 ms
+    with 45,000 service tokens per second, and each batch tenant's service-token bucket
+    as a token bucket that reserves the output (TOKEN-BUCKET, TOKEN-LIMIT; the lab charges
+    prompt + 4 x output, more than tenantry's prompt + output, so its bucket is the
+    stricter one).  ``request_count_fifo``: request round robin, no lanes (FCFS-TENANT);
+    with admission control, one watermark of 0.90 on the blocks in use, which the lab
+    checks at dispatch only.  examples/gateway_lab/ holds the same claims as TOML for the
+    reference model (there with a carry bound and 16 seats, its own choices).
 
     ``wait_promise``: also read the lab's wait limits (420 ms interactive, 3,500 ms batch)
     as a promise, each tenant's ``max_wait_s`` (BOUNDED-WAIT).  The lab sheds on an
@@ -501,17 +504,24 @@ def lab_config(quotas: list, *, mode: str, admission_control: bool,
         if wait_promise:
             bucket["max_wait_s"] = (s.max_interactive_wait_ms if q.priority_class == "interactive"
                                     else s.max_batch_wait_ms) / 1000.0
-        tenants.append(TenantConfig(q.tenant_id, weight=q.weight, tier=LAB_TIERS[q.priority_class], **bucket))
-    marks = ((s.interactive_kv_watermark, s.batch_kv_watermark) if drr else (s.interactive_kv_watermark,)
-             ) if admission_control else ()
+        tier = LAB_TIERS[q.priority_class] if drr else 0  # request_count_fifo has no lanes
+        tenants.append(TenantConfig(q.tenant_id, weight=q.weight, tier=tier, **bucket))
+    admission = AdmissionConfig(queue_bound=False, kv_cap=False)
+    if admission_control and drr:
+        admission = AdmissionConfig(
+            queue_bound=False, kv_cap=False, kv_watermarks=(s.interactive_kv_watermark, s.batch_kv_watermark),
+            kv_watermark_queued=True, wait_limits_s=(s.max_interactive_wait_ms / 1000.0, s.max_batch_wait_ms / 1000.0),
+            wait_service_rate_tokens_per_s=s.cluster_service_tokens_per_ms * 1000.0, token_bucket=True,
+            reserve_output=True)
+    elif admission_control:
+        admission = AdmissionConfig(queue_bound=False, kv_cap=False, kv_watermarks=(s.interactive_kv_watermark,))
     cfg = Config(
         tenants=tuple(tenants), block_size_tokens=BLOCK_SIZE_TOKENS, num_blocks=s.total_kv_blocks,
         order=OrderConfig(policy="drr_tokens", w_in=1.0, w_out=float(s.decode_weight),
-                          drr_quantum=float(s.base_quantum_tokens), drr_carry_bound=None, drr_reset_when_idle=True)
-        if drr else OrderConfig(policy="round_robin"),
-        admission=AdmissionConfig(token_bucket=drr and admission_control, reserve_output=drr and admission_control,
-                                  queue_bound=False, kv_cap=False, kv_watermarks=marks))
-    claims = ("DRR-DEFICIT", "NO-BANKED-CREDIT", "FCFS-TENANT") if drr else ("FCFS-TENANT",)
+                          drr_quantum=float(s.base_quantum_tokens), drr_carry_bound=None, drr_reset_when_idle=True,
+                          strict_tiers=True)
+        if drr else OrderConfig(policy="round_robin"), admission=admission)
+    claims = ("DRR-DEFICIT", "NO-BANKED-CREDIT", "FCFS-TENANT", "TIER-ORDER") if drr else ("FCFS-TENANT",)
     if drr and admission_control:
         claims += ("TOKEN-BUCKET", "TOKEN-LIMIT")
     return cfg, claims + (("BOUNDED-WAIT",) if wait_promise else ())

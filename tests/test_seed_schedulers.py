@@ -27,7 +27,8 @@ prompt tokens, output tokens)):
 * fairness.py: FCFS-TIER, FCFS-TENANT, REQUEST-RATE, REFUSAL-TRUTH,
   NO-BANKED-CREDIT and the safety checks hold on every workload here.
 * the lab (request records only: it has no steps): DRR-DEFICIT,
-  NO-BANKED-CREDIT, FCFS-TENANT and REFUSAL-TRUTH (watermarks) are unknown;
+  NO-BANKED-CREDIT, FCFS-TENANT, TIER-ORDER (its lanes) and REFUSAL-TRUTH (its
+  queued-block watermarks and estimated-wait shedding) are unknown;
   NO-LOSS breaks when it sheds a queued request at dispatch (a 429 after
   admission): [("i", 0, 6000, 400), ("b", 0.001, 4500, 300), ("i", 0.002, 6000, 400)]
   with b in the batch lane; TOKEN-BUCKET and TOKEN-LIMIT hold.  Read as a
@@ -51,7 +52,7 @@ from seed_programs import (
 
 from tenantry.adversaries.patterns import make_scenario
 from tenantry.cli import main
-from tenantry.model.history import REJECT_REASONS, History, read_history, write_history
+from tenantry.model.history import History, read_history, write_history
 from tenantry.model.workload import Request, Workload
 from tenantry.spec.invariants import coverage, unknown_without_steps
 from tenantry.testing.shrink import first_failing, shrink
@@ -284,7 +285,7 @@ LAB_MODES = [("request_count_fifo", False), ("request_count_fifo", True), ("serv
 _NO_STEPS = ["BATCH-LIMITS", "EVICT-COOLDOWN", "EVICT-MINIMAL", "EVICT-PROGRESS", "FCFS-TENANT", "KV-CAP",
              "KV-CONSERVE", "REFUSAL-TRUTH", "VICTIM", "WORK-CONSERVING"]
 LAB_UNKNOWN = {"request_count_fifo": _NO_STEPS,
-               "service_token_drr": sorted(_NO_STEPS + ["DRR-DEFICIT", "NO-BANKED-CREDIT"])}
+               "service_token_drr": sorted(_NO_STEPS + ["DRR-DEFICIT", "NO-BANKED-CREDIT", "TIER-ORDER"])}
 
 
 @needs_seeds
@@ -321,7 +322,6 @@ LAB_PATTERNS = {"flood": {"rate_per_s": 60, "prompt_tokens": 1024, "output_token
 
 
 @needs_seeds
-@pytest.mark.skipif("estimated_wait" not in REJECT_REASONS, reason="the estimated_wait reason is not on this branch yet")
 @pytest.mark.parametrize("name", sorted(LAB_PATTERNS))
 def test_lab_on_adversary_patterns(name, tmp_path):
     """Two patterns at loads that overload the lab's 45 service tokens per ms (victims' seed 0,
