@@ -387,6 +387,12 @@ def test_lab_wait_limit_read_as_a_promise_breaks_behind_one_batch_request(tmp_pa
     found = judge(h, tmp_path)
     assert [(f.invariant, f.requests, f.observed, f.allowed) for f in found] == [
         ("BOUNDED-WAIT", (1,), pytest.approx(0.487889, abs=1e-6), 0.42)]
+    # the lab's own times: its first token comes max(8 ms, prefill / 48) after the start, its
+    # finish service / 45 ms after it, so a 1 + 1-token request "finishes" 7.9 ms before its
+    # first token; no record check compares the two (they are recorded as the lab gives them)
+    r = h.requests[1]
+    assert (r.first_token_s - r.first_scheduled_s, r.finish_s - r.first_scheduled_s) == (
+        pytest.approx(0.008), pytest.approx(5 / 45 / 1000))
     w2 = workload(("b", 0.0, 10000, 1500), ("i", 0.001, 1, 1))
     h2 = run_lab(w2, lab_quotas(w2, batch=("b",)), mode="service_token_drr", admission_control=True,
                  wait_promise=True)
