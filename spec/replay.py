@@ -15,6 +15,8 @@ invariant it breaks to report.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
+from operator import attrgetter
 from typing import Iterator
 
 import attrs
@@ -39,6 +41,7 @@ class Req:
         entered: step of its last entry into the batch; cached: tokens computed at that entry.
         ended_step: the step its events ended it in.
         queue_key: its place in its tenant's queue (evicted ones go to the front, latest first).
+        live_seq: its rank in admission order (the order views list requests and tenants in).
     """
 
     rec: RequestRecord
@@ -54,6 +57,7 @@ class Req:
     cached: int = 0
     queue_key: tuple = ()
     ended_step: int | None = None
+    live_seq: int = 0
 
     @property
     def target(self) -> int:
@@ -139,7 +143,10 @@ class Replay:
         self.exact = self.recorded or history.header.get("config", {}).get("prefix_cache", "off") == "off" or not any(
             r.cached_prompt_tokens for r in history.requests)
         self._derived = None if self.recorded else derive_events(history)
-        self._live: dict[int, Req] = {}  # waiting or running, kept as statuses change
+        # Kept as statuses change, so that a step costs what it changed plus what it lists:
+        self._running: dict[int, Req] = {}  # running requests
+        self._queues: dict[str, list[tuple[tuple, int, Req]]] = {}  # per tenant, waiting ones by queue_key
+        self._listed: dict[str, tuple] = {}  # per tenant: (min live_seq, ids, fresh ids), dropped on change
 
     def _req(self, rid: int, k: int, what: str) -> Req | None:
         q = self.reqs.get(rid)
@@ -154,12 +161,39 @@ class Replay:
             return True
         return False
 
+    def _wait(self, q: Req, tenant_key: str) -> None:
+        """q joins its tenant's queue at its ``queue_key``."""
+        insort(self._queues.setdefault(tenant_key, []), (q.queue_key, q.rec.request_id, q))
+        self._listed.pop(tenant_key, None)
+
+    def _leave(self, q: Req) -> None:
+        """q leaves the queue or the batch it is in (by its status before the change)."""
+        if q.status == "running":
+            self._running.pop(q.rec.request_id, None)
+        elif q.status == "waiting":
+            t = q.rec.tenant
+            qs = self._queues[t]
+            qs.pop(bisect_left(qs, (q.queue_key, q.rec.request_id)))
+            if not qs:
+                del self._queues[t]
+            self._listed.pop(t, None)
+
+    def _listing(self, t: str) -> tuple:
+        got = self._listed.get(t)
+        if got is None:
+            qs = self._queues[t]
+            got = self._listed[t] = (min(x.live_seq for _, _, x in qs), tuple(rid for _, rid, _ in qs),
+                                     tuple(rid for _, rid, x in qs if x.fresh))
+        return got
+
     def views(self) -> Iterator[StepView]:
-        """The state after each step, in step order (walks the steps as it goes)."""
+        """The state after each step, in step order (walks the steps as it goes).  Requests and
+        tenants are listed in admission order (a tenant by its earliest-admitted waiting request)."""
         cfg, B = self.config, self.config.block_size_tokens
+        seq = attrgetter("live_seq")
         for s in self.history.steps:
             k = s.step_index
-            before = {rid: (q.computed, q.target) for rid, q in self._live.items() if q.status == "running"}
+            before = {q.rec.request_id: (q.computed, q.target) for q in sorted(self._running.values(), key=seq)}
             finished: dict[int, int] = {}
             produced: dict[str, int] = {}
             first: list[int] = []
@@ -172,6 +206,7 @@ class Replay:
                 if e.kind == "cancelled":
                     if not self._ended(q, k, "cancels"):
                         cancelled.append((q.rec.request_id, q.computed if q.status == "running" else None))
+                        self._leave(q)
                         q.status, q.fresh, q.ended_step = "ended:cancelled", False, k
                 elif e.kind == "queued":
                     if q.status != "offered":
@@ -180,7 +215,8 @@ class Replay:
                         continue
                     self._order += 1
                     q.status, q.fresh, q.admitted_step, q.queue_key = "waiting", True, k, (1, self._order)
-                    self._live[q.rec.request_id] = q
+                    q.live_seq = self._order
+                    self._wait(q, q.rec.tenant)
                     answers.append((q.rec.request_id, "queued"))
                 elif e.kind == "rejected":
                     at_admission = q.status == "offered"
@@ -188,6 +224,7 @@ class Replay:
                         continue
                     if at_admission:
                         answers.append((q.rec.request_id, str(e.reason)))
+                    self._leave(q)
                     q.status, q.fresh, q.computed, q.ended_step = "ended:rejected", False, 0, k
                 elif e.kind == "preempted":
                     if q.status != "running":
@@ -195,9 +232,11 @@ class Replay:
                                                       f"{q.rec.request_id}, which is {q.status}, not running",
                                                       q.status, "running"))
                         continue
+                    self._leave(q)
                     self._order += 1
                     q.status, q.computed, q.preemptions = "waiting", 0, q.preemptions + 1
                     q.ready_step, q.queue_key = k + 1 + cfg.eviction.cooldown_steps, (0, -self._order)
+                    self._wait(q, q.rec.tenant)
                 elif e.kind == "scheduled":
                     if self._ended(q, k, "schedules"):
                         continue
@@ -216,8 +255,9 @@ class Replay:
                     if q.first_step is None:
                         q.first_step = k
                         first.append(q.rec.request_id)
+                    self._leave(q)
                     q.status, q.computed, q.fresh, q.entered, q.cached = "running", c0, False, k, c0
-                    self._live[q.rec.request_id] = q
+                    self._running[q.rec.request_id] = q
             preempted = set(s.preempted)
             seen: set[int] = set()
             for rid, n in s.batch:
@@ -244,27 +284,20 @@ class Replay:
                     q.generated += 1
                     produced[q.rec.tenant] = produced.get(q.rec.tenant, 0) + 1
                     if q.generated == q.rec.output_tokens:
+                        self._leave(q)
                         q.status, q.ended_step = "ended:finished", k
                         finished[rid] = q.computed
-            waiting: dict[str, list[Req]] = {}
-            running: dict[int, int] = {}
-            for rid, q in list(self._live.items()):
-                if q.status == "waiting":
-                    waiting.setdefault(q.rec.tenant, []).append(q)
-                elif q.status == "running":
-                    running[rid] = q.computed
-                else:
-                    del self._live[rid]
-            order = {t: sorted(qs, key=lambda x: x.queue_key) for t, qs in waiting.items()}
+            running = {q.rec.request_id: q.computed for q in sorted(self._running.values(), key=seq)}
+            tenants = sorted(self._queues, key=lambda t: self._listing(t)[0])
             heads = {}
-            for t, qs in order.items():
-                ready = next((x for x in qs if x.ready_step <= k), None)
+            for t in tenants:
+                ready = next((x for _, _, x in self._queues[t] if x.ready_step <= k), None)
                 if ready is not None:
                     heads[t] = (ready.rec.request_id, ready.target)
             yield StepView(
                 s, before, running, finished,
-                {t: tuple(x.rec.request_id for x in qs) for t, qs in order.items()},
-                {t: tuple(x.rec.request_id for x in qs if x.fresh) for t, qs in order.items()},
+                {t: self._listing(t)[1] for t in tenants},
+                {t: self._listing(t)[2] for t in tenants},
                 heads, produced, tuple(first), tuple(answers), tuple(cancelled),
             )
 
