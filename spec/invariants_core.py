@@ -246,9 +246,13 @@ def ample_kv(config: Config) -> bool:
     sequence is preempted, and no queue head is skipped for lack of blocks, so
     the scheduling order is exactly the policy's (SPEC.md 7, "ample KV").
     An enforced batch-slot cap skips heads as a KV cap does, and preemption for
-    priority evicts with blocks to spare, so either makes it False.
+    priority evicts with blocks to spare, so either makes it False; so do strict
+    tiers (``order.strict_tiers``) over tenants of more than one tier, under which
+    a lower tier waits while a higher one has work whatever the counters say.
     """
     if caps_enforced(config) or slot_caps_enforced(config) or config.eviction.preempt_for_priority:
+        return False
+    if config.order.strict_tiers and len({t.tier for t in config.tenants}) > 1:
         return False
     return config.num_blocks >= config.max_num_seqs * config.blocks_for(config.max_context_tokens)
 

@@ -133,6 +133,15 @@ def test_ample_kv_is_the_pool_never_binding():
     slots = Config(tenants=(TenantConfig("a", max_running_seqs=1),), num_blocks=1000, max_num_seqs=4,
                    max_context_tokens=512)
     assert not ample_kv(slots) and ample_kv(attrs.evolve(slots, admission=AdmissionConfig(slot_cap=False)))
+    # Strict tiers over two tiers: the lower lane waits whatever its counter (CI's stateful run once
+    # called FLOOR broken under floors + strict tiers); over one tier the order is the policy's.
+    two = Config(tenants=(TenantConfig("a", tier=1), TenantConfig("b", tier=0)), num_blocks=128, max_num_seqs=4,
+                 max_context_tokens=512, order=OrderConfig(policy="floors", tier_floors=(0.6, 0.4)))
+    assert ample_kv(two) and INVARIANTS["FLOOR"].applies(two)
+    lanes = attrs.evolve(two, order=attrs.evolve(two.order, strict_tiers=True))
+    assert not ample_kv(lanes) and not INVARIANTS["FLOOR"].applies(lanes)
+    one = attrs.evolve(lanes, tenants=(TenantConfig("a"), TenantConfig("b")))
+    assert ample_kv(one)
 
 
 def test_vtc_gap_bound_without_the_last_left_lift_is_exceeded():
