@@ -17,12 +17,11 @@ import numpy as np
 from .config import Config, ConfigError
 from .history import History, RequestRecord, StepEvent, StepRecord
 from .setups import config_to_dict
-from .state import State, block_ids, free_blocks, initial_state
+from .state import State, block_ids, free_blocks, initial_state, running_ids
 from .step import Step, StepOutput, idle, step
 from .workload import Request, StepInput, Workload, as_workload
 
 
-_request_id_of = attrgetter("request.request_id")  # Sequence.request_id, without the property call
 
 
 def check_workload(config: Config, workload: Workload) -> None:
@@ -138,7 +137,7 @@ def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False
         duration_s=out.duration_s,
         batch=out.batch,
         preempted=out.preempted,
-        running=tuple(map(_request_id_of, state.running)),
+        running=running_ids(state),
         queued={n: len(t.queue) for n, t in zip(names, ts)},
         blocks_in_use={n: t.blocks for n, t in zip(names, ts)},
         free_blocks=free_blocks(config, state),

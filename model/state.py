@@ -11,6 +11,7 @@ step copies them before any change.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence as _SequenceABC
 from typing import Iterator, NamedTuple
 
 import attrs
@@ -102,6 +103,101 @@ def advanced(s: Sequence, computed_tokens: int, output_done: int, shared_keys: t
         first_scheduled_s, first_token_s, cached_tokens))
 
 
+class Running(_SequenceABC):
+    """The running sequences in batch order, with decode progress accounted lazily
+    (SPEC.md 3.1): a read-only sequence of :class:`Sequence`, equal (and hashing
+    equal) to the tuple of its sequences, which is what every reader sees.
+
+    A sequence in steady decode (its prompt computed, a token sampled, nothing
+    to register in the prefix cache, no predicted charge left) advances by
+    exactly one computed and one generated token in every step until it either
+    needs a new KV block or finishes.  Such a sequence is stored as it was at
+    the start of step ``marks[rid]``; at the start of step ``step_index`` it has
+    advanced ``step_index - marks[rid]`` tokens.  ``due`` maps a step index to
+    the lazy sequences whose next block or last token falls in it: the step
+    brings those (and only those) up to date before it runs them, so a step
+    costs what changed rather than what runs (:mod:`tenantry.model.step`).
+
+    Built by the step; never mutated after.  Pickles (and copies) as the plain
+    tuple of its sequences.
+
+    Attributes:
+        seqs: request id -> sequence (as of its mark when lazy), in batch order.
+        marks: request id -> step index at whose start ``seqs[rid]`` was exact,
+            for the lazily decoding sequences only.
+        due: step index -> request ids of lazy sequences to bring up to date at
+            the start of that step (an id may be listed after it stopped being
+            lazy; bringing a sequence up to date early is always correct).
+        step_index: the step at whose start the sequences are read.
+    """
+
+    __slots__ = ("seqs", "marks", "due", "step_index", "_tuple")
+
+    def __init__(self, seqs: dict, marks: dict, due: dict, step_index: int) -> None:
+        self.seqs, self.marks, self.due, self.step_index = seqs, marks, due, step_index
+        self._tuple: tuple[Sequence, ...] | None = None
+
+    def current(self, rid: int) -> Sequence:
+        """Sequence ``rid`` brought up to date (KeyError if it is not running)."""
+        s = self.seqs[rid]
+        mark = self.marks.get(rid)
+        return s if mark is None else decoded(s, self.step_index - mark)
+
+    def as_tuple(self) -> tuple[Sequence, ...]:
+        """Every running sequence, up to date, in batch order (computed once)."""
+        t = self._tuple
+        if t is None:
+            t = tuple(map(self.current, self.seqs))
+            self._tuple = t
+        return t
+
+    def request_ids(self) -> tuple[int, ...]:
+        """The running request ids in batch order (no sequence is brought up to date)."""
+        return tuple(self.seqs)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def __getitem__(self, i):
+        return self.as_tuple()[i]
+
+    def __iter__(self) -> Iterator[Sequence]:
+        return iter(self.as_tuple())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Running):
+            other = other.as_tuple()
+        if isinstance(other, tuple):
+            return self.as_tuple() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.as_tuple())
+
+    def __repr__(self) -> str:
+        return repr(self.as_tuple())
+
+    def __reduce__(self):
+        return (tuple, (self.as_tuple(),))
+
+
+def decoded(s: Sequence, steps: int) -> Sequence:
+    """``s`` after ``steps`` steps of steady decode (one computed and one generated
+    token each; KV blocks, cache keys and charges unchanged)."""
+    if steps == 0:
+        return s
+    return advanced(s, s.computed_tokens + steps, s.output_done + steps, s.shared_keys, s.private_blocks,
+                    s.predicted_charge, s.first_token_s)
+
+
+def running_ids(state: "State") -> tuple[int, ...]:
+    """The request ids running in ``state``, in batch order."""
+    r = state.running
+    if isinstance(r, Running):
+        return r.request_ids()
+    return tuple(s.request.request_id for s in r)
+
+
 class TenantState(NamedTuple):
     """One tenant's queue and accounting (an immutable named tuple).
 
@@ -166,7 +262,9 @@ class State:
         last_step_s: duration of the previous step (seconds; before the first,
             the empty step's, :attr:`~tenantry.model.config.CostConfig.empty_step_s`).
         tenants: per-tenant records, indexed like ``Config.tenants``.
-        running: running sequences in the order they entered the batch.
+        running: running sequences in the order they entered the batch: a
+            tuple, or (as the step builds it) a :class:`Running`, which reads as
+            that tuple and keeps decode progress lazily.
         kv: the KV pool.
         next_arrival_seq: next global admission number.
         rr_next: round robin's next tenant index.
@@ -186,7 +284,7 @@ class State:
     t_s: float
     last_step_s: float
     tenants: tuple[TenantState, ...]
-    running: tuple[Sequence, ...] = ()
+    running: "tuple[Sequence, ...] | Running" = ()
     kv: KVPool = attrs.field(factory=KVPool)
     next_arrival_seq: int = 0
     rr_next: int = 0

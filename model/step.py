@@ -30,6 +30,7 @@ on it.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from operator import attrgetter, itemgetter
 
 import attrs
@@ -40,7 +41,7 @@ from .policies import (
     ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, VictimView, guard_reservation,
     plan_priority_preemption, slot_room, step_duration_s,
 )
-from .state import KVPool, Sequence, State, TenantState, prefix_keys
+from .state import KVPool, Running, Sequence, State, TenantState, decoded, prefix_keys
 from .workload import Request, StepInput
 
 _tenant_of = itemgetter(1)  # Sequence.tenant
@@ -187,14 +188,36 @@ class Step:
     new :class:`State` and the :class:`StepOutput`.  The old state is never
     written.  A subclass is a variant of the model (see the module docstring).
 
+    Decode progress is lazy (SPEC.md 5.3): ``running`` maps each running request
+    id to its sequence, and for the ids in ``lazy`` (sequences in steady decode)
+    that sequence is as it was at the start of step ``lazy[rid]``; the step
+    brings a lazy sequence up to date (:meth:`_materialize`) only when it must
+    treat it alone: its next KV block or its last token is due in this step, it
+    is cancelled, or a victim must be chosen.  Every other lazy sequence gets
+    one token in the batch and is counted per tenant, not touched.
+
     Attributes:
         ORDER, VICTIM: the policy tables this step looks policies up in
             (:data:`tenantry.model.policies.ORDER` / ``VICTIM``; a variant
             may replace entries in a copy).
+        LAZY: whether decode progress is kept lazily; False for a variant that
+            overrides a method reading running sequences (:data:`LAZY_READERS`),
+            which then sees every sequence up to date, as it did before.
     """
 
     ORDER = ORDER
     VICTIM = VICTIM
+    LAZY = True
+    #: Methods that read running sequences: a variant overriding one runs with
+    #: every sequence up to date (``LAZY`` False), so its override sees what the
+    #: model's own method would.
+    LAZY_READERS = ("cancel", "schedule_running", "execute", "result", "_make_room", "_evict", "_release",
+                    "_drop", "_register", "_preempt_for_priority", "_freeable", "_materialize",
+                    "_materialize_all", "_lazify")
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.LAZY = cls.LAZY and all(getattr(cls, m) is getattr(Step, m) for m in Step.LAZY_READERS)
 
     def __init__(self, cfg: Config, st: State) -> None:
         self.cfg, self.st = cfg, st
@@ -202,7 +225,14 @@ class Step:
         self.t = st.t_s
         self.policy = self.ORDER[cfg.order.policy]
         self.tenants: list[TenantState] = list(st.tenants)
-        self.running: dict[int, Sequence] = dict(zip(map(_request_id_of, st.running), st.running))
+        r = st.running
+        if self.LAZY and isinstance(r, Running) and r.step_index == self.k:
+            self.running: dict[int, Sequence] = dict(r.seqs)  # lazy ones as of their mark
+            self.lazy: dict[int, int] = dict(r.marks)
+            self.due: dict[int, tuple[int, ...]] = dict(r.due)
+        else:
+            self.running = dict(zip(map(_request_id_of, r), r))
+            self.lazy, self.due = {}, {}
         self.used = st.kv.used_blocks
         self.refs, self.retained, self.key_salt = st.kv.refs, st.kv.retained, st.kv.key_salt
         self._kv_copied = False
@@ -226,6 +256,32 @@ class Step:
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
 
     # --- small helpers ---------------------------------------------------------
+
+    def _materialize(self, rid: int) -> None:
+        """Bring running sequence ``rid`` up to date if it is lazy (it stops being lazy)."""
+        mark = self.lazy.pop(rid, None)
+        if mark is not None:
+            self.running[rid] = decoded(self.running[rid], self.k - mark)
+
+    def _materialize_all(self) -> None:
+        """Bring every lazy running sequence up to date (before anything compares them)."""
+        if self.lazy:
+            running, k = self.running, self.k
+            for rid, mark in self.lazy.items():
+                running[rid] = decoded(running[rid], k - mark)
+            self.lazy.clear()
+        self.due = {}
+
+    def _lazify(self, rid: int, s: Sequence) -> None:
+        """Sequence ``s`` (up to date after this step, in steady decode) becomes lazy
+        from the next step on, unless it needs a KV block or finishes there already."""
+        mark = self.k + 1
+        blocks_at = mark + (len(s.shared_keys) + s.private_blocks) * self.cfg.block_size_tokens - s.computed_tokens
+        last_at = mark + s.request.output_tokens - 1 - s.output_done
+        due = blocks_at if blocks_at < last_at else last_at
+        if due > mark:
+            self.lazy[rid] = mark
+            self.due[due] = self.due.get(due, ()) + (rid,)
 
     def _kv_write(self) -> None:
         if not self._kv_copied:
@@ -386,6 +442,7 @@ class Step:
 
     def cancel(self, rid: int) -> None:
         """The client cancels request rid: it leaves its queue or the batch, releasing every block."""
+        self._materialize(rid)
         s = self.running.pop(rid, None)
         if s is not None:
             self._release(s)
@@ -467,14 +524,23 @@ class Step:
     # --- 3. running sequences ------------------------------------------------------
 
     def schedule_running(self) -> None:
-        """Each running sequence, in batch order, gets its next chunk or token."""
+        """Each running sequence, in batch order, gets its next chunk or token.
+
+        A lazy sequence (steady decode, no KV block due in this step: the ones
+        due were brought up to date first) gets its one token without being read."""
+        for rid in self.due.pop(self.k, ()):
+            self._materialize(rid)
         bs = self.cfg.block_size_tokens
-        running, planned = self.running, self.planned
+        running, planned, lazy = self.running, self.planned, self.lazy
         get = running.get
         budget = self.budget  # kept in step with self.budget around anything that may evict
         for rid in list(running):
             if budget <= 0:
                 break
+            if rid in lazy:
+                planned[rid] = 1
+                budget -= 1
+                continue
             s = get(rid)
             if s is None:  # evicted earlier in this loop
                 continue
@@ -507,6 +573,7 @@ class Step:
             cap_short = 0 if cap is None else self.tenants[s.tenant].blocks + need - cap
             if pool_short <= 0 and cap_short <= 0:
                 return True
+            self._materialize_all()  # the victim policy compares every running sequence
             view = VictimView(cfg, self.tenants)
             cands = [
                 c for c in self.running.values()
@@ -580,6 +647,7 @@ class Step:
         ready = [(i, q) for i in self.backlogged for q in self.tenants[i].queue if q.ready_step <= self.k]
         if not ready:
             return
+        self._materialize_all()
         view = PriorityView(self.cfg, self.tenants, ready, tuple(self.running.values()),
                             {rid: self._freeable(s) for rid, s in self.running.items()},
                             self.cfg.num_blocks - self.used)
@@ -696,17 +764,29 @@ class Step:
     def execute(self) -> None:
         """The batch runs: tokens advance, outputs are produced, the accounting is charged."""
         cfg, o = self.cfg, self.cfg.order
-        running, planned, tenants = self.running, self.planned, self.tenants
+        running, planned, tenants, lazy = self.running, self.planned, self.tenants, self.lazy
         batched = sum(planned.values())
         kv_tokens = batched + sum(map(_computed_of, map(running.__getitem__, planned)))
+        lazy_planned = [rid for rid in planned if rid in lazy] if lazy else ()
+        if lazy_planned:  # a lazy sequence has computed k - mark tokens more than its stored record says
+            kv_tokens += len(lazy_planned) * self.k - sum(map(lazy.__getitem__, lazy_planned))
         dur = step_duration_s(cfg, batched, kv_tokens)
         self.duration_s = dur
         end = self.t + dur
         # Block-seconds for every tenant holding blocks during the step (charged below), in batch order.
         held = {i: tenants[i].blocks * dur for i in dict.fromkeys(map(_tenant_of, running.values()))}
         produced: dict[int, list[int]] = {}  # tenant -> [tokens produced, tokens to charge to the counter]
+        for i, c in Counter(map(_tenant_of, map(running.__getitem__, lazy_planned))).items():
+            produced[i] = [c, c]  # a lazy sequence has no predicted charge left: every token counts
+        if len(lazy_planned) < len(lazy):  # left out by the token budget: one step behind from now on
+            for rid in lazy:
+                if rid not in planned:
+                    lazy[rid] += 1
+        lazify = self._lazify if self.LAZY else None
         events = self.events
         for rid, n in planned.items():
+            if rid in lazy:  # lazy before this step (one lazified below is not met again)
+                continue
             (request, tenant, arrival_seq, admitted_step, prefix_keys, computed, output_done, shared, private,
              preemptions, wasted_tokens, ready_step, charged_prompt_tokens, predicted, first_scheduled_s, first,
              cached_tokens) = running[rid]
@@ -736,6 +816,9 @@ class Step:
                 self._drop(s, "finished")
             else:
                 running[rid] = s
+                if lazify is not None and computed == request.prompt_tokens + output_done - 1 and predicted <= 0 \
+                        and first is not None and (len(shared) >= len(prefix_keys) or private <= 0):
+                    lazify(rid, s)  # steady decode: one token a step from now on
         for i, bs in held.items():
             tokens, counted = produced.pop(i, (0, 0))
             self._charge_step(i, bs, tokens, counted)
@@ -803,7 +886,7 @@ class Step:
             t_s=self.t + self.duration_s,
             last_step_s=self.duration_s,
             tenants=tuple(self.tenants),
-            running=tuple(self.running.values()),
+            running=Running(self.running, self.lazy, self.due, self.k + 1),
             kv=kv,
             next_arrival_seq=self.next_seq,
             rr_next=self.rr_next,
