@@ -105,7 +105,7 @@ def advanced(s: Sequence, computed_tokens: int, output_done: int, shared_keys: t
 
 class Running(_SequenceABC):
     """The running sequences in batch order, with decode progress accounted lazily
-    (SPEC.md 3.1): a read-only sequence of :class:`Sequence`, equal (and hashing
+    (SPEC.md 3): a read-only sequence of :class:`Sequence`, equal (and hashing
     equal) to the tuple of its sequences, which is what every reader sees.
 
     A sequence in steady decode (its prompt computed, a token sampled, nothing
@@ -196,6 +196,11 @@ def running_ids(state: "State") -> tuple[int, ...]:
     if isinstance(r, Running):
         return r.request_ids()
     return tuple(s.request.request_id for s in r)
+
+
+def with_private_blocks(s: Sequence, private_blocks: int) -> Sequence:
+    """``s`` holding ``private_blocks`` private KV blocks (``s._replace(private_blocks=...)``, cheaper)."""
+    return _new_tuple(Sequence, (*s[:8], private_blocks, *s[9:]))
 
 
 class TenantState(NamedTuple):

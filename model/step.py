@@ -41,7 +41,7 @@ from .policies import (
     ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, VictimView, guard_reservation,
     plan_priority_preemption, slot_room, step_duration_s,
 )
-from .state import KVPool, Running, Sequence, State, TenantState, decoded, prefix_keys
+from .state import KVPool, Running, Sequence, State, TenantState, decoded, prefix_keys, with_private_blocks
 from .workload import Request, StepInput
 
 _tenant_of = itemgetter(1)  # Sequence.tenant
@@ -188,7 +188,7 @@ class Step:
     new :class:`State` and the :class:`StepOutput`.  The old state is never
     written.  A subclass is a variant of the model (see the module docstring).
 
-    Decode progress is lazy (SPEC.md 5.3): ``running`` maps each running request
+    Decode progress is lazy (SPEC.md 3 and 5): ``running`` maps each running request
     id to its sequence, and for the ids in ``lazy`` (sequences in steady decode)
     that sequence is as it was at the start of step ``lazy[rid]``; the step
     brings a lazy sequence up to date (:meth:`_materialize`) only when it must
@@ -272,13 +272,18 @@ class Step:
             self.lazy.clear()
         self.due = {}
 
+    def _due_at(self, s: Sequence, mark: int) -> int:
+        """The first step at which sequence ``s``, exact at the start of step ``mark`` and
+        decoding one token a step, needs a new KV block or generates its last token."""
+        blocks_at = mark + (len(s.shared_keys) + s.private_blocks) * self.cfg.block_size_tokens - s.computed_tokens
+        last_at = mark + s.request.output_tokens - 1 - s.output_done
+        return blocks_at if blocks_at < last_at else last_at
+
     def _lazify(self, rid: int, s: Sequence) -> None:
         """Sequence ``s`` (up to date after this step, in steady decode) becomes lazy
         from the next step on, unless it needs a KV block or finishes there already."""
         mark = self.k + 1
-        blocks_at = mark + (len(s.shared_keys) + s.private_blocks) * self.cfg.block_size_tokens - s.computed_tokens
-        last_at = mark + s.request.output_tokens - 1 - s.output_done
-        due = blocks_at if blocks_at < last_at else last_at
+        due = self._due_at(s, mark)
         if due > mark:
             self.lazy[rid] = mark
             self.due[due] = self.due.get(due, ()) + (rid,)
@@ -527,20 +532,59 @@ class Step:
         """Each running sequence, in batch order, gets its next chunk or token.
 
         A lazy sequence (steady decode, no KV block due in this step: the ones
-        due were brought up to date first) gets its one token without being read."""
-        for rid in self.due.pop(self.k, ()):
-            self._materialize(rid)
+        due were brought up to date first) gets its one token without being
+        read: the runs of lazy sequences between the others are planned whole."""
         bs = self.cfg.block_size_tokens
-        running, planned, lazy = self.running, self.planned, self.lazy
-        get = running.get
-        budget = self.budget  # kept in step with self.budget around anything that may evict
-        for rid in list(running):
-            if budget <= 0:
-                break
-            if rid in lazy:
-                planned[rid] = 1
-                budget -= 1
+        running, planned, lazy, k = self.running, self.planned, self.lazy, self.k
+        grow = set()  # lazy sequences whose next token needs a KV block in this step (and is not their last)
+        for rid in self.due.pop(k, ()):
+            mark = lazy.get(rid)
+            if mark is None:
                 continue
+            s, d = running[rid], k - mark
+            if s.output_done + d + 1 < s.request.output_tokens and \
+                    s.computed_tokens + d >= (len(s.shared_keys) + s.private_blocks) * bs:
+                grow.add(rid)
+            else:
+                self._materialize(rid)  # its last token (or it was listed early): treated alone
+        get = running.get
+        order = list(running)
+        end = len(order)
+        if not lazy:
+            spots: list[int] | range = range(end)
+        elif end - len(lazy) + len(grow) <= 8:  # positions of the sequences not lazy or growing, ascending
+            spots = sorted(map(order.index, (running.keys() - lazy.keys()) | grow))
+        else:
+            spots = [j for j, rid in enumerate(order) if rid not in lazy or rid in grow]
+        budget = self.budget  # kept in step with self.budget around anything that may evict
+        p = 0
+        for q in (*spots, end):
+            if p < q:  # order[p:q]: lazy sequences, one token each (up to date and due nothing if evictions came)
+                run = order[p:q] if len(running) == end else [rid for rid in order[p:q] if rid in running]
+                if len(run) > budget:
+                    run = run[:max(budget, 0)]
+                planned.update(dict.fromkeys(run, 1))
+                budget -= len(run)
+            if q == end or budget <= 0:
+                break
+            rid = order[q]
+            p = q + 1
+            if rid in lazy:  # growing by one block: stays lazy when no eviction is needed
+                grow.discard(rid)
+                s = running[rid]
+                i = s.tenant
+                t, cap = self.tenants[i], self._cap(i)
+                if self.used < self.cfg.num_blocks and (cap is None or t.blocks < cap):
+                    self._reclaim(1)
+                    self.used += 1
+                    self._set(i, blocks=t.blocks + 1)
+                    running[rid] = s = with_private_blocks(s, s.private_blocks + 1)  # as of its mark
+                    due = self._due_at(s, lazy[rid])
+                    self.due[due] = self.due.get(due, ()) + (rid,)
+                    planned[rid] = 1
+                    budget -= 1
+                    continue
+                self._materialize(rid)
             s = get(rid)
             if s is None:  # evicted earlier in this loop
                 continue
@@ -559,10 +603,12 @@ class Step:
                 self.used += need
                 t = self.tenants[s.tenant]
                 self._set(s.tenant, blocks=t.blocks + need)
-                running[rid] = s._replace(private_blocks=s.private_blocks + need)
+                running[rid] = with_private_blocks(s, s.private_blocks + need)
             planned[rid] = n
             budget -= n
         self.budget = budget
+        for rid in grow:  # left out by the budget: treated alone from the next step on
+            self._materialize(rid)
 
     def _make_room(self, s: Sequence, need: int) -> bool:
         """Evict victims until s can allocate ``need`` blocks.  False if s stalls or is evicted itself."""
@@ -767,26 +813,32 @@ class Step:
         running, planned, tenants, lazy = self.running, self.planned, self.tenants, self.lazy
         batched = sum(planned.values())
         kv_tokens = batched + sum(map(_computed_of, map(running.__getitem__, planned)))
-        lazy_planned = [rid for rid in planned if rid in lazy] if lazy else ()
-        if lazy_planned:  # a lazy sequence has computed k - mark tokens more than its stored record says
+        if lazy:  # the lazy sequences are all planned one token but the ones the budget left out
+            lazy_planned = planned.keys() & lazy.keys()
+            # each has computed k - mark tokens more than its stored record says
             kv_tokens += len(lazy_planned) * self.k - sum(map(lazy.__getitem__, lazy_planned))
+            if len(planned) - len(lazy_planned) <= 8:
+                order = list(planned)
+                todo = [(rid, planned[rid]) for rid in sorted(planned.keys() - lazy_planned, key=order.index)]
+            else:
+                todo = [(rid, n) for rid, n in planned.items() if rid not in lazy]
+        else:
+            lazy_planned, todo = (), planned.items()
         dur = step_duration_s(cfg, batched, kv_tokens)
         self.duration_s = dur
         end = self.t + dur
         # Block-seconds for every tenant holding blocks during the step (charged below), in batch order.
         held = {i: tenants[i].blocks * dur for i in dict.fromkeys(map(_tenant_of, running.values()))}
         produced: dict[int, list[int]] = {}  # tenant -> [tokens produced, tokens to charge to the counter]
-        for i, c in Counter(map(_tenant_of, map(running.__getitem__, lazy_planned))).items():
-            produced[i] = [c, c]  # a lazy sequence has no predicted charge left: every token counts
+        if lazy_planned:
+            for i, c in Counter(map(_tenant_of, map(running.__getitem__, lazy_planned))).items():
+                produced[i] = [c, c]  # a lazy sequence has no predicted charge left: every token counts
         if len(lazy_planned) < len(lazy):  # left out by the token budget: one step behind from now on
-            for rid in lazy:
-                if rid not in planned:
-                    lazy[rid] += 1
+            for rid in lazy.keys() - lazy_planned:
+                lazy[rid] += 1
         lazify = self._lazify if self.LAZY else None
         events = self.events
-        for rid, n in planned.items():
-            if rid in lazy:  # lazy before this step (one lazified below is not met again)
-                continue
+        for rid, n in todo:
             (request, tenant, arrival_seq, admitted_step, prefix_keys, computed, output_done, shared, private,
              preemptions, wasted_tokens, ready_step, charged_prompt_tokens, predicted, first_scheduled_s, first,
              cached_tokens) = running[rid]

@@ -18,6 +18,7 @@ seconds; ``TENANTRY_DIFFERENTIAL=full`` runs them whole.
 from __future__ import annotations
 
 import os
+import pickle
 
 import attrs
 import pytest
@@ -28,7 +29,8 @@ from tenantry.model.config import Config
 from tenantry.model.history import history_lines
 from tenantry.model.setups import SETUPS, apply_setup, build_config, default_config, seed001_config
 from tenantry.model.simulate import ModelReplica, Recorder, Transition, check_workload, drive
-from tenantry.model.state import initial_state
+from tenantry.model.state import Running, initial_state
+from tenantry.model.step import Step
 from tenantry.model.traces import azure_two_tenant_workload, seed001_workload
 from tenantry.model.workload import Workload
 from tenantry.testing.strategies import configs, workloads
@@ -101,6 +103,7 @@ def test_hypothesis_workloads_on_every_setup(data, setup):
     wl = data.draw(workloads(cfg, max_requests=25, long_outputs=True, shared_prefixes=True, cancels=True,
                              bursty=data.draw(st.booleans())))
     assert_same_history(cfg, wl, horizon_s=120.0)
+    _lockstep(without_newer_mechanisms(cfg), wl, 120.0)
 
 
 @settings(max_examples=200 if FULL else 40)
@@ -110,6 +113,7 @@ def test_hypothesis_workloads_on_every_policy_family(data):
     wl = data.draw(workloads(cfg, max_requests=20, big=data.draw(st.booleans()), long_outputs=True,
                              shared_prefixes=cfg.prefix_cache != "off", cancels=True, idle_gaps=True))
     assert_same_history(cfg, wl, horizon_s=60.0)
+    _lockstep(without_newer_mechanisms(cfg), wl, 60.0)
 
 
 @pytest.mark.parametrize("k", range(14))
@@ -136,3 +140,105 @@ def test_the_frozen_copy_is_not_the_model():
     assert frozen_step.step is not model_step.step
     cfg = seed001_config()
     assert frozen_step.step(cfg, initial_state(cfg))[0] == model_step.step(cfg, initial_state(cfg))[0]
+
+
+# --- lazy decode accounting (SPEC.md 3 and 5) ------------------------------------------------
+
+
+class _UpToDate(Step):
+    """The model with every running sequence kept up to date (it overrides a method that
+    reads running sequences, so ``LAZY`` is False): what a mutant runs on."""
+
+    def execute(self):
+        super().execute()
+
+
+class _UpToDateReplica(ModelReplica):
+    def __init__(self, config):
+        super().__init__(config, variant=_UpToDate)
+
+
+def _lockstep(config: Config, workload: Workload, horizon_s: float) -> tuple[int, int]:
+    """Step the model and the frozen copy side by side: every state equal (each running
+    sequence brought up to date, the pool, every tenant).  Returns (running sequences
+    seen over the run, of which lazy)."""
+    fast, frozen = ModelReplica(config), _FrozenReplica(config)
+    seen = lazy = 0
+    for _ in drive(fast, workload, horizon_s=horizon_s):
+        frozen.idle(fast.last.prev.t_s)  # the driver idled the model to this step's start
+        frozen.step(fast.last.inputs)
+        r = fast.state.running
+        assert isinstance(r, Running)
+        seen, lazy = seen + len(r), lazy + len(r.marks)
+        assert fast.state == frozen.state, f"states differ after step {fast.state.step_index - 1}"
+    return seen, lazy
+
+
+def test_lazy_states_equal_the_frozen_steps_and_most_decode_is_lazy():
+    """Beyond the history (which records running ids, not progress), every state of the
+    seed-001 run equals the frozen step's once read; and the lazy path is the one taken:
+    most running sequences are lazy (the history test alone would pass if none were)."""
+    wl = seed001_workload(seed=9)
+    seen, lazy = _lockstep(without_newer_mechanisms(apply_setup(seed001_config(wl.tenants), "vtc")), wl, 40.0)
+    assert seen > 10_000
+    assert lazy > 0.7 * seen, (lazy, seen)
+
+
+def test_running_reads_as_the_tuple_of_its_sequences():
+    wl = seed001_workload(seed=9)
+    rep = ModelReplica(apply_setup(seed001_config(wl.tenants), "vtc"))
+    for _ in drive(rep, wl, horizon_s=20.0):
+        pass
+    r = rep.state.running
+    assert isinstance(r, Running) and r.marks and len(r) == len(r.as_tuple()) > 0
+    t = tuple(r)
+    assert r == t and t == r and hash(r) == hash(t) and list(r) == list(t) and r[0] == t[0]
+    assert r.request_ids() == tuple(s.request_id for s in t)
+    assert all(s.computed_tokens == s.request.prompt_tokens + s.output_done - 1 for s in (r.current(i) for i in r.marks))
+    back = pickle.loads(pickle.dumps(rep.state))
+    assert back == rep.state and type(back.running) is tuple
+
+
+def test_up_to_date_variant_is_not_lazy():
+    assert Step.LAZY and not _UpToDate.LAZY
+
+
+@pytest.mark.parametrize("setup", sorted(SETUPS))
+def test_lazy_and_up_to_date_steps_agree_on_every_setup(setup):
+    """With every mechanism on (issue 12's too, which the frozen copy lacks): the model
+    and the model keeping every sequence up to date record the same history."""
+    wl = azure_two_tenant_workload(speedup=5.0, use_shared=False, max_rows=None if FULL else 60)
+    cfg = apply_setup(default_config(wl.tenants), setup)
+    horizon = None if FULL else 30.0
+    assert _history_text(cfg, wl, ModelReplica, horizon) == _history_text(cfg, wl, _UpToDateReplica, horizon)
+
+
+@settings(max_examples=60 if FULL else 15)
+@given(data=st.data(), setup=st.sampled_from(sorted(SETUPS)))
+def test_lazy_and_up_to_date_steps_agree_on_hypothesis_workloads(data, setup):
+    roles = (("a", "adversary"), ("b", "victim"), ("c", "victim"))
+    cfg = build_config(setup, roles)
+    wl = data.draw(workloads(cfg, max_requests=25, long_outputs=True, shared_prefixes=True, cancels=True,
+                             bursty=data.draw(st.booleans())))
+    assert _history_text(cfg, wl, ModelReplica, 120.0) == _history_text(cfg, wl, _UpToDateReplica, 120.0)
+
+
+def test_lazy_sequence_left_out_of_every_token_of_a_step():
+    """A lazy sequence behind a prefill that takes the whole token budget gets no token
+    in that step (found by the stateful machine: a decode token was counted that was never
+    produced).  Request 3's prefill evicts the decoding 2 (step 12); 1 enters behind 3 and
+    goes lazy, and in step 13 3's prefill chunk takes the whole budget (16 tokens): 1 gets none."""
+    from tenantry.model.config import AdmissionConfig, CostConfig, EvictionConfig, OrderConfig, TenantConfig
+    from tenantry.model.workload import Request
+
+    cfg = Config(tenants=tuple(TenantConfig(n, weight=0.5, token_rate_per_s=2000.0, token_burst_tokens=600.0)
+                               for n in "abc"),
+                 block_size_tokens=16, num_blocks=13, max_num_seqs=2, token_budget=16, max_context_tokens=512,
+                 order=OrderConfig(policy="drr_tokens", w_in=1.0, w_out=2.0, drr_quantum=32.0, drr_carry_bound=256.0),
+                 admission=AdmissionConfig(token_bucket=True, kv_cap=False),
+                 eviction=EvictionConfig(victim="largest"), cost=CostConfig(mode="unit", unit_step_s=0.01))
+    wl = Workload((Request(0, "a", 0.15, 1, 1), Request(1, "a", 0.15, 1, 3), Request(2, "c", 0.15, 175, 3),
+                   Request(3, "b", 0.15, 46, 1)))
+    seen, lazy = _lockstep(cfg, wl, 10.0)
+    assert lazy > 0
+    assert_same_history(cfg, wl, 10.0)
