@@ -17,7 +17,7 @@ import numpy as np
 from .config import Config, ConfigError
 from .history import History, RequestRecord, StepEvent, StepRecord
 from .setups import config_to_dict
-from .state import State, block_ids, free_blocks, initial_state, running_ids
+from .state import State, block_ids, free_blocks, initial_state, running_holdings, running_ids
 from .step import Step, StepOutput, idle, step
 from .workload import Request, StepInput, Workload, as_workload
 
@@ -125,9 +125,9 @@ def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False
     ts = state.tenants
     held = ids = None
     if detail:
-        held = {s.request_id: s.blocks_held for s in state.running}
+        held = {s.request_id: s.blocks_held for s in running_holdings(state)}
         if config.prefix_cache != "off":
-            ids = {s.request_id: block_ids(s) for s in state.running}
+            ids = {s.request_id: block_ids(s) for s in running_holdings(state)}
             done = {e.request_id for e in out.events if e.kind == "finished"}
             ids.update((s.request_id, block_ids(s)) for s in out.finished if s.request_id in done)
             ids = ids or None  # and the blocks of requests finishing in the step, as they finished

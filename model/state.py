@@ -190,6 +190,15 @@ def decoded(s: Sequence, steps: int) -> Sequence:
                     s.predicted_charge, s.first_token_s)
 
 
+def running_holdings(state: "State") -> Iterator[Sequence]:
+    """Every running sequence in batch order, exact in its KV fields (``shared_keys``,
+    ``private_blocks``, hence ``blocks_held`` and :func:`block_ids`) and its identity,
+    but, for a lazy one, with ``computed_tokens`` and ``output_done`` as of its mark:
+    what reading the KV held needs, without bringing each sequence up to date."""
+    r = state.running
+    return iter(r.seqs.values()) if isinstance(r, Running) else iter(r)
+
+
 def running_ids(state: "State") -> tuple[int, ...]:
     """The request ids running in ``state``, in batch order."""
     r = state.running

@@ -190,16 +190,20 @@ class Step:
 
     Decode progress is lazy (SPEC.md 3 and 5): ``running`` maps each running request
     id to its sequence, and for the ids in ``lazy`` (sequences in steady decode)
-    that sequence is as it was at the start of step ``lazy[rid]``; the step
+    that sequence is as it was at the start of step ``lazy[rid]``; ``due`` lists
+    them by the step at which their next KV block or last token falls.  The step
     brings a lazy sequence up to date (:meth:`_materialize`) only when it must
-    treat it alone: its next KV block or its last token is due in this step, it
-    is cancelled, or a victim must be chosen.  Every other lazy sequence gets
-    one token in the batch and is counted per tenant, not touched.
+    treat it alone: its last token is due, its next block needs an eviction, it
+    is cancelled, or victims are compared.  A lazy sequence whose next block is
+    due and fits gets it without being brought up to date; every other one gets
+    one token in the batch and is counted per tenant, not read.
 
     Attributes:
         ORDER, VICTIM: the policy tables this step looks policies up in
             (:data:`tenantry.model.policies.ORDER` / ``VICTIM``; a variant
             may replace entries in a copy).
+        running, lazy, due: the running sequences by request id in batch order,
+            the lazy ones' marks, the due index (as :class:`~tenantry.model.state.Running`).
         LAZY: whether decode progress is kept lazily; False for a variant that
             overrides a method reading running sequences (:data:`LAZY_READERS`),
             which then sees every sequence up to date, as it did before.
@@ -213,7 +217,7 @@ class Step:
     #: model's own method would.
     LAZY_READERS = ("cancel", "schedule_running", "execute", "result", "_make_room", "_evict", "_release",
                     "_drop", "_register", "_preempt_for_priority", "_freeable", "_materialize",
-                    "_materialize_all", "_lazify")
+                    "_materialize_all", "_lazify", "_due_at")
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
