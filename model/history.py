@@ -179,6 +179,9 @@ class StepRecord:
             isolation follows from block to block.
         reserved: the request the step's starvation guard stopped admitting for
             (an overdue queue head that did not fit), or None.
+        reserved_reason: why it stopped, when not for an overdue head: ``skips``
+            (the skip budget: the head of a tenant passed over ``guard_skips``
+            times, SPEC.md 4.3); None otherwise.
     """
 
     step_index: int
@@ -199,6 +202,7 @@ class StepRecord:
     held: dict[int, int] | None = None
     block_ids: dict[int, tuple] | None = None
     reserved: int | None = None
+    reserved_reason: str | None = None
 
 
 @attrs.frozen
@@ -230,7 +234,7 @@ class History:
 
 #: Optional fields left out of a line when they hold their default (format 2's additions).
 _OPTIONAL = {
-    StepRecord: ("events", "used_blocks", "held", "block_ids", "reserved"),
+    StepRecord: ("events", "used_blocks", "held", "block_ids", "reserved", "reserved_reason"),
     RequestRecord: ("prefix_ids",),
     StepEvent: ("reason", "retry_after_s", "tokens", "blocks"),
 }
@@ -409,6 +413,11 @@ def write_history(history: History, path: str | os.PathLike) -> None:
     atomic_write_text(path, history_lines(history))
 
 
+#: A step record's ``reserved_reason``: None (an overdue head, the starvation guard) or
+#: ``skips`` (the skip budget, SPEC.md 4.3).
+RESERVE_REASONS = (None, "skips")
+
+
 def _fields(cls: type) -> set[str]:
     return {a.name for a in attrs.fields(cls)}
 
@@ -430,6 +439,9 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
         for name in ("held", "block_ids"):
             if kwargs.get(name) is not None:
                 kwargs[name] = _by_request(kwargs[name], name, where)
+    if cls is StepRecord and kwargs.get("reserved_reason") not in RESERVE_REASONS:
+        raise ConfigError("reserved_reason", kwargs["reserved_reason"],
+                          f"must be one of {', '.join(map(str, RESERVE_REASONS))}", where)
     if cls is RequestRecord and kwargs.get("prefix_ids") is not None:
         if not isinstance(kwargs["prefix_ids"], list) or not all(type(x) is int for x in kwargs["prefix_ids"]):
             raise ConfigError("prefix_ids", kwargs["prefix_ids"], "must be a list of integers", where)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable, Collection, Mapping, Sequence as Seq
+from typing import Callable, Collection, Iterable, Mapping, Sequence as Seq
 
 import attrs
 
@@ -544,3 +544,46 @@ def guard_reservation(view: GuardView) -> int | None:
         if need > view.free_blocks:
             return h.request_id
     return None
+
+
+# --- skip budget (SPEC.md 4.3) ----------------------------------------------------------------
+
+
+@attrs.frozen
+class SkipView:
+    """What the skip budget may look at when the order policy has picked a tenant.
+
+    Attributes:
+        config: the configuration (``order.guard_skips`` is K_skip).
+        tenants: per-tenant records (``counter``, ``skips``).
+        backlogged: the backlogged tenants (indices).
+        candidates: the tenants the policy picked among (backlogged, not blocked in this step).
+        picked: the tenant the policy picked.
+    """
+
+    config: Config
+    tenants: Seq[TenantState]
+    backlogged: Iterable[int]
+    candidates: Iterable[int]
+    picked: int
+
+
+def skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
+    """The skip budget's decision on one pick (SPEC.md 4.3): (the tenant to reserve
+    for, or None; the tenants the pick passes over).
+
+    The pick *passes over* every backlogged tenant that is not among the
+    candidates and whose counter is below the picked tenant's (it would have
+    been picked had its head gone in).  If one of them has already been passed
+    over ``guard_skips`` times in its backlog period, the waiting phase must stop
+    filling: the result names the one with the least counter (then the oldest
+    index) and passes nobody.  Pure: reads the view only.
+    """
+    ts, i, k = view.tenants, view.picked, view.config.order.guard_skips
+    cands = view.candidates
+    c = ts[i].counter
+    passed = tuple(sorted(g for g in view.backlogged if g != i and g not in cands and ts[g].counter < c))
+    full = [g for g in passed if ts[g].skips >= k]
+    if full:
+        return min(full, key=lambda g: (ts[g].counter, g)), ()
+    return None, passed

@@ -37,8 +37,8 @@ import attrs
 from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS
 from .policies import (
-    ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, VictimView, guard_reservation,
-    plan_priority_preemption, slot_room, step_duration_s,
+    ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, SkipView, VictimView, guard_reservation,
+    plan_priority_preemption, skip_pass, slot_room, step_duration_s,
 )
 from .state import KVPool, Sequence, State, TenantState, prefix_keys
 from .workload import Request, StepInput
@@ -96,6 +96,9 @@ class StepOutput:
             cancelled, or rejected after admission), as they were last.
         reserved: the request the starvation guard stopped the waiting phase
             for (an overdue head that did not fit), or None.
+        reserved_reason: None for the overdue-head guard; ``skips`` when the
+            skip budget stopped it (the head of a tenant passed over
+            ``guard_skips`` times, SPEC.md 4.3).
     """
 
     step_index: int
@@ -106,6 +109,7 @@ class StepOutput:
     events: tuple[Event, ...]
     finished: tuple[Sequence, ...] = ()
     reserved: int | None = None
+    reserved_reason: str | None = None
 
 
 def idle(config: Config, state: State, until_s: float) -> State:
@@ -218,12 +222,14 @@ class Step:
         self.provisional: dict[int, float] = {}
         self.duration_s = 0.0
         self.reserved: int | None = None
+        self.reserved_reason: str | None = None
         self.backlogged: set[int] = set(st.backlogged())
         self._min_counter: float | None = None
         self._cancel_left: dict[int, float] = {}  # tenant -> counter, queue emptied by cancellation this step
         self._cancel_left_tier: dict[int, float] = {}
         self._keys = KeyMemo()  # order-policy sort keys memoised for this step
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
+        self.last_left_skips = st.last_left_skips
 
     # --- small helpers ---------------------------------------------------------
 
@@ -295,6 +301,8 @@ class Step:
         leaves the backlog; a join cannot lower it, since the joiner is lifted.
         """
         if not self.cfg.order.lift:
+            if self.cfg.order.guard_skips is not None:
+                self._set(i, skips=0)
             return
         lo = self._min_counter
         if lo is None:
@@ -308,6 +316,8 @@ class Step:
             self._set(i, counter=lo)
             c = lo
         self._min_counter = c if alone else lo
+        if self.cfg.order.guard_skips is not None:
+            self._inherit_skips(i, c, alone)
         tiers = self.cfg.tenants
         tier = tiers[i].tier
         others = {tiers[j].tier for j in self.backlogged if j != i}
@@ -315,6 +325,23 @@ class Step:
             left_t = [c for x, c in self._cancel_left_tier.items() if x != tier]
             lo_t = min((self.tier_counters[x] for x in others), default=min(left_t) if left_t else self.last_left_tier)
             self.tier_counters[tier] = max(self.tier_counters[tier], lo_t)
+
+    def _inherit_skips(self, i: int, c: float, alone: bool) -> None:
+        """The skip budget (SPEC.md 4.3): tenant i joined the backlog with counter c.
+        It takes the least skip count of the tenants whose counter its lift may have
+        copied (the other backlogged tenants at or below c; when none is
+        backlogged, those emptied by cancellation in this step, else the last
+        leaver's ``last_left_skips``): a tenant passed over has others ahead of it by
+        up to its count of charges, and they are as far ahead of a joiner lifted
+        to its counter (SPEC.md 8.3, VTC-GAP under the skip budget)."""
+        ts = self.tenants
+        if not alone:
+            n = min(ts[j].skips for j in self.backlogged if j != i and ts[j].counter <= c)
+        else:
+            left = [ts[j].skips for j, cl in self._cancel_left.items() if j != i and cl <= c]
+            n = min(left) if left else self.last_left_skips
+        if ts[i].skips != n:
+            self._set(i, skips=n)
 
     def _release(self, s: Sequence) -> int:
         """Free the blocks of sequence s; returns how many became free."""
@@ -569,7 +596,15 @@ class Step:
                     return
                 avail -= cands  # nothing of this tier can go: the next tier's turn
                 continue
-            if not self._admit_head(i) or not self.tenants[i].queue:
+            passed = ()
+            if cfg.order.guard_skips is not None:
+                stop, passed = self._skip_guard(i, cands)
+                if stop:
+                    return
+            admitted = self._admit_head(i)
+            for g in passed if admitted else ():
+                self._set(g, skips=self.tenants[g].skips + 1)
+            if not admitted or not self.tenants[i].queue:
                 avail.discard(i)
 
     def _preempt_for_priority(self) -> None:
@@ -602,6 +637,19 @@ class Step:
         view = GuardView(self.cfg, self.tenants, self._ready_heads(), self.cfg.num_blocks - self.used, self.k, self.t)
         self.reserved = guard_reservation(view)
         return self.reserved is not None
+
+    def _skip_guard(self, i: int, cands: set[int]) -> tuple[bool, tuple[int, ...]]:
+        """The skip budget (``guard_skips``) on the pick of tenant i among ``cands``:
+        (True, ()) and the reservation recorded, when the pick would pass over a tenant
+        whose budget is spent (the waiting phase stops filling); else (False, the
+        tenants the pick passes over) (:func:`~tenantry.model.policies.skip_pass`)."""
+        g, passed = skip_pass(SkipView(self.cfg, self.tenants, self.backlogged, cands, i))
+        if g is None:
+            return False, passed
+        q = self.tenants[g].queue
+        self.reserved = next((s for s in q if s.ready_step <= self.k), q[0]).request_id
+        self.reserved_reason = "skips"
+        return True, ()
 
     def _view(self, cands: set[int], memo: bool = True) -> SelectView:
         return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional,
@@ -656,6 +704,7 @@ class Step:
         t = self._set(i, **changes)
         if not t.queue:  # i leaves the backlog by being served: its counter is the lift (Algorithm 2's l)
             self.last_left = t.counter
+            self.last_left_skips = t.skips
             tier = cfg.tenants[i].tier
             if all(cfg.tenants[j].tier != tier for j in self.backlogged):
                 self.last_left_tier = self.tier_counters[tier]
@@ -810,6 +859,7 @@ class Step:
             tier_counters=tuple(self.tier_counters),
             last_left_counter=self.last_left,
             last_left_tier_counter=self.last_left_tier,
+            last_left_skips=self.last_left_skips,
         )
         object.__setattr__(new, "backlog", frozenset(self.backlogged))  # kept by _set, so the next step need not scan
         out = StepOutput(
@@ -821,5 +871,6 @@ class Step:
             events=tuple(self.events),
             finished=tuple(self.gone),
             reserved=self.reserved,
+            reserved_reason=self.reserved_reason,
         )
         return new, out

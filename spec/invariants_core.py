@@ -262,9 +262,16 @@ def batch_token_capacity(config: Config, max_total_tokens: int | None = None) ->
 
     ``min(num_blocks * block_size_tokens, max_num_seqs * T)`` with T the
     longest request (prompt + output, tokens): ``max_total_tokens`` when the
-    workload is known, else ``max_context_tokens``.
+    workload is known, else ``max_context_tokens``.  Under the skip budget
+    (``order.guard_skips``, claimed without ample KV) the pool term is dropped,
+    ``max_num_seqs * T``: under KV pressure the sequences of a tenant in the
+    batch may still owe more output than the pool holds (they are preempted and
+    resumed), so only the slots bound it (SPEC.md 7.0).  With ample KV the pool
+    term never binds, so the two agree there.
     """
     t = config.max_context_tokens if max_total_tokens is None else min(max_total_tokens, config.max_context_tokens)
+    if config.order.guard_skips is not None:
+        return config.max_num_seqs * t
     return min(config.num_blocks * config.block_size_tokens, config.max_num_seqs * t)
 
 
@@ -283,6 +290,15 @@ def largest_charge(config: Config, max_prompt_tokens: int | None = None, max_tot
     lp = (config.max_context_tokens - 1) if max_prompt_tokens is None else max_prompt_tokens
     lp = min(lp, m)
     return min(o.w_in * lp + o.w_out * m, max(o.w_in, o.w_out) * m)
+
+
+def skip_slack(config: Config, d: float) -> float:
+    """What the skip budget adds to VTC-GAP's per-tenant bound (SPEC.md 7.0, 8.3):
+    ``guard_skips * D / w_min`` (weighted tokens over weight; ``d`` is D, w_min the
+    least tenant weight): each pick past a tenant charges the picked tenant at most
+    D / w <= D / w_min ahead of it.  0 without a skip budget."""
+    k = config.order.guard_skips
+    return 0.0 if k is None else k * d / min(t.weight for t in config.tenants)
 
 
 def tier_share(config: Config, tier: int) -> float:

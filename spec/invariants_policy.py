@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from .invariants_core import EPS, Finding, at_slot_cap, largest_charge, tier_share
+from .invariants_core import EPS, Finding, at_slot_cap, largest_charge, skip_slack, tier_share
 from .invariants_state import StepContext, _f
 
 
@@ -30,7 +30,8 @@ def _steady(ctx: StepContext) -> list[int]:
 def check_vtc_gap(ctx: StepContext) -> list[Finding]:
     """VTC-GAP, state form (SPEC.md 7.2): a counter moves by exactly the tenant's
     new service over its weight (except by the lift); among backlogged tenants,
-    every counter is within D / weight of the least one (D from :func:`largest_charge`)."""
+    every counter is within D / weight of the least one (D from :func:`largest_charge`;
+    under the skip budget, plus ``guard_skips * D / w_min``, :func:`skip_slack`)."""
     cfg, ts = ctx.config, ctx.state.tenants
     out = []
     for i in _steady(ctx):
@@ -43,12 +44,14 @@ def check_vtc_gap(ctx: StepContext) -> list[Finding]:
     if len(b) < 2:
         return out
     d = largest_charge(cfg)
+    extra = skip_slack(cfg, d)
     j = min(b, key=lambda i: ts[i].counter)
     for i in b:
-        gap, allowed = ts[i].counter - ts[j].counter, d / cfg.tenants[i].weight
+        gap, allowed = ts[i].counter - ts[j].counter, d / cfg.tenants[i].weight + extra
         if gap > allowed + EPS:
+            what = "D/weight + guard_skips*D/w_min" if extra else "D/weight"
             out.append(_f(ctx, "VTC-GAP", "a backlogged tenant's counter ran ahead of the least backlogged counter "
-                          "by more than D/weight", gap, allowed, [ctx.name(i), ctx.name(j)]))
+                          f"by more than {what}", gap, allowed, [ctx.name(i), ctx.name(j)]))
     return out
 
 
@@ -310,10 +313,36 @@ def check_guard(ctx: StepContext) -> list[Finding]:
                       f"needed {need} blocks with {free} free", len(entered), 0, [ctx.name(i)],
                       [rid] + sorted(entered)))
     rv = ctx.output.reserved
+    if o.guard_skips is not None:
+        out += _skip_budget(ctx)
+    if rv is not None and ctx.output.reserved_reason == "skips":
+        return out
     if rv is not None and (entered or rv not in {d[2] for d in due}):
         out.append(_f(ctx, "GUARD", f"the step reserved for request {rv}, which was not an overdue head that did "
                       "not fit" + (f", and admitted {sorted(entered)}" if entered else ""), rv,
                       sorted(d[2] for d in due), [], [rv]))
+    return out
+
+
+def _skip_budget(ctx: StepContext) -> list[Finding]:
+    """GUARD's skip-budget part (``guard_skips`` K_skip, SPEC.md 4.3): after the step no
+    backlogged tenant has been passed over more than K_skip times, and a step that
+    stopped for the budget (``reserved_reason`` ``skips``) stopped for a queued head of
+    a backlogged tenant whose count is K_skip."""
+    k, ts, out = ctx.config.order.guard_skips, ctx.state.tenants, []
+    over = [i for i, t in enumerate(ts) if t.queue and t.skips > k]
+    if over:
+        i = over[0]
+        out.append(_f(ctx, "GUARD", f"a backlogged tenant was passed over {ts[i].skips} times in its backlog period, "
+                      f"more than guard_skips = {k}", ts[i].skips, k, [ctx.name(i)]))
+    rv = ctx.output.reserved
+    if rv is not None and ctx.output.reserved_reason == "skips":
+        owner = next((i for i, t in enumerate(ts) if any(q.request_id == rv for q in t.queue)), None)
+        if owner is None or ts[owner].skips != k:
+            out.append(_f(ctx, "GUARD", f"the step stopped for the skip budget on request {rv}, which is not the "
+                          f"queued work of a tenant passed over guard_skips = {k} times",
+                          None if owner is None else ts[owner].skips, k, [] if owner is None else [ctx.name(owner)],
+                          [rv]))
     return out
 
 
