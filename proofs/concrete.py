@@ -52,7 +52,8 @@ class SeqSpec:
 @attrs.frozen
 class TenantSpec:
     """One tenant of a concrete state: its accounting and its sequences, in
-    admission order (queued ones keep this order in the queue)."""
+    admission order (queued ones keep this order in the queue); ``skips`` the skip
+    budget's count (SPEC.md 4.3)."""
 
     counter: float = 0.0
     deficit: float = 0.0
@@ -60,12 +61,13 @@ class TenantSpec:
     block_seconds: float = 0.0
     bucket_tokens: float | None = None
     seqs: tuple[SeqSpec, ...] = ()
+    skips: int = 0
 
 
 def build_state(config: Config, tenants: Iterable[TenantSpec], *, step_index: int = 0, t_s: float = 0.0,
                 last_step_s: float | None = None, tier_counters: tuple[float, ...] | None = None,
                 last_left_counter: float = 0.0, last_left_tier_counter: float = 0.0,
-                first_request_id: int = 0) -> State:
+                first_request_id: int = 0, last_left_skips: int = 0) -> State:
     """A consistent state with the given per-tenant records.
 
     Sequences get request ids and admission numbers in the order given
@@ -125,7 +127,7 @@ def build_state(config: Config, tenants: Iterable[TenantSpec], *, step_index: in
     return State(step_index=step_index, t_s=t_s, last_step_s=base.last_step_s if last_step_s is None else last_step_s,
                  tenants=tuple(records), running=tuple(running), kv=KVPool(used_blocks=used),
                  next_arrival_seq=seq_no, tier_counters=tiers, last_left_counter=float(last_left_counter),
-                 last_left_tier_counter=float(last_left_tier_counter))
+                 last_left_tier_counter=float(last_left_tier_counter), last_left_skips=last_left_skips)
 
 
 def run_workload(config: Config, workload: Workload | Iterable[Request], *, max_steps: int = 1000,

@@ -1,0 +1,221 @@
+"""VTC under KV pressure: the counter spread and the service gap with refused
+heads, bounded by the skip budget (``OrderConfig.guard_skips`` K; SPEC.md 4.3,
+8.3).
+
+The VTC encoding of :mod:`tenantry.proofs.vtc` (counter ``c``, backlogged
+``q``, owed ``G``, last leaver's counter ``ll``) without its hypothesis H1:
+the pick is the least counter among the *candidates* only, so a backlogged
+tenant that is not a candidate (its head refused by the pool, its KV cap or a
+slot cap, or no head ready) may be passed over while its counter is lower.
+Added per tenant: ``sig[f]``, the skip budget's count (``TenantState.skips``),
+and ``sll`` (``State.last_left_skips``).  Constants: ``U[f] = D / w_f`` and
+``X >= U[f]`` for every f (``X = D / w_min``).
+
+Actions, as in :mod:`~tenantry.proofs.vtc`, plus the count:
+
+* ``join(i)``: the lift; i takes the count of a backlogged tenant whose counter
+  is at most its lifted counter (the model takes the least such count), or
+  ``sll`` when nobody else is backlogged (``Step._inherit_skips``);
+* ``admit(i)``: the pick among the candidates; every backlogged non-candidate
+  g with ``c[g] < c[i]`` is passed over, which the model allows only while
+  ``sig[g] < K`` (``skip_pass``: else it stops filling), and ``sig[g] += 1``;
+  if i's queue empties, ``ll = c[i]`` and ``sll = sig[i]``;
+* ``output``; ``drop`` (a queue that empties sets ``ll`` and ``sll``).
+
+Invariant (any N): for every tenant f and backlogged g,
+``c[f] + G[f] <= c[g] + U[f] + X sig[g]``; with nobody backlogged,
+``c[f] + G[f] <= ll + U[f] + X sll``; ``0 <= G[f] <= U[f]``; ``0 <= sig, sll <=
+K``.  The step that needs the budget: i passes over g, so before it
+``c[i] <= c[i] + G[i] <= c[g] + U[i] + X sig[g]``, and after it (H2: i owes at
+most ``U[i] <= X`` beyond its counter) ``c[i]' + G[i]' <= c[g] + U[i] + X (sig[g] +
+1)``.  The join needs the inheritance: a joiner lifted to the counter of a
+tenant passed over has the same tenants ahead of it.
+
+Corollaries: backlogged counters differ by at most ``D / w_f + K D / w_min``;
+two tenants backlogged at every step end of an interval get normalised service
+differing by at most ``D / w_f + D / w_g + 2 K D / w_min`` (``2 (K + 1) D`` for
+unit weights).  D is the catalog's ``largest_charge`` with the pool term
+dropped (``M = max_num_seqs * max_context_tokens``, SPEC.md 7.0).
+
+Twin ``no-skip-budget`` (``guard_skips = None``): with the count at K the pick
+passes over g anyway and the spread exceeds the bound; replayed on the model
+(one step from a decoded state), judged by the catalog's VTC-GAP with the
+budget on.
+"""
+
+from __future__ import annotations
+
+import attrs
+import z3
+from z3 import And, Implies, Int, Lambda, Not, ToReal
+
+from tenantry.model.config import Config
+from tenantry.model.step import step
+from tenantry.model.workload import StepInput
+
+from . import vtc
+from .checks import catalog_state, verdict, vtc_spread
+from .concrete import SeqSpec, TenantSpec, Transition, build_state
+from .core import Domain, Proof, Replay, Twin, implies_all, int_array, real_array, val
+
+FAMILY = "vtc"
+
+
+def sstate(tag: str) -> dict:
+    """Fresh symbolic state: :func:`tenantry.proofs.vtc.vstate` plus the counts."""
+    return {**vtc.vstate(f"s{tag}"), "sig": int_array(f"sig_{tag}"), "sll": Int(f"sll_{tag}")}
+
+
+def invariant(dom: Domain, s: dict, U: z3.ArrayRef, X, K) -> z3.BoolRef:
+    """The invariant of the module docstring."""
+    c, q, G, ll, sig = s["c"], s["q"], s["G"], s["ll"], s["sig"]
+    spread = dom.forall(lambda f, g: Implies(q[g], c[f] + G[f] <= c[g] + U[f] + X * ToReal(sig[g])), arity=2)
+    idle = Implies(dom.forall(lambda g: Not(q[g])),
+                   dom.forall(lambda f: c[f] + G[f] <= ll + U[f] + X * ToReal(s["sll"])))
+    owed = dom.forall(lambda f: And(G[f] >= 0, G[f] <= U[f], sig[f] >= 0, sig[f] <= K))
+    return And(spread, idle, owed, s["sll"] >= 0, s["sll"] <= K)
+
+
+def passed_over(s: dict, p: dict, g) -> z3.BoolRef:
+    """g is passed over by the pick of ``p["i"]``: backlogged, not a candidate, lower counter."""
+    return And(s["q"][g], p["blk"][g], g != p["i"], s["c"][g] < s["c"][p["i"]])
+
+
+def join(dom: Domain, s: dict, tag: str) -> tuple[z3.BoolRef, dict, dict]:
+    """:func:`tenantry.proofs.vtc.join` and the count a joiner takes."""
+    guard, post, p = vtc.join(dom, s, tag)
+    i, w, n = p["i"], Int(f"w_{tag}"), Int(f"n_{tag}")
+    ci = post["c"][i]
+    took = z3.If(p["other"], And(dom.has(w), w != i, s["q"][w], s["c"][w] <= ci, n == s["sig"][w]), n == s["sll"])
+    return And(guard, took), {**post, "sig": z3.Store(s["sig"], i, n), "sll": s["sll"]}, {**p, "w": w, "n": n}
+
+
+def admit(dom: Domain, s: dict, tag: str, K, budget: bool = True) -> tuple[z3.BoolRef, dict, dict]:
+    """:func:`tenantry.proofs.vtc.admit` without H1: the passed-over tenants count one
+    more; with ``budget`` the pick is allowed only while every one of them is below K."""
+    guard, post, p = vtc.admit(dom, s, tag)
+    if budget:
+        guard = And(guard, dom.forall(lambda g: Implies(passed_over(s, p, g), s["sig"][g] < K)))
+    j = Int(f"j_{tag}")
+    sig = Lambda([j], z3.If(passed_over(s, p, j), s["sig"][j] + 1, s["sig"][j]))
+    return guard, {**post, "sig": sig, "sll": z3.If(p["leave"], s["sig"][p["i"]], s["sll"])}, p
+
+
+def output(dom: Domain, s: dict, tag: str) -> tuple[z3.BoolRef, dict, dict]:
+    guard, post, p = vtc.output(dom, s, tag)
+    return guard, {**post, "sig": s["sig"], "sll": s["sll"]}, p
+
+
+def drop(dom: Domain, s: dict, tag: str) -> tuple[z3.BoolRef, dict, dict]:
+    guard, post, p = vtc.drop(dom, s, tag)
+    return guard, {**post, "sig": s["sig"], "sll": z3.If(p["leave"], s["sig"][p["i"]], s["sll"])}, p
+
+
+def _setup(dom: Domain, U: z3.ArrayRef, X, K) -> z3.BoolRef:
+    return And(dom.size >= 1, K >= 0, dom.forall(lambda f: And(U[f] >= 0, U[f] <= X)))
+
+
+def obligations() -> list[tuple[str, z3.BoolRef]]:
+    """Initiation, consecution for every action, and the two corollaries."""
+    dom, U, X, K = Domain("N"), real_array("Us"), z3.Real("Xs"), Int("Ks")
+    setup = _setup(dom, U, X, K)
+    inv = lambda st: invariant(dom, st, U, X, K)  # noqa: E731
+    out = []
+    s0 = sstate("init")
+    init = And(dom.forall(lambda f: And(s0["c"][f] == 0, s0["G"][f] == 0, Not(s0["q"][f]), s0["sig"][f] == 0)),
+               s0["ll"] == 0, s0["sll"] == 0)
+    out.append(("init", implies_all([setup, init], inv(s0))))
+    for name in ("join", "admit", "output", "drop"):
+        s = sstate(name)
+        if name == "admit":
+            guard, post, p = admit(dom, s, name, K)
+        else:
+            guard, post, p = {"join": join, "output": output, "drop": drop}[name](dom, s, name)
+        hyps = [setup, inv(s), guard]
+        if name == "admit":
+            hyps.append(vtc.hyp_charge(s, p, U))
+        out.append((name, implies_all(hyps, inv(post))))
+    s = sstate("sp")
+    f, g = Int("f_sp"), Int("g_sp")
+    out.append(("spread", implies_all([setup, inv(s), dom.has(f), dom.has(g), s["q"][f], s["q"][g]],
+                                      s["c"][f] - s["c"][g] <= U[f] + X * ToReal(K))))
+    s1, s2 = sstate("t1"), sstate("t2")
+    f, g = Int("f_gap"), Int("g_gap")
+    ds = lambda x: s2["c"][x] - s1["c"][x]  # noqa: E731
+    out.append(("gap", implies_all([setup, inv(s1), inv(s2), dom.has(f), dom.has(g), s1["q"][f], s1["q"][g],
+                                    s2["q"][f], s2["q"][g]],
+                                   ds(f) - ds(g) <= U[f] + U[g] + 2 * X * ToReal(K))))
+    return out
+
+
+# --- the twin: the skip budget removed ---------------------------------------------------
+
+K_TWIN = 1
+
+
+def twin_config(guard_skips: int | None) -> Config:
+    """:func:`tenantry.proofs.vtc.replay_config`'s 2-tenant, 2-slot replica, t1 capped at one
+    block (its second head is refused while its first runs), with the skip budget."""
+    c = vtc.replay_config(2, lift=True, max_num_seqs=2, caps=(None, 1))
+    return attrs.evolve(c, order=attrs.evolve(c.order, guard_skips=guard_skips))
+
+
+def bound(config: Config) -> float:
+    """The proved spread for unit weights: ``D + K D`` (D with the pool term dropped)."""
+    from tenantry.spec.invariants_core import largest_charge, skip_slack
+    d = largest_charge(config)
+    return d + skip_slack(config, d)
+
+
+def _twin_formula() -> tuple[z3.BoolRef, dict]:
+    dom, U = Domain("N"), real_array("Ut")
+    ref = twin_config(K_TWIN)
+    d = bound(ref) / (K_TWIN + 1)
+    X, K = z3.RealVal(d), z3.IntVal(K_TWIN)
+    s = sstate("tw")
+    guard, post, p = admit(dom, s, "tw", K, budget=False)
+    ci, r, pi = int_array("ci_tw"), int_array("r_tw"), Int("p_tw")
+    i = p["i"]
+    # decodable: t0 picks a 1..7-token prompt past t1 (backlogged, its head refused by its cap, one
+    # running sequence owing r tokens, already passed over K times); unit weights, w_out = 2.
+    shape = And(dom.size == 2, i == 0, Not(p["leave"]), p["blk"][1], s["q"][1], s["sig"][1] == K,
+                s["sig"][0] == 0, s["sll"] == 0, p["pin"] == ToReal(pi), pi >= 1, pi <= 7, p["gout"] == 2,
+                s["G"][0] == 0, r[1] >= 1, r[1] <= 6, s["G"][1] == 2 * ToReal(r[1]),
+                dom.forall(lambda f: And(U[f] == d, s["c"][f] == ToReal(ci[f]), ci[f] >= 0, ci[f] <= 200)))
+    bad = post["c"][0] - post["c"][1] > U[0] + X * ToReal(K) + 2  # survives t1's output token
+    f = And(_setup(dom, U, X, K), invariant(dom, s, U, X, K), guard, vtc.hyp_charge(s, p, U), shape, bad)
+    return f, {"ci": ci, "r": r, "p": pi}
+
+
+def _twin_replay(m: z3.ModelRef, sym: dict) -> Replay:
+    cfg, ref = twin_config(None), twin_config(K_TWIN)
+    c0, c1, r1, prompt = (val(m, sym["ci"][0]), val(m, sym["ci"][1]), val(m, sym["r"][1]), val(m, sym["p"]))
+    pre = build_state(cfg, [TenantSpec(counter=float(c0), seqs=(SeqSpec(prompt, 1), SeqSpec(1, 1))),
+                            TenantSpec(counter=float(c1), skips=K_TWIN,
+                                       seqs=(SeqSpec(1, r1 + 1, done=1, running=True), SeqSpec(1, 1)))])
+    post, out = step(cfg, pre, StepInput())
+    tr = Transition(pre, StepInput(), post, out)
+    b = bound(ref)
+    facts = {"counters": [c0, c1], "prompt": prompt, "skips": K_TWIN, "bound": b}
+    if vtc_spread(ref, pre, b):
+        return Replay(False, "the decoded pre-state already violates the claim", facts)
+    ok, detail = verdict(vtc_spread(ref, post, b), catalog_state("VTC-GAP", ref, [tr]),
+                         f"guard_skips=None: t1 (counter {c1}, passed over {K_TWIN} time(s)) is refused by its KV cap; "
+                         f"t0 (counter {c0}) is charged {prompt} past it again (bound D + K*D = {b:g})")
+    return Replay(ok, detail, facts)
+
+
+GAP_SKIPS = Proof(
+    id="VTC-GAP[skips]", family=FAMILY,
+    claim="with refused heads and the skip budget K: c_f + owed_f <= c_g + D/w_f + skips_g*D/w_min for every f and "
+          "backlogged g; so backlogged counters within D/w_f + K*D/w_min, service gaps within D/w_f + D/w_g + "
+          "2K*D/w_min",
+    scope="any N",
+    obligations=obligations,
+    twins=(Twin("no-skip-budget", "the skip budget (guard_skips = None: work-conserving past a lower counter)",
+                _twin_formula, _twin_replay),),
+    hypotheses=("H2: a pick leaves the tenant owing at most D/w (D with M = max_num_seqs * max_context_tokens)",
+                "the picked tenant has the least counter among the candidates (no H1: others may be refused)"),
+)
+
+PROOFS = (GAP_SKIPS,)
