@@ -120,7 +120,7 @@ def build_state(config: Config, tenants: Iterable[TenantSpec], *, step_index: in
         records.append(TenantState(queue=tuple(queue), counter=float(sp.counter), deficit=float(sp.deficit),
                                    service=float(sp.service), block_seconds=float(sp.block_seconds),
                                    bucket_tokens=bucket, bucket_requests=base.tenants[i].bucket_requests,
-                                   bucket_t_s=t_s, running=nrun, blocks=blocks, fresh_queued=fresh))
+                                   bucket_t_s=t_s, running=nrun, blocks=blocks, fresh_queued=fresh, skips=sp.skips))
     if used > config.num_blocks:
         raise ValueError(f"build_state: running sequences need {used} blocks, the pool has {config.num_blocks}")
     tiers = base.tier_counters if tier_counters is None else tuple(float(x) for x in tier_counters)

@@ -199,9 +199,15 @@ def _twin_replay(m: z3.ModelRef, sym: dict) -> Replay:
     facts = {"counters": [c0, c1], "prompt": prompt, "skips": K_TWIN, "bound": b}
     if vtc_spread(ref, pre, b):
         return Replay(False, "the decoded pre-state already violates the claim", facts)
+    held, held_out = step(ref, pre, StepInput())  # the same state with the budget on: it stops filling
+    facts["with_budget"] = {"reserved_reason": held_out.reserved_reason, "spread": held.tenants[0].counter -
+                            held.tenants[1].counter}
+    if held_out.reserved_reason != "skips" or vtc_spread(ref, held, b):
+        return Replay(False, f"with guard_skips={K_TWIN} the model did not stop for t1: {facts['with_budget']}", facts)
     ok, detail = verdict(vtc_spread(ref, post, b), catalog_state("VTC-GAP", ref, [tr]),
                          f"guard_skips=None: t1 (counter {c1}, passed over {K_TWIN} time(s)) is refused by its KV cap; "
-                         f"t0 (counter {c0}) is charged {prompt} past it again (bound D + K*D = {b:g})")
+                         f"t0 (counter {c0}) is charged {prompt} past it again (bound D + K*D = {b:g}; with the budget "
+                         "the step stops filling instead)")
     return Replay(ok, detail, facts)
 
 
