@@ -557,14 +557,17 @@ class SkipView:
         config: the configuration (``order.guard_skips`` is K_skip).
         tenants: per-tenant records (``counter``, ``skips``).
         backlogged: the backlogged tenants (indices).
-        candidates: the tenants the policy picked among (backlogged, not blocked in this step).
+        candidates: the tenants not blocked in this step (backlogged; with strict tiers
+            the policy picks among the best tier of these).
+        capped: tenants whose head their own KV cap or slot cap refused in this step.
         picked: the tenant the policy picked.
     """
 
     config: Config
     tenants: Seq[TenantState]
     backlogged: Iterable[int]
-    candidates: Iterable[int]
+    candidates: Collection[int]
+    capped: Collection[int]
     picked: int
 
 
@@ -573,8 +576,10 @@ def skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
     for, or None; the tenants the pick passes over).
 
     The pick *passes over* every backlogged tenant that is not among the
-    candidates and whose counter is below the picked tenant's (it would have
-    been picked had its head gone in).  If one of them has already been passed
+    candidates (it was tried in this step and its head did not go in), whose counter is below the picked tenant's (it would have been
+    picked had its head gone in) and whose head was not refused by its own KV
+    or slot cap (a cap limits the tenant's share on purpose; only its own
+    work makes room under it, as for the starvation guard).  If one of them has already been passed
     over ``guard_skips`` times in its backlog period, the waiting phase must stop
     filling: the result names the one with the least counter (then the oldest
     index) and passes nobody.  Pure: reads the view only.
@@ -582,7 +587,9 @@ def skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
     ts, i, k = view.tenants, view.picked, view.config.order.guard_skips
     cands = view.candidates
     c = ts[i].counter
-    passed = tuple(sorted(g for g in view.backlogged if g != i and g not in cands and ts[g].counter < c))
+    capped = view.capped
+    passed = tuple(sorted(g for g in view.backlogged
+                          if g != i and g not in cands and g not in capped and ts[g].counter < c))
     full = [g for g in passed if ts[g].skips >= k]
     if full:
         return min(full, key=lambda g: (ts[g].counter, g)), ()

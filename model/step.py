@@ -223,6 +223,7 @@ class Step:
         self.duration_s = 0.0
         self.reserved: int | None = None
         self.reserved_reason: str | None = None
+        self.capped: set[int] = set()  # tenants whose head their own KV or slot cap refused in this step
         self.backlogged: set[int] = set(st.backlogged())
         self._min_counter: float | None = None
         self._cancel_left: dict[int, float] = {}  # tenant -> counter, queue emptied by cancellation this step
@@ -598,7 +599,7 @@ class Step:
                 continue
             passed = ()
             if cfg.order.guard_skips is not None:
-                stop, passed = self._skip_guard(i, cands)
+                stop, passed = self._skip_guard(i, avail)
                 if stop:
                     return
             admitted = self._admit_head(i)
@@ -638,12 +639,13 @@ class Step:
         self.reserved = guard_reservation(view)
         return self.reserved is not None
 
-    def _skip_guard(self, i: int, cands: set[int]) -> tuple[bool, tuple[int, ...]]:
-        """The skip budget (``guard_skips``) on the pick of tenant i among ``cands``:
+    def _skip_guard(self, i: int, avail: set[int]) -> tuple[bool, tuple[int, ...]]:
+        """The skip budget (``guard_skips``) on the pick of tenant i, ``avail`` the tenants
+        not blocked in this step (a lower tier waiting its strict-tier turn is not passed over):
         (True, ()) and the reservation recorded, when the pick would pass over a tenant
         whose budget is spent (the waiting phase stops filling); else (False, the
         tenants the pick passes over) (:func:`~tenantry.model.policies.skip_pass`)."""
-        g, passed = skip_pass(SkipView(self.cfg, self.tenants, self.backlogged, cands, i))
+        g, passed = skip_pass(SkipView(self.cfg, self.tenants, self.backlogged, avail, self.capped, i))
         if g is None:
             return False, passed
         q = self.tenants[g].queue
@@ -659,7 +661,10 @@ class Step:
         """Move tenant i's first ready sequence into the batch; False if none is ready or it does not fit."""
         cfg, t = self.cfg, self.tenants[i]
         idx = next((j for j, q in enumerate(t.queue) if q.ready_step <= self.k), None)
-        if idx is None or not slot_room(cfg, self.tenants, i):
+        if idx is None:
+            return False
+        if not slot_room(cfg, self.tenants, i):
+            self.capped.add(i)
             return False
         s = t.queue[idx]
         B = cfg.block_size_tokens
@@ -672,6 +677,7 @@ class Step:
         revived = sum(1 for key in hit if key not in self.refs)
         cap = self._cap(i)
         if cap is not None and t.blocks + total > cap:
+            self.capped.add(i)
             return False
         if private + revived > cfg.num_blocks - self.used:
             return False

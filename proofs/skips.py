@@ -154,10 +154,11 @@ K_TWIN = 1
 
 
 def twin_config(guard_skips: int | None) -> Config:
-    """:func:`tenantry.proofs.vtc.replay_config`'s 2-tenant, 2-slot replica, t1 capped at one
-    block (its second head is refused while its first runs), with the skip budget."""
-    c = vtc.replay_config(2, lift=True, max_num_seqs=2, caps=(None, 1))
-    return attrs.evolve(c, order=attrs.evolve(c.order, guard_skips=guard_skips))
+    """:func:`tenantry.proofs.vtc.replay_config`'s 2-tenant replica with 3 slots on a pool
+    of 3 blocks of 4 tokens and no cap: t1's running sequence holds 2 blocks, so its
+    queued 7-token head (2 blocks) is refused by the pool while t0's (1 block) fits."""
+    c = vtc.replay_config(2, lift=True, max_num_seqs=3)
+    return attrs.evolve(c, num_blocks=3, block_size_tokens=4, order=attrs.evolve(c.order, guard_skips=guard_skips))
 
 
 def bound(config: Config) -> float:
@@ -176,11 +177,12 @@ def _twin_formula() -> tuple[z3.BoolRef, dict]:
     guard, post, p = admit(dom, s, "tw", K, budget=False)
     ci, r, pi = int_array("ci_tw"), int_array("r_tw"), Int("p_tw")
     i = p["i"]
-    # decodable: t0 picks a 1..7-token prompt past t1 (backlogged, its head refused by its cap, one
-    # running sequence owing r tokens, already passed over K times); unit weights, w_out = 2.
+    # decodable: t0 picks a 1..4-token prompt (one block) past t1 (backlogged, its 2-block head
+    # refused by the pool, one running 5-token-prompt sequence owing r <= 2 tokens, already passed
+    # over K times); unit weights, w_out = 2.
     shape = And(dom.size == 2, i == 0, Not(p["leave"]), p["blk"][1], s["q"][1], s["sig"][1] == K,
-                s["sig"][0] == 0, s["sll"] == 0, p["pin"] == ToReal(pi), pi >= 1, pi <= 7, p["gout"] == 2,
-                s["G"][0] == 0, r[1] >= 1, r[1] <= 6, s["G"][1] == 2 * ToReal(r[1]),
+                s["sig"][0] == 0, s["sll"] == 0, p["pin"] == ToReal(pi), pi >= 1, pi <= 4, p["gout"] == 2,
+                s["G"][0] == 0, r[1] >= 1, r[1] <= 2, s["G"][1] == 2 * ToReal(r[1]),
                 dom.forall(lambda f: And(U[f] == d, s["c"][f] == ToReal(ci[f]), ci[f] >= 0, ci[f] <= 200)))
     bad = post["c"][0] - post["c"][1] > U[0] + X * ToReal(K) + 2  # survives t1's output token
     f = And(_setup(dom, U, X, K), invariant(dom, s, U, X, K), guard, vtc.hyp_charge(s, p, U), shape, bad)
@@ -192,7 +194,7 @@ def _twin_replay(m: z3.ModelRef, sym: dict) -> Replay:
     c0, c1, r1, prompt = (val(m, sym["ci"][0]), val(m, sym["ci"][1]), val(m, sym["r"][1]), val(m, sym["p"]))
     pre = build_state(cfg, [TenantSpec(counter=float(c0), seqs=(SeqSpec(prompt, 1), SeqSpec(1, 1))),
                             TenantSpec(counter=float(c1), skips=K_TWIN,
-                                       seqs=(SeqSpec(1, r1 + 1, done=1, running=True), SeqSpec(1, 1)))])
+                                       seqs=(SeqSpec(5, r1 + 1, done=1, running=True), SeqSpec(7, 1)))])
     post, out = step(cfg, pre, StepInput())
     tr = Transition(pre, StepInput(), post, out)
     b = bound(ref)
@@ -205,7 +207,7 @@ def _twin_replay(m: z3.ModelRef, sym: dict) -> Replay:
     if held_out.reserved_reason != "skips" or vtc_spread(ref, held, b):
         return Replay(False, f"with guard_skips={K_TWIN} the model did not stop for t1: {facts['with_budget']}", facts)
     ok, detail = verdict(vtc_spread(ref, post, b), catalog_state("VTC-GAP", ref, [tr]),
-                         f"guard_skips=None: t1 (counter {c1}, passed over {K_TWIN} time(s)) is refused by its KV cap; "
+                         f"guard_skips=None: t1 (counter {c1}, passed over {K_TWIN} time(s)) is refused by the pool; "
                          f"t0 (counter {c0}) is charged {prompt} past it again (bound D + K*D = {b:g}; with the budget "
                          "the step stops filling instead)")
     return Replay(ok, detail, facts)

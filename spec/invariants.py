@@ -36,7 +36,7 @@ from . import invariants_claims as C
 from . import invariants_history as H
 from . import invariants_policy as P
 from . import invariants_state as S
-from .invariants_core import Finding, Invariant, ample_kv, caps_enforced, slot_caps_enforced
+from .invariants_core import Finding, Invariant, ample_kv, caps_enforced, skip_budget_claimed, slot_caps_enforced
 
 __all__ = ["INVARIANTS", "CLAIMABLE", "HISTORY_NEEDS_STEPS", "Finding", "Invariant", "check_state", "check_history",
            "check_pair", "config_from_dict", "coverage", "missing", "relabel_contents", "unknown_without_steps"]
@@ -110,7 +110,7 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
     _inv("WORK-CONSERVING", "no unused slot and budget while a ready waiting request surely fits", "7.1",
          _always, state=S.check_work_conserving, history=H.h_work_conserving, needs=_HELD),
     _inv("VTC-GAP", "backlogged tenants' normalised service differs by <= D/w_f + D/w_g", "7.2",
-         lambda c: c.order.policy == "vtc" and c.order.lift and (ample_kv(c) or c.order.guard_skips is not None),
+         lambda c: c.order.policy == "vtc" and c.order.lift and (ample_kv(c) or skip_budget_claimed(c)),
          _VTC_SRC,
          state=P.check_vtc_gap, history=H.h_vtc_gap, needs=_STEPS),
     _inv("NO-BANKED-CREDIT", "a newly backlogged tenant starts at >= the least backlogged counter; idle DRR "

@@ -292,6 +292,16 @@ def largest_charge(config: Config, max_prompt_tokens: int | None = None, max_tot
     return min(o.w_in * lp + o.w_out * m, max(o.w_in, o.w_out) * m)
 
 
+def skip_budget_claimed(config: Config) -> bool:
+    """VTC-GAP is claimed under KV pressure (SPEC.md 7.0, 8.3): a skip budget is set
+    (``order.guard_skips``), no tenant KV cap or slot cap is enforced (a head its
+    own cap refuses is not counted: the cap limits the tenant on purpose), and no
+    strict tiers over more than one tier (a lower tier waits its turn uncounted)."""
+    if config.order.guard_skips is None or caps_enforced(config) or slot_caps_enforced(config):
+        return False
+    return not (config.order.strict_tiers and len({t.tier for t in config.tenants}) > 1)
+
+
 def skip_slack(config: Config, d: float) -> float:
     """What the skip budget adds to VTC-GAP's per-tenant bound (SPEC.md 7.0, 8.3):
     ``guard_skips * D / w_min`` (weighted tokens over weight; ``d`` is D, w_min the

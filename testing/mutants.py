@@ -420,9 +420,10 @@ class GuardIgnored(Step):
 class SkipBudgetIgnored(Step):
     """The skip budget counts the picks past a tenant but never stops filling for it."""
 
-    def _skip_guard(self, i, cands):
+    def _skip_guard(self, i, avail):
         ts = self.tenants
-        return False, tuple(g for g in self.backlogged if g != i and g not in cands and ts[g].counter < ts[i].counter)
+        return False, tuple(g for g in self.backlogged
+                            if g != i and g not in avail and g not in self.capped and ts[g].counter < ts[i].counter)
 
 
 class StrictTiersIgnored(Step):
@@ -569,8 +570,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
                               order=OrderConfig(policy="fcfs", guard_steps=3)), dict(big=True)),
     Mutant("skip_budget_ignored", ("GUARD",), "the skip budget never stops filling for a tenant passed over "
            "guard_skips times", SkipBudgetIgnored,
-           _cfg("vtc", ample=False, max_num_seqs=3, tenants=(TenantConfig("a"), TenantConfig("b", kv_block_cap=2)),
-                order=OrderConfig(policy="vtc", guard_skips=1)), dict(bursty=True)),
+           _cfg("vtc", ample=False, eviction=_TIGHT, order=OrderConfig(policy="vtc", guard_skips=1)),
+           dict(big=True, long_outputs=True)),
     Mutant("strict_tiers_ignored", ("TIER-ORDER",), "strict_tiers has no effect: DRR picks across tiers",
            StrictTiersIgnored,
            _cfg("drr_tokens", max_num_seqs=1, order=OrderConfig(policy="drr_tokens", drr_quantum=64.0,

@@ -1,6 +1,6 @@
 """The skip-budget encoding (``proofs/skips.py``, SPEC.md 8.3) agrees with the model.
 
-Concrete states with refused heads (tenants at their KV cap) and skip counts:
+Concrete states with heads the pool refuses and skip counts:
 the model's join (``Step.arrive`` -> ``_inherit_skips``) and waiting phase
 (``schedule_waiting`` with one free slot -> ``skip_pass``) against the
 encoding's ``join`` and ``admit``; and the proved invariant, as the Z3 formula,
@@ -30,8 +30,8 @@ QUARTERS = st.integers(0, 64).map(lambda k: k / 4)
 K = 2
 
 
-def skip_config(weights, caps, max_num_seqs=8, num_blocks=64, k=K) -> Config:
-    return Config(tenants=tuple(TenantConfig(f"t{j}", weight=w, kv_block_cap=caps[j]) for j, w in enumerate(weights)),
+def skip_config(weights, max_num_seqs=8, num_blocks=64, k=K) -> Config:
+    return Config(tenants=tuple(TenantConfig(f"t{j}", weight=w) for j, w in enumerate(weights)),
                   max_num_seqs=max_num_seqs, token_budget=64, num_blocks=num_blocks, max_context_tokens=8,
                   block_size_tokens=4, order=OrderConfig(policy="vtc", w_in=1.0, w_out=2.0, guard_skips=k),
                   cost=CostConfig(mode="unit"))
@@ -55,26 +55,33 @@ def pre_of(cfg: Config, state) -> dict:
 
 @st.composite
 def tenants(draw, n):
-    """Per tenant: counter, skip count, queued requests (1 or 2 sequences of <= 4 + 4
-    tokens), and whether it is *blocked*: a running sequence holding its whole KV cap
-    of one block, so its queued head is refused."""
-    specs, caps, blocked = [], [], []
+    """Per tenant: counter, skip count, queued requests, and whether it is *blocked*:
+    its head needs 2 blocks (a 5-7-token prompt) where the others' need 1 (1-4
+    tokens), and the pool is built with 1 free block (:func:`pool_for`), so the pool
+    refuses exactly the blocked heads.  Some tenants also have a running sequence."""
+    specs, blocked = [], []
     for _ in range(n):
-        q = tuple(SeqSpec(draw(st.integers(1, 4)), draw(st.integers(1, 4))) for _ in range(draw(st.integers(0, 2))))
-        b = bool(q) and draw(st.booleans())
-        run = (SeqSpec(2, 2, done=1, running=True),) if b else ()
+        b = draw(st.booleans())
+        size = st.integers(5, 7) if b else st.integers(1, 4)
+        q = tuple(SeqSpec(draw(size), 1) for _ in range(draw(st.integers(0, 2))))
+        run = (SeqSpec(2, 2, done=1, running=True),) if draw(st.booleans()) else ()
         specs.append(TenantSpec(counter=draw(QUARTERS), skips=draw(st.sampled_from((0, 1, K, K))), seqs=q + run))
-        caps.append(1 if b else None)
-        blocked.append(b)
-    return specs, caps, blocked
+        blocked.append(b and bool(q))
+    return specs, blocked
+
+
+def pool_for(weights, specs, max_num_seqs=8) -> Config:
+    """The configuration whose pool leaves exactly 1 block free in ``specs``' state."""
+    used = build_state(skip_config(weights, num_blocks=64), specs).kv.used_blocks
+    return skip_config(weights, max_num_seqs=max_num_seqs, num_blocks=used + 1)
 
 
 @given(st.data())
 def test_join_takes_the_count_the_encoding_allows(data):
     n = data.draw(st.integers(1, 4))
     weights = data.draw(st.lists(WEIGHTS, min_size=n, max_size=n))
-    specs, caps, _ = data.draw(tenants(n))
-    cfg = skip_config(weights, caps)
+    specs, _ = data.draw(tenants(n))
+    cfg = pool_for(weights, specs)
     state = build_state(cfg, specs, last_left_counter=data.draw(QUARTERS), last_left_skips=data.draw(st.integers(0, K)))
     idle = [j for j, t in enumerate(state.tenants) if not t.queue]
     assume(idle)
@@ -93,10 +100,9 @@ def test_join_takes_the_count_the_encoding_allows(data):
 def test_pick_passes_over_and_counts_as_the_encoding_does(data):
     n = data.draw(st.integers(2, 4))
     weights = data.draw(st.lists(WEIGHTS, min_size=n, max_size=n))
-    specs, caps, blocked = data.draw(tenants(n))
-    cfg0 = skip_config(weights, caps)
-    running = len(build_state(cfg0, specs).running)
-    cfg = skip_config(weights, caps, max_num_seqs=running + 1)
+    specs, blocked = data.draw(tenants(n))
+    running = len(build_state(skip_config(weights), specs).running)
+    cfg = pool_for(weights, specs, max_num_seqs=running + 1)
     state = build_state(cfg, specs, last_left_counter=data.draw(QUARTERS))
     assume(any(t.queue and not b for t, b in zip(state.tenants, blocked)))
     s = Step(cfg, state)
@@ -129,19 +135,20 @@ def test_pick_passes_over_and_counts_as_the_encoding_does(data):
     assert got["ll"] == Fraction(s.last_left) and got["sll"] == s.last_left_skips
 
 
-workloads = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 12), st.integers(1, 4), st.integers(1, 4)),
+#: (tenant, arrival, prompt, output) with prompt + output <= 8 = max_context_tokens (<= 2 blocks of 4 tokens)
+workloads = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 12), st.integers(1, 7), st.integers(1, 4)),
                      min_size=1, max_size=30)
 
 
-@given(st.integers(2, 4), st.lists(WEIGHTS, min_size=4, max_size=4), workloads, st.integers(1, 3),
-       st.lists(st.sampled_from([None, 1, 2]), min_size=4, max_size=4), st.integers(4, 12), st.integers(0, 2))
-def test_invariant_holds_on_model_runs_under_kv_pressure(n, weights, raw, slots, caps, blocks, k):
-    cfg = skip_config(weights[:n], caps[:n], max_num_seqs=slots, num_blocks=blocks, k=k)
+@given(st.integers(2, 4), st.lists(WEIGHTS, min_size=4, max_size=4), workloads, st.integers(1, 4), st.integers(2, 8),
+       st.integers(0, 2))
+def test_invariant_holds_on_model_runs_under_kv_pressure(n, weights, raw, slots, blocks, k):
+    cfg = skip_config(weights[:n], max_num_seqs=slots, num_blocks=blocks, k=k)
     d = Fraction(largest_charge(cfg))
     dom = Domain("N", n)
     U = arr(d / Fraction(w) for w in weights[:n])
     X = z3.RealVal(d / Fraction(min(weights[:n])))
-    reqs = [Request(j, f"t{t % n}", float(a), p, o) for j, (t, a, p, o) in enumerate(raw)]
+    reqs = [Request(j, f"t{t % n}", float(a), p, min(o, 8 - p)) for j, (t, a, p, o) in enumerate(raw)]
     for tr in run_workload(cfg, reqs, max_steps=300):
         assert holds(skips.invariant(dom, pre_of(cfg, tr.state), U, X, z3.IntVal(k))), \
             f"the skip-budget invariant is broken at step {tr.output.step_index}"
