@@ -28,8 +28,8 @@ ORDER_POLICIES = (
     "floors",
 )
 #: Order policies the skip budget (``OrderConfig.guard_skips``) is defined for: it counts
-#: picks past a lower VTC counter (SPEC.md 4.3).
-SKIP_POLICIES = ("vtc", "vtc_predict")
+#: picks past a lower VTC counter, or (``floors``) a lower tier counter (SPEC.md 4.3).
+SKIP_POLICIES = ("vtc", "vtc_predict", "floors")
 #: Eviction victim policies (SPEC.md 4.5).
 VICTIM_POLICIES = ("largest", "newest", "lowest_priority", "most_over_share")
 #: Prefix-cache modes (SPEC.md 4.6).
@@ -203,11 +203,12 @@ class OrderConfig:
             tenant's caps, does not fit in the free blocks at the start of the
             waiting phase, the step admits nothing (it stops filling and
             reserves the pool for it).  None (both): no guard.
-        guard_skips: the skip budget K_skip (SPEC.md 4.3; policies ``vtc`` and
-            ``vtc_predict``): a backlogged tenant that is not a candidate of a pick
-            (its head refused, or none ready) while its counter is below the
-            picked tenant's is *passed over*; its count of such picks
-            (``TenantState.skips``) lasts its backlog period, across its heads,
+        guard_skips: the skip budget K_skip (SPEC.md 4.3; policies ``vtc``,
+            ``vtc_predict`` and ``floors``): a backlogged tenant (``floors``: a
+            tier) that is not a candidate of a pick (its head refused by the
+            pool, or none ready) while its counter is below the picked one's
+            is *passed over*; its count of such picks (``TenantState.skips``,
+            ``State.tier_skips``) lasts its backlog period, across its heads,
             and once it is K_skip the waiting phase stops filling rather than
             pass it over again.  None: no budget (work-conserving past it).
     """

@@ -561,6 +561,7 @@ class SkipView:
             the policy picks among the best tier of these).
         capped: tenants whose head their own KV cap or slot cap refused in this step.
         picked: the tenant the policy picked.
+        tier_counters, tier_skips: per tier (``floors``): counters and skip counts.
     """
 
     config: Config
@@ -569,6 +570,8 @@ class SkipView:
     candidates: Collection[int]
     capped: Collection[int]
     picked: int
+    tier_counters: Seq[float] = ()
+    tier_skips: Seq[int] = ()
 
 
 def skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
@@ -593,4 +596,32 @@ def skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
     full = [g for g in passed if ts[g].skips >= k]
     if full:
         return min(full, key=lambda g: (ts[g].counter, g)), ()
+    return None, passed
+
+
+def tier_skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
+    """:func:`skip_pass` for ``floors``, over tiers (SPEC.md 4.3): (a tenant of the tier
+    to reserve for, or None; the tiers the pick passes over).
+
+    The pick passes over every tier other than the picked tenant's that has a
+    backlogged tenant, none of them among the candidates, one of them not refused
+    by its own caps, and a tier counter below the picked tier's.  If one of them
+    was passed over ``guard_skips`` times, the result names the first uncapped
+    backlogged tenant of the one with the least counter (then the lowest tier) and
+    passes nobody.  Pure: reads the view only.
+    """
+    cfg, k = view.config, view.config.order.guard_skips
+    tier_of = [t.tier for t in cfg.tenants]
+    tc, ts = view.tier_counters, view.tier_skips
+    mine = tier_of[view.picked]
+    members: dict[int, list[int]] = {}
+    for g in sorted(view.backlogged):
+        members.setdefault(tier_of[g], []).append(g)
+    passed = tuple(x for x, gs in sorted(members.items())
+                   if x != mine and tc[x] < tc[mine] and not any(g in view.candidates for g in gs)
+                   and any(g not in view.capped for g in gs))
+    full = [x for x in passed if ts[x] >= k]
+    if full:
+        x = min(full, key=lambda y: (tc[y], y))
+        return next(g for g in members[x] if g not in view.capped), ()
     return None, passed

@@ -184,6 +184,8 @@ class State:
         last_left_skips: that tenant's skip count when its queue emptied (the
             skip budget, SPEC.md 4.3: a joiner lifted to ``last_left_counter``
             takes it with the counter).
+        tier_skips, last_left_tier_skips: the same per tier under ``floors`` with a
+            skip budget (empty otherwise: read as zeros).
         backlog: not a field of the state but a cache derived from ``tenants``
             (:meth:`backlogged`): the indices of the tenants with a non-empty
             queue, as the step that built this state left them, so the next step
@@ -203,6 +205,8 @@ class State:
     last_left_counter: float = 0.0
     last_left_tier_counter: float = 0.0
     last_left_skips: int = 0
+    tier_skips: tuple[int, ...] = ()
+    last_left_tier_skips: int = 0
     backlog: frozenset[int] | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     def backlogged(self) -> frozenset[int]:

@@ -38,7 +38,7 @@ from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS
 from .policies import (
     ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, SkipView, VictimView, guard_reservation,
-    plan_priority_preemption, skip_pass, slot_room, step_duration_s,
+    plan_priority_preemption, skip_pass, slot_room, step_duration_s, tier_skip_pass,
 )
 from .state import KVPool, Sequence, State, TenantState, prefix_keys
 from .workload import Request, StepInput
@@ -231,6 +231,9 @@ class Step:
         self._keys = KeyMemo()  # order-policy sort keys memoised for this step
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
         self.last_left_skips = st.last_left_skips
+        self._tier_skips_on = cfg.order.guard_skips is not None and cfg.order.policy == "floors"
+        self.tier_skips = list(st.tier_skips or (0,) * len(st.tier_counters)) if self._tier_skips_on else []
+        self.last_left_tier_skips = st.last_left_tier_skips
 
     # --- small helpers ---------------------------------------------------------
 
@@ -326,6 +329,8 @@ class Step:
             left_t = [c for x, c in self._cancel_left_tier.items() if x != tier]
             lo_t = min((self.tier_counters[x] for x in others), default=min(left_t) if left_t else self.last_left_tier)
             self.tier_counters[tier] = max(self.tier_counters[tier], lo_t)
+            if self._tier_skips_on:
+                self._inherit_tier_skips(tier, others)
 
     def _inherit_skips(self, i: int, c: float, alone: bool) -> None:
         """The skip budget (SPEC.md 4.3): tenant i joined the backlog with counter c.
@@ -343,6 +348,19 @@ class Step:
             n = min(left) if left else self.last_left_skips
         if ts[i].skips != n:
             self._set(i, skips=n)
+
+    def _inherit_tier_skips(self, tier: int, others: set[int]) -> None:
+        """:meth:`_inherit_skips` for a tier joining the backlog under ``floors``: the
+        least count of the other backlogged tiers at or below its lifted tier
+        counter; when none is backlogged, of the tiers emptied by cancellation in this
+        step, else ``last_left_tier_skips``."""
+        tc, c = self.tier_counters, self.tier_counters[tier]
+        if others:
+            n = min(self.tier_skips[x] for x in others if tc[x] <= c)
+        else:
+            left = [self.tier_skips[x] for x, cl in self._cancel_left_tier.items() if x != tier and cl <= c]
+            n = min(left) if left else self.last_left_tier_skips
+        self.tier_skips[tier] = n
 
     def _release(self, s: Sequence) -> int:
         """Free the blocks of sequence s; returns how many became free."""
@@ -604,7 +622,10 @@ class Step:
                     return
             admitted = self._admit_head(i)
             for g in passed if admitted else ():
-                self._set(g, skips=self.tenants[g].skips + 1)
+                if self._tier_skips_on:
+                    self.tier_skips[g] += 1
+                else:
+                    self._set(g, skips=self.tenants[g].skips + 1)
             if not admitted or not self.tenants[i].queue:
                 avail.discard(i)
 
@@ -645,7 +666,9 @@ class Step:
         (True, ()) and the reservation recorded, when the pick would pass over a tenant
         whose budget is spent (the waiting phase stops filling); else (False, the
         tenants the pick passes over) (:func:`~tenantry.model.policies.skip_pass`)."""
-        g, passed = skip_pass(SkipView(self.cfg, self.tenants, self.backlogged, avail, self.capped, i))
+        view = SkipView(self.cfg, self.tenants, self.backlogged, avail, self.capped, i, self.tier_counters,
+                        self.tier_skips)
+        g, passed = (tier_skip_pass if self._tier_skips_on else skip_pass)(view)
         if g is None:
             return False, passed
         q = self.tenants[g].queue
@@ -714,6 +737,8 @@ class Step:
             tier = cfg.tenants[i].tier
             if all(cfg.tenants[j].tier != tier for j in self.backlogged):
                 self.last_left_tier = self.tier_counters[tier]
+                if self._tier_skips_on:
+                    self.last_left_tier_skips = self.tier_skips[tier]
         self.running[s.request_id] = s
         self.planned[s.request_id] = n
         self.budget -= n
@@ -866,6 +891,8 @@ class Step:
             last_left_counter=self.last_left,
             last_left_tier_counter=self.last_left_tier,
             last_left_skips=self.last_left_skips,
+            tier_skips=tuple(self.tier_skips) if self._tier_skips_on else self.st.tier_skips,
+            last_left_tier_skips=self.last_left_tier_skips,
         )
         object.__setattr__(new, "backlog", frozenset(self.backlogged))  # kept by _set, so the next step need not scan
         out = StepOutput(

@@ -67,7 +67,7 @@ class TenantSpec:
 def build_state(config: Config, tenants: Iterable[TenantSpec], *, step_index: int = 0, t_s: float = 0.0,
                 last_step_s: float | None = None, tier_counters: tuple[float, ...] | None = None,
                 last_left_counter: float = 0.0, last_left_tier_counter: float = 0.0,
-                first_request_id: int = 0, last_left_skips: int = 0) -> State:
+                first_request_id: int = 0, last_left_skips: int = 0, tier_skips: tuple[int, ...] = ()) -> State:
     """A consistent state with the given per-tenant records.
 
     Sequences get request ids and admission numbers in the order given
@@ -127,7 +127,8 @@ def build_state(config: Config, tenants: Iterable[TenantSpec], *, step_index: in
     return State(step_index=step_index, t_s=t_s, last_step_s=base.last_step_s if last_step_s is None else last_step_s,
                  tenants=tuple(records), running=tuple(running), kv=KVPool(used_blocks=used),
                  next_arrival_seq=seq_no, tier_counters=tiers, last_left_counter=float(last_left_counter),
-                 last_left_tier_counter=float(last_left_tier_counter), last_left_skips=last_left_skips)
+                 last_left_tier_counter=float(last_left_tier_counter), last_left_skips=last_left_skips,
+                 tier_skips=tuple(tier_skips))
 
 
 def run_workload(config: Config, workload: Workload | Iterable[Request], *, max_steps: int = 1000,

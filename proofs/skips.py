@@ -49,7 +49,7 @@ import attrs
 import z3
 from z3 import And, Implies, Int, Lambda, Not, ToReal
 
-from tenantry.model.config import Config
+from tenantry.model.config import Config, TenantConfig
 from tenantry.model.step import step
 from tenantry.model.workload import StepInput
 
@@ -168,23 +168,26 @@ def bound(config: Config) -> float:
     return d + skip_slack(config, d)
 
 
-def _twin_formula() -> tuple[z3.BoolRef, dict]:
-    dom, U = Domain("N"), real_array("Ut")
-    ref = twin_config(K_TWIN)
-    d = bound(ref) / (K_TWIN + 1)
-    X, K = z3.RealVal(d), z3.IntVal(K_TWIN)
-    s = sstate("tw")
-    guard, post, p = admit(dom, s, "tw", K, budget=False)
-    ci, r, pi = int_array("ci_tw"), int_array("r_tw"), Int("p_tw")
+def _twin_formula(u: float = 0.0, scale: int = 1, tag: str = "tw") -> tuple[z3.BoolRef, dict]:
+    """One pick past an account already passed over K times, without the budget check.
+    ``u``: D/w (VTC, unit weights) or D/f (floors, equal floors) of the replay config;
+    ``scale``: the account's charge per weighted token (1 for unit weights, 1/f for floors)."""
+    dom, U = Domain("N"), real_array(f"U{tag}")
+    if not u:
+        u = bound(twin_config(K_TWIN)) / (K_TWIN + 1)
+    X, K = z3.RealVal(u), z3.IntVal(K_TWIN)
+    s = sstate(tag)
+    guard, post, p = admit(dom, s, tag, K, budget=False)
+    ci, r, pi = int_array(f"ci_{tag}"), int_array(f"r_{tag}"), Int(f"p_{tag}")
     i = p["i"]
     # decodable: t0 picks a 1..4-token prompt (one block) past t1 (backlogged, its 2-block head
     # refused by the pool, one running 5-token-prompt sequence owing r <= 2 tokens, already passed
     # over K times); unit weights, w_out = 2.
     shape = And(dom.size == 2, i == 0, Not(p["leave"]), p["blk"][1], s["q"][1], s["sig"][1] == K,
-                s["sig"][0] == 0, s["sll"] == 0, p["pin"] == ToReal(pi), pi >= 1, pi <= 4, p["gout"] == 2,
-                s["G"][0] == 0, r[1] >= 1, r[1] <= 2, s["G"][1] == 2 * ToReal(r[1]),
-                dom.forall(lambda f: And(U[f] == d, s["c"][f] == ToReal(ci[f]), ci[f] >= 0, ci[f] <= 200)))
-    bad = post["c"][0] - post["c"][1] > U[0] + X * ToReal(K) + 2  # survives t1's output token
+                s["sig"][0] == 0, s["sll"] == 0, p["pin"] == scale * ToReal(pi), pi >= 1, pi <= 4,
+                p["gout"] == 2 * scale, s["G"][0] == 0, r[1] >= 1, r[1] <= 2, s["G"][1] == 2 * scale * ToReal(r[1]),
+                dom.forall(lambda f: And(U[f] == u, s["c"][f] == ToReal(ci[f]), ci[f] >= 0, ci[f] <= 400)))
+    bad = post["c"][0] - post["c"][1] > U[0] + X * ToReal(K) + 2 * scale  # survives t1's output token
     f = And(_setup(dom, U, X, K), invariant(dom, s, U, X, K), guard, vtc.hyp_charge(s, p, U), shape, bad)
     return f, {"ci": ci, "r": r, "p": pi}
 
@@ -213,6 +216,121 @@ def _twin_replay(m: z3.ModelRef, sym: dict) -> Replay:
     return Replay(ok, detail, facts)
 
 
+# --- floors: the same over tiers, and the decisions before a waiting tier is served ------------
+
+
+def ranking_obligations() -> list[tuple[str, z3.BoolRef]]:
+    """FLOOR under the skip budget (tiers as accounts): while tier k stays backlogged,
+    a pick of tier i != k either passes k over (k's count grows by one, at most K in
+    all) or has ``mu_i = c[k] + G[k] - c[i] >= 0`` and lowers it by at least
+    ``delta_i`` (a first scheduling charges >= w_in / f_i); no action raises ``mu_x``
+    for any x != k (:func:`tenantry.proofs.priority.ranking_obligations` without H1)."""
+    dom, U, X, K = Domain("T"), real_array("Ur"), z3.Real("Xr"), Int("Kr")
+    delta = real_array("delta_r")
+    setup = And(_setup(dom, U, X, K), dom.forall(lambda f: delta[f] > 0))
+    k = Int("k_r")
+    mu = lambda st, j: st["c"][k] + st["G"][k] - st["c"][j]  # noqa: E731
+    out = []
+    for name in ("join", "admit", "output", "drop"):
+        s = sstate(f"rk{name}")
+        if name == "admit":
+            guard, post, p = admit(dom, s, f"rk{name}", K)
+        else:
+            guard, post, p = {"join": join, "output": output, "drop": drop}[name](dom, s, f"rk{name}")
+        hyps = [setup, dom.has(k), s["q"][k], post["q"][k], invariant(dom, s, U, X, K), guard]
+        others = dom.forall(lambda x: Implies(x != k, mu(post, x) <= mu(s, x)))
+        if name == "admit":
+            i = p["i"]
+            hyps += [i != k, p["pin"] >= delta[i], vtc.hyp_charge(s, p, U)]
+            goal = And(Implies(passed_over(s, p, k), post["sig"][k] == s["sig"][k] + 1),
+                       Implies(Not(passed_over(s, p, k)), And(mu(s, i) >= 0, mu(post, i) <= mu(s, i) - delta[i])),
+                       others)
+        else:
+            if name == "drop":
+                hyps.append(Implies(p["i"] == k, Not(p["leave"])))
+            goal = others
+        out.append((name, implies_all(hyps, goal)))
+    # the start: every backlogged tier j has mu_j <= U[k] + X K (so at most (U[k] + X K)/delta_j + 1 picks)
+    s = sstate("rk0")
+    j = Int("j_r0")
+    out.append(("start", implies_all([setup, invariant(dom, s, U, X, K), dom.has(k), dom.has(j), s["q"][j]],
+                                     mu(s, j) <= U[k] + X * ToReal(K))))
+    return out
+
+
+def floor_obligations() -> list[tuple[str, z3.BoolRef]]:
+    """The tier-level invariant (:func:`obligations` with tiers as accounts) and the ranking."""
+    return [(f"tiers:{n}", f) for n, f in obligations()] + ranking_obligations()
+
+
+FLOORS = (0.5, 0.5)
+
+
+def floor_config(guard_skips: int | None) -> Config:
+    """:func:`twin_config` with two tenants in tiers 0 and 1 under ``floors`` (0.5, 0.5)."""
+    c = twin_config(guard_skips)
+    return attrs.evolve(c, tenants=(TenantConfig("t0", tier=0), TenantConfig("t1", tier=1)),
+                        order=attrs.evolve(c.order, policy="floors", tier_floors=FLOORS))
+
+
+def tier_spread(config: Config, state, bound_: float) -> list[str]:
+    """FLOOR's state form on concrete states: backlogged tiers' counters within ``bound_``."""
+    tiers = sorted({config.tenants[i].tier for i, t in enumerate(state.tenants) if t.queue})
+    tc = state.tier_counters
+    return [f"tier {a}'s counter is {tc[a] - tc[b]:g} above tier {b}'s, more than {bound_:g}"
+            for a in tiers for b in tiers if tc[a] - tc[b] > bound_ + 1e-6]
+
+
+def floor_bound(config: Config) -> float:
+    """The proved tier spread for equal floors f: ``D/f + K D/f``."""
+    from tenantry.spec.invariants_core import largest_charge, skip_slack, tier_share
+    d = largest_charge(config)
+    return d / tier_share(config, 0) + skip_slack(config, d)
+
+
+def _floor_twin_formula() -> tuple[z3.BoolRef, dict]:
+    ref = floor_config(K_TWIN)
+    return _twin_formula(floor_bound(ref) / (K_TWIN + 1), 2, "ftw")
+
+
+def _floor_twin_replay(m: z3.ModelRef, sym: dict) -> Replay:
+    cfg, ref = floor_config(None), floor_config(K_TWIN)
+    c0, c1, r1, prompt = (val(m, sym["ci"][0]), val(m, sym["ci"][1]), val(m, sym["r"][1]), val(m, sym["p"]))
+    specs = [TenantSpec(seqs=(SeqSpec(prompt, 1), SeqSpec(1, 1))),
+             TenantSpec(seqs=(SeqSpec(5, r1 + 1, done=1, running=True), SeqSpec(7, 1)))]
+    pre = build_state(cfg, specs, tier_counters=(float(c0), float(c1)), tier_skips=(0, K_TWIN))
+    post, out = step(cfg, pre, StepInput())
+    tr = Transition(pre, StepInput(), post, out)
+    b = floor_bound(ref)
+    facts = {"tier_counters": [c0, c1], "prompt": prompt, "tier_skips": K_TWIN, "bound": b}
+    if tier_spread(ref, pre, b):
+        return Replay(False, "the decoded pre-state already violates the claim", facts)
+    held, held_out = step(ref, pre, StepInput())
+    facts["with_budget"] = {"reserved_reason": held_out.reserved_reason,
+                            "spread": held.tier_counters[0] - held.tier_counters[1]}
+    if held_out.reserved_reason != "skips" or tier_spread(ref, held, b):
+        return Replay(False, f"with guard_skips={K_TWIN} the model did not stop for tier 1: {facts['with_budget']}",
+                      facts)
+    ok, detail = verdict(tier_spread(ref, post, b), catalog_state("FLOOR", ref, [tr]),
+                         f"floors {FLOORS}, guard_skips=None: tier 1 (counter {c1}, passed over {K_TWIN} time(s)) is "
+                         f"refused by the pool; tier 0 (counter {c0}) is charged {prompt} past it again (bound "
+                         f"D/f + K*D/f = {b:g}; with the budget the step stops filling instead)")
+    return Replay(ok, detail, facts)
+
+
+FLOOR_SKIPS = Proof(
+    id="FLOOR[skips]", family="priority",
+    claim="with refused heads and the skip budget K (floors): tier counters within D/f_k + K*D/f_min; while tier k "
+          "waits, other tiers get <= sum_j ((D/f_k + K*D/f_min) f_j/w_in + 1) + K first schedulings",
+    scope="any N tenants, any number of tiers", obligations=floor_obligations,
+    twins=(Twin("no-skip-budget", "the skip budget (guard_skips = None: work-conserving past a lower tier counter)",
+                _floor_twin_formula, _floor_twin_replay),),
+    hypotheses=("H2 for tiers: a pick leaves the tier owing at most D/f (D with M = max_num_seqs * "
+                "max_context_tokens)",
+                "no enforced KV or slot cap (a head its own cap refuses is not counted)",
+                "decisions are first schedulings (a readmitted preempted sequence is not charged)"))
+
+
 GAP_SKIPS = Proof(
     id="VTC-GAP[skips]", family=FAMILY,
     claim="with refused heads and the skip budget K: c_f + owed_f <= c_g + D/w_f + skips_g*D/w_min for every f and "
@@ -227,3 +345,4 @@ GAP_SKIPS = Proof(
 )
 
 PROOFS = (GAP_SKIPS,)
+"""Registered after :mod:`tenantry.proofs.vtc`; :data:`FLOOR_SKIPS` after the floors (family ``priority``)."""

@@ -306,9 +306,15 @@ def skip_slack(config: Config, d: float) -> float:
     """What the skip budget adds to VTC-GAP's per-tenant bound (SPEC.md 7.0, 8.3):
     ``guard_skips * D / w_min`` (weighted tokens over weight; ``d`` is D, w_min the
     least tenant weight): each pick past a tenant charges the picked tenant at most
-    D / w <= D / w_min ahead of it.  0 without a skip budget."""
+    D / w <= D / w_min ahead of it.  Under ``floors`` the same over tiers (FLOOR,
+    8.5): ``guard_skips * D / f_min``, f_min the least floor of a tier in use.  0
+    without a skip budget."""
     k = config.order.guard_skips
-    return 0.0 if k is None else k * d / min(t.weight for t in config.tenants)
+    if k is None:
+        return 0.0
+    if config.order.policy == "floors":
+        return k * d / min(tier_share(config, t.tier) for t in config.tenants)
+    return k * d / min(t.weight for t in config.tenants)
 
 
 def tier_share(config: Config, tier: int) -> float:

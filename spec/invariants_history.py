@@ -544,13 +544,14 @@ def h_floor(h: HistoryContext) -> list[Finding]:
     for t in cfg.tenants:
         tiers.setdefault(t.tier, set()).add(t.name)
     d = h.charge_bound
+    extra = 2 * skip_slack(cfg, d)  # the skip budget (SPEC.md 8.5): 2 guard_skips D / f_min
     keys = sorted(tiers)
     for ia, a in enumerate(keys):
         for b in keys[ia + 1:]:
             fa, fb = tier_share(cfg, a), tier_share(cfg, b)
             x = [p - q for p, q in zip(_normalised(h, tiers[a], fa), _normalised(h, tiers[b], fb))]
             for run in _runs(h, tiers[a], tiers[b]):
-                out += _gap_check(h, "FLOOR", run, x, d / fa + d / fb, sorted(tiers[a] | tiers[b]))
+                out += _gap_check(h, "FLOOR", run, x, d / fa + d / fb + extra, sorted(tiers[a] | tiers[b]))
     return out
 
 

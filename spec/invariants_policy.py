@@ -133,20 +133,23 @@ def check_drr_deficit(ctx: StepContext) -> list[Finding]:
 
 def check_floor(ctx: StepContext) -> list[Finding]:
     """FLOOR, state form (SPEC.md 7.2): among backlogged tiers, every tier counter is
-    within D / floor of the least one."""
+    within D / floor of the least one (under the skip budget, plus
+    ``guard_skips * D / f_min``, :func:`skip_slack`)."""
     cfg, st = ctx.config, ctx.state
     tiers = sorted({cfg.tenants[i].tier for i in _backlogged(st.tenants)})
     if len(tiers) < 2:
         return []
     d = largest_charge(cfg)
+    extra = skip_slack(cfg, d)
     tc = st.tier_counters
     lo = min(tiers, key=lambda x: tc[x])
     out = []
     for x in tiers:
-        gap, allowed = tc[x] - tc[lo], d / tier_share(cfg, x)
+        gap, allowed = tc[x] - tc[lo], d / tier_share(cfg, x) + extra
         if gap > allowed + EPS:
-            out.append(_f(ctx, "FLOOR", f"tier {x}'s counter ran ahead of tier {lo}'s by more than D/floor", gap, allowed,
-                          [c.name for c in cfg.tenants if c.tier in (x, lo)]))
+            what = "D/floor + guard_skips*D/f_min" if extra else "D/floor"
+            out.append(_f(ctx, "FLOOR", f"tier {x}'s counter ran ahead of tier {lo}'s by more than {what}", gap,
+                          allowed, [c.name for c in cfg.tenants if c.tier in (x, lo)]))
     return out
 
 
@@ -329,19 +332,26 @@ def _skip_budget(ctx: StepContext) -> list[Finding]:
     backlogged tenant has been passed over more than K_skip times, and a step that
     stopped for the budget (``reserved_reason`` ``skips``) stopped for a queued head of
     a backlogged tenant whose count is K_skip."""
-    k, ts, out = ctx.config.order.guard_skips, ctx.state.tenants, []
-    over = [i for i, t in enumerate(ts) if t.queue and t.skips > k]
+    cfg, k, ts, out = ctx.config, ctx.config.order.guard_skips, ctx.state.tenants, []
+    if cfg.order.policy == "floors":  # the counts are per tier
+        tier_skips = ctx.state.tier_skips or (0,) * len(ctx.state.tier_counters)
+        count = lambda i: tier_skips[cfg.tenants[i].tier]  # noqa: E731
+        what = "tier"
+    else:
+        count = lambda i: ts[i].skips  # noqa: E731
+        what = "tenant"
+    over = [i for i, t in enumerate(ts) if t.queue and count(i) > k]
     if over:
         i = over[0]
-        out.append(_f(ctx, "GUARD", f"a backlogged tenant was passed over {ts[i].skips} times in its backlog period, "
-                      f"more than guard_skips = {k}", ts[i].skips, k, [ctx.name(i)]))
+        out.append(_f(ctx, "GUARD", f"a backlogged {what} was passed over {count(i)} times in its backlog period, "
+                      f"more than guard_skips = {k}", count(i), k, [ctx.name(i)]))
     rv = ctx.output.reserved
     if rv is not None and ctx.output.reserved_reason == "skips":
         owner = next((i for i, t in enumerate(ts) if any(q.request_id == rv for q in t.queue)), None)
-        if owner is None or ts[owner].skips != k:
+        if owner is None or count(owner) != k:
             out.append(_f(ctx, "GUARD", f"the step stopped for the skip budget on request {rv}, which is not the "
                           f"queued work of a tenant passed over guard_skips = {k} times",
-                          None if owner is None else ts[owner].skips, k, [] if owner is None else [ctx.name(owner)],
+                          None if owner is None else count(owner), k, [] if owner is None else [ctx.name(owner)],
                           [rv]))
     return out
 

@@ -152,3 +152,38 @@ def test_invariant_holds_on_model_runs_under_kv_pressure(n, weights, raw, slots,
     for tr in run_workload(cfg, reqs, max_steps=300):
         assert holds(skips.invariant(dom, pre_of(cfg, tr.state), U, X, z3.IntVal(k))), \
             f"the skip-budget invariant is broken at step {tr.output.step_index}"
+
+
+def tier_pre(cfg: Config, state) -> dict:
+    """The encoding's state with tiers as accounts (``floors``): tier counters, tiers
+    backlogged, owed per tier (w_out / floor per remaining output token), tier counts."""
+    from tenantry.spec.invariants_core import tier_share
+    ntiers = len(state.tier_counters)
+    g = [Fraction(0)] * ntiers
+    for s in state.running:
+        tier = cfg.tenants[s.tenant].tier
+        g[tier] += Fraction(cfg.order.w_out) * (s.request.output_tokens - s.output_done) / Fraction(tier_share(cfg, tier))
+    back = {cfg.tenants[i].tier for i, t in enumerate(state.tenants) if t.queue}
+    sk = state.tier_skips or (0,) * ntiers
+    return {"c": arr(Fraction(x) for x in state.tier_counters), "q": arr((x in back for x in range(ntiers)), "bool"),
+            "G": arr(g), "ll": z3.RealVal(Fraction(state.last_left_tier_counter)), "sig": arr(sk, "int"),
+            "sll": z3.IntVal(state.last_left_tier_skips)}
+
+
+@given(st.integers(2, 4), st.lists(st.integers(0, 2), min_size=4, max_size=4), workloads, st.integers(1, 4),
+       st.integers(2, 8), st.integers(0, 2))
+def test_tier_invariant_holds_on_floors_runs_under_kv_pressure(n, tiers, raw, slots, blocks, k):
+    """FLOOR[skips]: the same invariant over tiers, on every state of ``floors`` runs."""
+    floors = (0.5, 0.3, 0.2)
+    cfg = Config(tenants=tuple(TenantConfig(f"t{j}", tier=tiers[j]) for j in range(n)), max_num_seqs=slots,
+                 token_budget=64, num_blocks=blocks, max_context_tokens=8, block_size_tokens=4,
+                 order=OrderConfig(policy="floors", w_in=1.0, w_out=2.0, tier_floors=floors, guard_skips=k),
+                 cost=CostConfig(mode="unit"))
+    d = Fraction(largest_charge(cfg))
+    dom = Domain("T", 3)
+    U = arr(d / Fraction(f) for f in floors)
+    X = z3.RealVal(d / Fraction(min(floors[t] for t in tiers[:n])))
+    reqs = [Request(j, f"t{t % n}", float(a), p, min(o, 8 - p)) for j, (t, a, p, o) in enumerate(raw)]
+    for tr in run_workload(cfg, reqs, max_steps=300):
+        assert holds(skips.invariant(dom, tier_pre(cfg, tr.state), U, X, z3.IntVal(k))), \
+            f"the tier skip-budget invariant is broken at step {tr.output.step_index}"
