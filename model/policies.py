@@ -574,6 +574,18 @@ class SkipView:
     tier_skips: Seq[int] = ()
 
 
+def inherited_skips(others: Iterable[tuple[float, int]], counter: float, last_left: int) -> int:
+    """The skip count of a tenant (``floors``: a tier) that joins the backlog with
+    (lifted) ``counter`` (SPEC.md 4.3): the least count among ``others``, (counter,
+    count) pairs of the accounts its lift may have copied (the other backlogged ones,
+    or when none is, those emptied by cancellation in this step), whose counter is
+    at most ``counter``; ``last_left`` (the last leaver's count) when there is none.
+    A tenant passed over has others ahead of it by up to its count of charges, and
+    they are as far ahead of a joiner lifted to its counter (SPEC.md 8.3).  Pure."""
+    counts = [n for c, n in others if c <= counter]
+    return min(counts) if counts else last_left
+
+
 def skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
     """The skip budget's decision on one pick (SPEC.md 4.3): (the tenant to reserve
     for, or None; the tenants the pick passes over).

@@ -38,7 +38,7 @@ from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS
 from .policies import (
     ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, SkipView, VictimView, guard_reservation,
-    plan_priority_preemption, skip_pass, slot_room, step_duration_s, tier_skip_pass,
+    inherited_skips, plan_priority_preemption, skip_pass, slot_room, step_duration_s, tier_skip_pass,
 )
 from .state import KVPool, Sequence, State, TenantState, prefix_keys
 from .workload import Request, StepInput
@@ -333,34 +333,22 @@ class Step:
                 self._inherit_tier_skips(tier, others)
 
     def _inherit_skips(self, i: int, c: float, alone: bool) -> None:
-        """The skip budget (SPEC.md 4.3): tenant i joined the backlog with counter c.
-        It takes the least skip count of the tenants whose counter its lift may have
-        copied (the other backlogged tenants at or below c; when none is
-        backlogged, those emptied by cancellation in this step, else the last
-        leaver's ``last_left_skips``): a tenant passed over has others ahead of it by
-        up to its count of charges, and they are as far ahead of a joiner lifted
-        to its counter (SPEC.md 8.3, VTC-GAP under the skip budget)."""
+        """Tenant i joined the backlog with (lifted) counter c: its skip count
+        (:func:`~tenantry.model.policies.inherited_skips` over the other backlogged
+        tenants, or those emptied by cancellation in this step, or the last leaver)."""
         ts = self.tenants
-        if not alone:
-            n = min(ts[j].skips for j in self.backlogged if j != i and ts[j].counter <= c)
-        else:
-            left = [ts[j].skips for j, cl in self._cancel_left.items() if j != i and cl <= c]
-            n = min(left) if left else self.last_left_skips
+        pairs = ([(cl, ts[j].skips) for j, cl in self._cancel_left.items() if j != i] if alone
+                 else [(ts[j].counter, ts[j].skips) for j in self.backlogged if j != i])
+        n = inherited_skips(pairs, c, self.last_left_skips)
         if ts[i].skips != n:
             self._set(i, skips=n)
 
     def _inherit_tier_skips(self, tier: int, others: set[int]) -> None:
-        """:meth:`_inherit_skips` for a tier joining the backlog under ``floors``: the
-        least count of the other backlogged tiers at or below its lifted tier
-        counter; when none is backlogged, of the tiers emptied by cancellation in this
-        step, else ``last_left_tier_skips``."""
-        tc, c = self.tier_counters, self.tier_counters[tier]
-        if others:
-            n = min(self.tier_skips[x] for x in others if tc[x] <= c)
-        else:
-            left = [self.tier_skips[x] for x, cl in self._cancel_left_tier.items() if x != tier and cl <= c]
-            n = min(left) if left else self.last_left_tier_skips
-        self.tier_skips[tier] = n
+        """:meth:`_inherit_skips` for a tier joining the backlog under ``floors``."""
+        tc = self.tier_counters
+        pairs = ([(tc[x], self.tier_skips[x]) for x in others] if others
+                 else [(cl, self.tier_skips[x]) for x, cl in self._cancel_left_tier.items() if x != tier])
+        self.tier_skips[tier] = inherited_skips(pairs, tc[tier], self.last_left_tier_skips)
 
     def _release(self, s: Sequence) -> int:
         """Free the blocks of sequence s; returns how many became free."""
