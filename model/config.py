@@ -28,8 +28,9 @@ ORDER_POLICIES = (
     "floors",
 )
 #: Order policies the skip budget (``OrderConfig.guard_skips``) is defined for: it counts
-#: picks past a lower VTC counter, or (``floors``) a lower tier counter (SPEC.md 4.3).
-SKIP_POLICIES = ("vtc", "vtc_predict", "floors")
+#: picks past a lower VTC counter, or (``floors``) a lower tier counter, or (``drr_tokens``)
+#: DRR refills past a blocked tenant that needed fewer rounds (SPEC.md 4.3).
+SKIP_POLICIES = ("vtc", "vtc_predict", "floors", "drr_tokens")
 #: Eviction victim policies (SPEC.md 4.5).
 VICTIM_POLICIES = ("largest", "newest", "lowest_priority", "most_over_share")
 #: Prefix-cache modes (SPEC.md 4.6).

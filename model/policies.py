@@ -562,6 +562,7 @@ class SkipView:
         capped: tenants whose head their own KV cap or slot cap refused in this step.
         picked: the tenant the policy picked.
         tier_counters, tier_skips: per tier (``floors``): counters and skip counts.
+        provisional: provisional DRR charges of the step (``drr_tokens``: none).
     """
 
     config: Config
@@ -572,6 +573,7 @@ class SkipView:
     picked: int
     tier_counters: Seq[float] = ()
     tier_skips: Seq[int] = ()
+    provisional: Mapping[int, float] = attrs.field(factory=dict)
 
 
 def inherited_skips(others: Iterable[tuple[float, int]], counter: float, last_left: int) -> int:
@@ -636,4 +638,30 @@ def tier_skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
     if full:
         x = min(full, key=lambda y: (tc[y], y))
         return next(g for g in members[x] if g not in view.capped), ()
+    return None, passed
+
+
+def drr_skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
+    """:func:`skip_pass` for ``drr_tokens``, on a refill (SPEC.md 4.3): (the tenant to
+    reserve for, or None; the tenants the refill passes over).
+
+    The refill gives every backlogged tenant the rounds ``r`` that make the first
+    candidate positive (:func:`refill_drr`).  It passes over every backlogged tenant
+    that is not a candidate, not refused by its own caps, and would have needed
+    fewer rounds (``floor((provisional - deficit) / (q w)) + 1 < r``: it ends above
+    one round).  If one of them was passed over ``guard_skips`` times, the result
+    names the one with the fewest rounds needed (then the lowest index) and passes
+    nobody.  ``view.picked`` is not read.  Pure.
+    """
+    cfg, ts, prov = view.config, view.tenants, view.provisional
+    if not view.candidates:
+        return None, ()
+    q = cfg.order.drr_quantum
+    need = lambda j: math.floor((prov.get(j, 0.0) - ts[j].deficit) / (q * cfg.tenants[j].weight)) + 1  # noqa: E731
+    rounds = min(need(j) for j in view.candidates)
+    passed = tuple(sorted(g for g in view.backlogged
+                          if g not in view.candidates and g not in view.capped and need(g) < rounds))
+    full = [g for g in passed if ts[g].skips >= cfg.order.guard_skips]
+    if full:
+        return min(full, key=lambda g: (need(g), g)), ()
     return None, passed

@@ -38,7 +38,7 @@ from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS
 from .policies import (
     ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, SkipView, VictimView, guard_reservation,
-    inherited_skips, plan_priority_preemption, skip_pass, slot_room, step_duration_s, tier_skip_pass,
+    drr_skip_pass, inherited_skips, plan_priority_preemption, skip_pass, slot_room, step_duration_s, tier_skip_pass,
 )
 from .state import KVPool, Sequence, State, TenantState, prefix_keys
 from .workload import Request, StepInput
@@ -304,8 +304,9 @@ class Step:
         dropped whenever a backlogged tenant's counter changes or a tenant
         leaves the backlog; a join cannot lower it, since the joiner is lifted.
         """
+        skips_lift = self.cfg.order.guard_skips is not None and self.policy.refill is None  # DRR keeps its count
         if not self.cfg.order.lift:
-            if self.cfg.order.guard_skips is not None:
+            if skips_lift:
                 self._set(i, skips=0)
             return
         lo = self._min_counter
@@ -320,7 +321,7 @@ class Step:
             self._set(i, counter=lo)
             c = lo
         self._min_counter = c if alone else lo
-        if self.cfg.order.guard_skips is not None:
+        if skips_lift:
             self._inherit_skips(i, c, alone)
         tiers = self.cfg.tenants
         tier = tiers[i].tier
@@ -595,8 +596,15 @@ class Step:
             view = self._view(cands, memo)
             i = policy.select(view)
             if i is None and policy.refill is not None:
+                refilled = ()
+                if cfg.order.guard_skips is not None and cands:
+                    stop, refilled = self._skip_guard(-1, avail, cands)
+                    if stop:
+                        return
                 for j, d in policy.refill(view).items():
                     self._set(j, deficit=d)
+                for g in refilled:
+                    self._set(g, skips=self.tenants[g].skips + 1)
                 i = policy.select(self._view(cands, memo))
             if i is None:
                 if cands is avail:
@@ -604,11 +612,14 @@ class Step:
                 avail -= cands  # nothing of this tier can go: the next tier's turn
                 continue
             passed = ()
-            if cfg.order.guard_skips is not None:
+            if cfg.order.guard_skips is not None and policy.refill is None:
                 stop, passed = self._skip_guard(i, avail)
                 if stop:
                     return
             admitted = self._admit_head(i)
+            if admitted and policy.refill is not None and self.tenants[i].skips \
+                    and self.tenants[i].deficit <= cfg.order.drr_quantum * cfg.tenants[i].weight:
+                self._set(i, skips=0)  # DRR: back within one round, the count starts again
             for g in passed if admitted else ():
                 if self._tier_skips_on:
                     self.tier_skips[g] += 1
@@ -648,15 +659,21 @@ class Step:
         self.reserved = guard_reservation(view)
         return self.reserved is not None
 
-    def _skip_guard(self, i: int, avail: set[int]) -> tuple[bool, tuple[int, ...]]:
+    def _skip_guard(self, i: int, avail: set[int], cands: set[int] | None = None) -> tuple[bool, tuple[int, ...]]:
         """The skip budget (``guard_skips``) on the pick of tenant i, ``avail`` the tenants
         not blocked in this step (a lower tier waiting its strict-tier turn is not passed over):
         (True, ()) and the reservation recorded, when the pick would pass over a tenant
         whose budget is spent (the waiting phase stops filling); else (False, the
-        tenants the pick passes over) (:func:`~tenantry.model.policies.skip_pass`)."""
-        view = SkipView(self.cfg, self.tenants, self.backlogged, avail, self.capped, i, self.tier_counters,
-                        self.tier_skips)
-        g, passed = (tier_skip_pass if self._tier_skips_on else skip_pass)(view)
+        tenants the pick passes over) (:func:`~tenantry.model.policies.skip_pass`).  Under DRR
+        it runs before a refill (``i`` = -1, ``cands`` the refill's candidates)."""
+        if self.policy.refill is not None:  # DRR: a refill past blocked tenants (drr_skip_pass)
+            tried = self.backlogged - (avail - cands)  # a lower tier waiting its strict-tier turn was not tried
+            view = SkipView(self.cfg, self.tenants, tried, cands, self.capped, i, provisional=self.provisional)
+            g, passed = drr_skip_pass(view)
+        else:
+            view = SkipView(self.cfg, self.tenants, self.backlogged, avail, self.capped, i, self.tier_counters,
+                            self.tier_skips)
+            g, passed = (tier_skip_pass if self._tier_skips_on else skip_pass)(view)
         if g is None:
             return False, passed
         q = self.tenants[g].queue

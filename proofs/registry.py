@@ -8,7 +8,8 @@ from . import admission, bucket, drr, evict, guard, kv, order, preempt, priority
 from .core import Proof
 
 #: All proofs in the order ``tenantry prove`` runs them.
-PROOFS: tuple[Proof, ...] = (vtc.PROOFS + skips.PROOFS + drr.PROOFS + priority.PROOFS + (skips.FLOOR_SKIPS,) + order.PROOFS + wait.PROOFS + bucket.PROOFS
+PROOFS: tuple[Proof, ...] = (vtc.PROOFS + skips.PROOFS + drr.PROOFS + (skips.DRR_GAP_SKIPS,) + priority.PROOFS
+                             + (skips.FLOOR_SKIPS,) + order.PROOFS + wait.PROOFS + bucket.PROOFS
                              + admission.PROOFS + evict.PROOFS + preempt.PROOFS + kv.PROOFS + guard.PROOFS)
 
 FAMILIES = tuple(dict.fromkeys(p.family for p in PROOFS))

@@ -47,13 +47,13 @@ from __future__ import annotations
 
 import attrs
 import z3
-from z3 import And, Implies, Int, Lambda, Not, ToReal
+from z3 import And, Implies, Int, Lambda, Not, Store, ToReal
 
 from tenantry.model.config import Config, TenantConfig
 from tenantry.model.step import step
 from tenantry.model.workload import StepInput
 
-from . import vtc
+from . import drr, vtc
 from .checks import catalog_state, verdict, vtc_spread
 from .concrete import SeqSpec, TenantSpec, Transition, build_state
 from .core import Domain, Proof, Replay, Twin, implies_all, int_array, real_array, val
@@ -329,6 +329,151 @@ FLOOR_SKIPS = Proof(
                 "max_context_tokens)",
                 "no enforced KV or slot cap (a head its own cap refuses is not counted)",
                 "decisions are first schedulings (a readmitted preempted sequence is not charged)"))
+
+
+# --- DRR over tokens: refills past a blocked tenant --------------------------------------------
+
+
+def dstate(tag: str) -> dict:
+    """:func:`tenantry.proofs.drr.gstate` plus the count ``sig``."""
+    return {**drr.gstate(f"s{tag}"), "sig": int_array(f"dsig_{tag}")}
+
+
+def drr_inv(dom: Domain, s: dict, P: dict, Y, K) -> z3.BoolRef:
+    """DRR-GAP[tokens]'s invariant with the budget: ``e <= 1 + sig Y`` (Y rounds per
+    refill past the tenant), the window's books, equal refills, ``0 <= sig <= K``."""
+    e, G = s["e"], s["G"]
+    one = dom.forall(lambda f: And(
+        e[f] <= 1 + ToReal(s["sig"][f]) * Y, s["pe"][f] == 0, e[f] - G[f] > -P["K"][f], G[f] >= 0,
+        G[f] <= P["K"][f], Implies(Not(s["run"][f]), G[f] == 0), s["sig"][f] >= 0, s["sig"][f] <= K,
+        Implies(s["since"][f], And(s["q"][f], e[f] == s["base"][f] + s["R"][f] - s["S"][f],
+                                   s["base"][f] <= 1 + ToReal(K) * Y, s["base"][f] > -P["K"][f]))))
+    same = dom.forall(lambda f, g: Implies(And(s["since"][f], s["since"][g]), s["R"][f] == s["R"][g]), arity=2)
+    return And(one, same)
+
+
+def drr_need(s: dict, j) -> z3.ArithRef:
+    """Rounds that make j positive: ``floor(pe - e) + 1`` (``refill_drr``)."""
+    return z3.ToInt(s["pe"][j] - s["e"][j]) + 1
+
+
+def drr_obligations(budget: bool = True) -> list[tuple[str, z3.BoolRef]]:
+    """Window opening, consecution (refill without H1, admit with the reset of the count,
+    charge, move, end) and the corollary."""
+    dom, P = Domain("N"), drr.params("Pd")
+    Y, K = z3.Real("Yd"), Int("Kd")
+    setup = And(dom.size >= 1, K >= 0,
+                dom.forall(lambda f: And(P["K"][f] > 0, P["K"][f] + 1 <= Y, P["Ce"][f] >= 1 + ToReal(K) * Y)))
+    inv = lambda st: drr_inv(dom, st, P, Y, K)  # noqa: E731
+    out = []
+    s0 = dstate("w0")
+    open_ = dom.forall(lambda f: And(s0["R"][f] == 0, s0["S"][f] == 0, s0["base"][f] == s0["e"][f],
+                                     Implies(s0["since"][f], s0["q"][f])))
+    pre0 = dom.forall(lambda f: And(s0["e"][f] <= 1 + ToReal(s0["sig"][f]) * Y, s0["e"][f] - s0["G"][f] > -P["K"][f],
+                                    s0["G"][f] >= 0, s0["G"][f] <= P["K"][f], s0["pe"][f] == 0,
+                                    s0["sig"][f] >= 0, s0["sig"][f] <= K, Implies(Not(s0["run"][f]), s0["G"][f] == 0)))
+    out.append(("open", implies_all([setup, open_, pre0], inv(s0))))
+    s = dstate("rf")
+    g, post, p = drr.refill(dom, s, P, "drf")
+    passed = lambda j: And(s["q"][j], p["blk"][j], drr_need(s, j) < p["r"])  # noqa: E731
+    jj = Int("jdr")
+    got = Lambda([jj], z3.If(s["since"][jj], s["R"][jj] + (post["e"][jj] - s["e"][jj]), s["R"][jj]))
+    sig = Lambda([jj], z3.If(passed(jj), s["sig"][jj] + 1, s["sig"][jj]))
+    hyps = [setup, inv(s), g]
+    if budget:
+        hyps.append(dom.forall(lambda j: Implies(passed(j), s["sig"][j] < K)))
+    out.append(("refill", implies_all(hyps, inv({**drr._with_ghosts(s, post, R=got), "sig": sig}))))
+    s = dstate("ad")
+    g, post, p = drr.admit(dom, s, "dad", "tokens")
+    i = p["i"]
+    since = Store(s["since"], i, And(s["since"][i], Not(p["leave"])))
+    S = Store(s["S"], i, s["S"][i] + p["pin"])
+    sig = Store(s["sig"], i, z3.If(post["e"][i] <= 1, 0, s["sig"][i]))
+    out.append(("admit", implies_all([setup, inv(s), g, drr.hyp_charge(s, p, P)],
+                                     inv({**drr._with_ghosts(s, post, S=S, since=since), "sig": sig}))))
+    s = dstate("ch")
+    g, post, p = drr.charge(dom, s, "dch")
+    S = Store(s["S"], p["i"], s["S"][p["i"]] + p["x"])
+    out.append(("charge", implies_all([setup, inv(s), g], inv({**drr._with_ghosts(s, post, S=S), "sig": s["sig"]}))))
+    s = dstate("mv")
+    g, post, p = drr.move(dom, s, "dmv")
+    since = Store(s["since"], p["i"], And(s["since"][p["i"]], p["qn"]))
+    out.append(("move", implies_all([setup, inv(s), g], inv({**drr._with_ghosts(s, post, since=since),
+                                                             "sig": s["sig"]}))))
+    s = dstate("en")
+    g, post, p = drr.end(dom, s, "den")
+    out.append(("end", implies_all([setup, inv(s), g], inv({**drr._with_ghosts(s, post), "sig": s["sig"]}))))
+    s = dstate("cor")
+    f, h = Int("f_dcor"), Int("g_dcor")
+    out.append(("gap", implies_all([setup, inv(s), dom.has(f), dom.has(h), s["since"][f], s["since"][h]],
+                                   s["S"][f] - s["S"][h] < 2 + 2 * ToReal(K) * Y + P["K"][f] + P["K"][h])))
+    return out
+
+
+def drr_config(guard_skips: int | None) -> Config:
+    """:func:`twin_config`'s replica under ``drr_tokens`` (quantum 8, unbounded carry)."""
+    c = twin_config(guard_skips)
+    return attrs.evolve(c, order=attrs.evolve(c.order, policy="drr_tokens", drr_quantum=drr.QUANTUM,
+                                              drr_carry_bound=None))
+
+
+def _drr_twin_formula() -> tuple[z3.BoolRef, dict]:
+    from tenantry.spec.invariants_core import drr_skip_rounds, largest_charge
+    ref = drr_config(K_TWIN)
+    d, q = largest_charge(ref), drr.QUANTUM
+    dom, P = Domain("N"), drr.params("Pdt")
+    Y, K = z3.RealVal(d / q + 1), z3.IntVal(K_TWIN)
+    s = dstate("dtw")
+    g, post, p = drr.refill(dom, s, P, "dtw", capped=False)
+    di, pi = int_array("di_dtw"), Int("p_dtw")
+    # decodable: unit weights; t0 a candidate with deficit d0 <= 0 and a 1..4-token head; t1 blocked (its
+    # 7-token head refused by the pool), deficit d1, passed over K times, one running sequence owing 2.
+    shape = And(dom.size == 2, Not(p["blk"][0]), p["blk"][1], s["q"][0], s["q"][1], s["sig"][1] == K,
+                s["sig"][0] == 0, pi >= 1, pi <= 4, s["G"][0] == 0, s["run"][1], s["G"][1] == z3.Q(2, int(q)),
+                Not(s["run"][0]), dom.forall(lambda f: And(P["K"][f] == d / q, s["e"][f] * q == ToReal(di[f]),
+                                                           s["pe"][f] == 0, Not(s["since"][f]))),
+                di[0] <= 0, di[0] >= -40, di[1] <= 64)
+    bad = post["e"][1] > drr_skip_rounds(ref, d) + z3.Q(2, int(q))  # survives t1's output token
+    f = And(dom.size >= 1, drr_inv(dom, s, P, Y, K), g, shape, bad)
+    return f, {"di": di, "p": pi}
+
+
+def _drr_twin_replay(m: z3.ModelRef, sym: dict) -> Replay:
+    from tenantry.spec.invariants_core import drr_skip_rounds, largest_charge
+    cfg, ref = drr_config(None), drr_config(K_TWIN)
+    d0, d1, prompt = val(m, sym["di"][0]), val(m, sym["di"][1]), val(m, sym["p"])
+    specs = [TenantSpec(deficit=float(d0), seqs=(SeqSpec(prompt, 1), SeqSpec(1, 1))),
+             TenantSpec(deficit=float(d1), skips=K_TWIN, seqs=(SeqSpec(5, 2, done=1, running=True), SeqSpec(7, 1)))]
+    pre = build_state(cfg, specs)
+    post, out = step(cfg, pre, StepInput())
+    tr = Transition(pre, StepInput(), post, out)
+    hi = drr.QUANTUM * drr_skip_rounds(ref, largest_charge(ref))
+    local = lambda st: [f"t{j}'s deficit {t.deficit:g} is above q * w * (1 + K (D/(q w_min) + 1)) = {hi:g}"  # noqa: E731
+                        for j, t in enumerate(st.tenants) if t.deficit > hi + 1e-6]
+    facts = {"deficits": [d0, d1], "prompt": prompt, "skips": K_TWIN, "bound": hi}
+    if local(pre):
+        return Replay(False, "the decoded pre-state already violates the claim", facts)
+    held, held_out = step(ref, pre, StepInput())
+    facts["with_budget"] = {"reserved_reason": held_out.reserved_reason, "deficits": [t.deficit for t in held.tenants]}
+    if held_out.reserved_reason != "skips" or local(held):
+        return Replay(False, f"with guard_skips={K_TWIN} the model did not stop for t1: {facts['with_budget']}", facts)
+    ok, detail = verdict(local(post), catalog_state("DRR-DEFICIT", ref, [tr]),
+                         f"drr_tokens, guard_skips=None: t1 (deficit {d1}, passed over {K_TWIN} time(s)) is refused by "
+                         f"the pool; the refill that makes t0 (deficit {d0}) positive carries t1 past its bound again "
+                         "(with the budget the step stops filling instead)")
+    return Replay(ok, detail, facts)
+
+
+DRR_GAP_SKIPS = Proof(
+    id="DRR-GAP[skips]", family="drr",
+    claim="drr_tokens with refused heads and the skip budget K: deficits <= q*w*(1 + K*(D/(q*w_min) + 1)); two "
+          "tenants backlogged over a window: |dS_f/w_f - dS_g/w_g| < 2q + D/w_f + D/w_g + 2K*(D/w_min + q)",
+    scope="any N", obligations=drr_obligations,
+    twins=(Twin("no-skip-budget", "the skip budget (guard_skips = None: refills past a blocked tenant uncounted)",
+                _drr_twin_formula, _drr_twin_replay),),
+    hypotheses=("H2: a pick commits at most D (D with M = max_num_seqs * max_context_tokens)",
+                "H3': drr_carry_bound >= q * w * (1 + K*(D/(q*w_min) + 1)) for every tenant, or None",
+                "no enforced KV or slot cap (a head its own cap refuses is not counted)"))
 
 
 GAP_SKIPS = Proof(

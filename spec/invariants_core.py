@@ -299,7 +299,22 @@ def skip_budget_claimed(config: Config) -> bool:
     strict tiers over more than one tier (a lower tier waits its turn uncounted)."""
     if config.order.guard_skips is None or caps_enforced(config) or slot_caps_enforced(config):
         return False
+    if config.order.policy == "drr_tokens":  # no cut of a refill past a blocked tenant (SPEC.md 8.4)
+        o = config.order
+        need = o.drr_quantum * max(t.weight for t in config.tenants) * drr_skip_rounds(config, largest_charge(config))
+        if o.drr_carry_bound is not None and o.drr_carry_bound < need:
+            return False
     return not (config.order.strict_tiers and len({t.tier for t in config.tenants}) > 1)
+
+
+def drr_skip_rounds(config: Config, d: float) -> float:
+    """DRR under the skip budget (SPEC.md 8.4): the most rounds a deficit may stand above
+    zero, ``1 + guard_skips * (D / (q w_min) + 1)``: one round, plus at most
+    ``D / (q w_min) + 1`` rounds per refill past the tenant (a refill gives at most
+    that many rounds, since no candidate's deficit is below -D).  1 without a budget."""
+    o = config.order
+    k = o.guard_skips or 0
+    return 1 + k * (d / (o.drr_quantum * min(t.weight for t in config.tenants)) + 1)
 
 
 def skip_slack(config: Config, d: float) -> float:
@@ -314,6 +329,8 @@ def skip_slack(config: Config, d: float) -> float:
         return 0.0
     if config.order.policy == "floors":
         return k * d / min(tier_share(config, t.tier) for t in config.tenants)
+    if config.order.policy == "drr_tokens":  # per side of DRR-GAP: K (D / w_min + q) (SPEC.md 8.4)
+        return k * (d / min(t.weight for t in config.tenants) + config.order.drr_quantum)
     return k * d / min(t.weight for t in config.tenants)
 
 

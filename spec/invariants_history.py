@@ -18,7 +18,8 @@ from tenantry.model.config import Config
 from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord, StepEvent
 
 from .invariants_core import (
-    EPS, Finding, ample_kv, at_slot_cap, caps_enforced, hopeless, largest_charge, skip_slack, slot_caps, tier_share,
+    EPS, Finding, ample_kv, at_slot_cap, caps_enforced, hopeless, largest_charge, skip_budget_claimed, skip_slack,
+    slot_caps, tier_share,
 )
 from .replay import Replay, StepView
 
@@ -528,10 +529,11 @@ def h_drr_deficit(h: HistoryContext) -> list[Finding]:
                 out.append(_f("DRR-DEFICIT", s.step_index, "a deficit exceeds the carry bound", d, o.drr_carry_bound,
                               [name]))
     wmax = max(t.weight for t in cfg.tenants)
-    if o.policy == "drr_tokens" and ample_kv(cfg) and (
-            o.drr_carry_bound is None or o.drr_carry_bound >= o.drr_quantum * wmax):
+    if o.policy == "drr_tokens" and ((ample_kv(cfg) and (
+            o.drr_carry_bound is None or o.drr_carry_bound >= o.drr_quantum * wmax)) or skip_budget_claimed(cfg)):
         d, q = h.charge_bound, o.drr_quantum
-        out += _pairwise_service(h, "DRR-DEFICIT", lambda wa, wb: 2 * q + d / wa + d / wb)
+        extra = 2 * skip_slack(cfg, d)  # the skip budget (SPEC.md 8.4): 2 K (D / w_min + q)
+        out += _pairwise_service(h, "DRR-DEFICIT", lambda wa, wb: 2 * q + d / wa + d / wb + extra)
     return out
 
 

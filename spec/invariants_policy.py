@@ -112,16 +112,18 @@ def check_no_banked_credit(ctx: StepContext) -> list[Finding]:
 
 def check_drr_deficit(ctx: StepContext) -> list[Finding]:
     """DRR-DEFICIT, state form (SPEC.md 7.2): deficits never exceed the carry bound;
-    with ample KV and token charging they stay in (-D, quantum * weight]."""
-    from .invariants_core import ample_kv
+    with ample KV and token charging they stay in (-D, quantum * weight] (under the
+    skip budget the upper end is quantum * weight * :func:`drr_skip_rounds`)."""
+    from .invariants_core import ample_kv, drr_skip_rounds, skip_budget_claimed
 
     cfg, o, out = ctx.config, ctx.config.order, []
-    tight = ample_kv(cfg) and o.policy == "drr_tokens"
+    tight = (ample_kv(cfg) or skip_budget_claimed(cfg)) and o.policy == "drr_tokens"
     d_max = largest_charge(cfg)
+    rounds = drr_skip_rounds(cfg, d_max)
     for i, t in enumerate(ctx.state.tenants):
         hi = o.drr_carry_bound
         if tight:
-            qw = o.drr_quantum * cfg.tenants[i].weight
+            qw = o.drr_quantum * cfg.tenants[i].weight * rounds
             hi = qw if hi is None else min(hi, qw)
         if hi is not None and t.deficit > hi + EPS:
             out.append(_f(ctx, "DRR-DEFICIT", "a deficit exceeds its bound (carry bound, or one quantum times the "

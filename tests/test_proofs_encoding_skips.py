@@ -187,3 +187,33 @@ def test_tier_invariant_holds_on_floors_runs_under_kv_pressure(n, tiers, raw, sl
     for tr in run_workload(cfg, reqs, max_steps=300):
         assert holds(skips.invariant(dom, tier_pre(cfg, tr.state), U, X, z3.IntVal(k))), \
             f"the tier skip-budget invariant is broken at step {tr.output.step_index}"
+
+
+@given(st.integers(2, 4), st.lists(WEIGHTS, min_size=4, max_size=4), workloads, st.integers(1, 4), st.integers(2, 8),
+       st.integers(0, 2))
+def test_drr_invariant_holds_on_drr_runs_under_kv_pressure(n, weights, raw, slots, blocks, k):
+    """DRR-GAP[skips]: the deficit part of the invariant (no window open) on every state of
+    ``drr_tokens`` runs with the budget: ``e <= 1 + skips * Y``, ``e - owed > -D/(q w)``."""
+    q = 8.0
+    cfg = Config(tenants=tuple(TenantConfig(f"t{j}", weight=w) for j, w in enumerate(weights[:n])), max_num_seqs=slots,
+                 token_budget=64, num_blocks=blocks, max_context_tokens=8, block_size_tokens=4,
+                 order=OrderConfig(policy="drr_tokens", w_in=1.0, w_out=2.0, drr_quantum=q, drr_carry_bound=None,
+                                   guard_skips=k),
+                 cost=CostConfig(mode="unit"))
+    d = Fraction(largest_charge(cfg))
+    dom = Domain("N", n)
+    qw = [Fraction(q) * Fraction(w) for w in weights[:n]]
+    P = {"K": arr(d / x for x in qw), "Ce": arr(Fraction(10 ** 9) for _ in qw)}
+    Y = z3.RealVal(d / (Fraction(q) * Fraction(min(weights[:n]))) + 1)
+    reqs = [Request(j, f"t{t % n}", float(a), p, min(o, 8 - p)) for j, (t, a, p, o) in enumerate(raw)]
+    for tr in run_workload(cfg, reqs, max_steps=300):
+        ts = tr.state.tenants
+        owed_ = [Fraction(0)] * n
+        for s in tr.state.running:
+            owed_[s.tenant] += 2 * Fraction(s.request.output_tokens - s.output_done) / qw[s.tenant]
+        pre = {"e": arr(Fraction(t.deficit) / qw[j] for j, t in enumerate(ts)), "pe": arr([0] * n),
+               "G": arr(owed_), "q": arr((bool(t.queue) for t in ts), "bool"),
+               "run": arr((t.running > 0 for t in ts), "bool"), "since": arr([False] * n, "bool"),
+               "base": arr([0] * n), "R": arr([0] * n), "S": arr([0] * n), "sig": arr((t.skips for t in ts), "int")}
+        assert holds(skips.drr_inv(dom, pre, P, Y, z3.IntVal(k))), \
+            f"the DRR skip-budget invariant is broken at step {tr.output.step_index}"
