@@ -205,13 +205,14 @@ class OrderConfig:
             waiting phase, the step admits nothing (it stops filling and
             reserves the pool for it).  None (both): no guard.
         guard_skips: the skip budget K_skip (SPEC.md 4.3; policies ``vtc``,
-            ``vtc_predict`` and ``floors``): a backlogged tenant (``floors``: a
-            tier) that is not a candidate of a pick (its head refused by the
-            pool, or none ready) while its counter is below the picked one's
-            is *passed over*; its count of such picks (``TenantState.skips``,
-            ``State.tier_skips``) lasts its backlog period, across its heads,
-            and once it is K_skip the waiting phase stops filling rather than
-            pass it over again.  None: no budget (work-conserving past it).
+            ``vtc_predict``, ``floors`` and ``drr_tokens``): a backlogged tenant
+            (``floors``: a tier) that is not a candidate of a pick (its head
+            refused by the pool, or none ready) while its counter is below the
+            picked one's (``drr_tokens``: a refill that carries it above one
+            round) is *passed over*; its count of such picks
+            (``TenantState.skips``, ``State.tier_skips``) lasts its backlog period,
+            across its heads, and once it is K_skip the waiting phase stops
+            filling rather than pass it over again.  None: no budget.
     """
 
     policy: str = attrs.field(default="vtc", validator=_one_of(ORDER_POLICIES))

@@ -293,10 +293,12 @@ def largest_charge(config: Config, max_prompt_tokens: int | None = None, max_tot
 
 
 def skip_budget_claimed(config: Config) -> bool:
-    """VTC-GAP is claimed under KV pressure (SPEC.md 7.0, 8.3): a skip budget is set
-    (``order.guard_skips``), no tenant KV cap or slot cap is enforced (a head its
-    own cap refuses is not counted: the cap limits the tenant on purpose), and no
-    strict tiers over more than one tier (a lower tier waits its turn uncounted)."""
+    """VTC-GAP, FLOOR and DRR-DEFICIT's tight bounds are claimed under KV pressure
+    (SPEC.md 7.0, 8.3-8.5): a skip budget is set (``order.guard_skips``), no tenant
+    KV cap or slot cap is enforced (a head its own cap refuses is not counted: the
+    cap limits the tenant on purpose), no strict tiers over more than one tier (a
+    lower tier waits its turn uncounted), and under ``drr_tokens`` a carry bound
+    of at least ``q w_max`` times :func:`drr_skip_rounds` (or none)."""
     if config.order.guard_skips is None or caps_enforced(config) or slot_caps_enforced(config):
         return False
     if config.order.policy == "drr_tokens":  # no cut of a refill past a blocked tenant (SPEC.md 8.4)
