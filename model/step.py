@@ -226,8 +226,6 @@ class Step:
         self.capped: set[int] = set()  # tenants whose head their own KV or slot cap refused in this step
         self.backlogged: set[int] = set(st.backlogged())
         self._min_counter: float | None = None
-        self._cancel_left: dict[int, float] = {}  # tenant -> counter, queue emptied by cancellation this step
-        self._cancel_left_tier: dict[int, float] = {}
         self._keys = KeyMemo()  # order-policy sort keys memoised for this step
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
         self.last_left_skips = st.last_left_skips
@@ -297,7 +295,9 @@ class Step:
 
         VTC (Sheng et al. 2024, Alg. 2): c_i = max(c_i, min over other
         backlogged tenants of c_j), or c_i = max(c_i, l) when no other tenant is
-        backlogged, l the counter of the last tenant whose queue emptied (without
+        backlogged, l the counter of the last tenant whose queue emptied by
+        service, or the largest of it and a tenant's whose queue emptied by
+        cancellation, which only raises l, so a canceller cannot lower its own lift (without
         it a tenant idle while another was served alone banks credit, and the
         service gap of Theorem 4.4 is unbounded: SPEC.md 7.2); the same for i's
         tier counter over the other backlogged tiers (``floors``).  The minimum is cached for the step and
@@ -313,9 +313,8 @@ class Step:
         if lo is None:
             lo = min((self.tenants[j].counter for j in self.backlogged if j != i), default=None)
         alone = lo is None
-        if alone:  # the least of the others emptied by cancellation in this step, else l
-            left = [c for j, c in self._cancel_left.items() if j != i]
-            lo = min(left) if left else self.last_left
+        if alone:
+            lo = self.last_left
         c = self.tenants[i].counter
         if c < lo:
             self._set(i, counter=lo)
@@ -327,8 +326,7 @@ class Step:
         tier = tiers[i].tier
         others = {tiers[j].tier for j in self.backlogged if j != i}
         if tier not in others:
-            left_t = [c for x, c in self._cancel_left_tier.items() if x != tier]
-            lo_t = min((self.tier_counters[x] for x in others), default=min(left_t) if left_t else self.last_left_tier)
+            lo_t = min((self.tier_counters[x] for x in others), default=self.last_left_tier)
             self.tier_counters[tier] = max(self.tier_counters[tier], lo_t)
             if self._tier_skips_on:
                 self._inherit_tier_skips(tier, others)
@@ -338,8 +336,7 @@ class Step:
         (:func:`~tenantry.model.policies.inherited_skips` over the other backlogged
         tenants, or those emptied by cancellation in this step, or the last leaver)."""
         ts = self.tenants
-        pairs = ([(cl, ts[j].skips) for j, cl in self._cancel_left.items() if j != i] if alone
-                 else [(ts[j].counter, ts[j].skips) for j in self.backlogged if j != i])
+        pairs = [] if alone else [(ts[j].counter, ts[j].skips) for j in self.backlogged if j != i]
         n = inherited_skips(pairs, c, self.last_left_skips)
         if ts[i].skips != n:
             self._set(i, skips=n)
@@ -347,8 +344,7 @@ class Step:
     def _inherit_tier_skips(self, tier: int, others: set[int]) -> None:
         """:meth:`_inherit_skips` for a tier joining the backlog under ``floors``."""
         tc = self.tier_counters
-        pairs = ([(tc[x], self.tier_skips[x]) for x in others] if others
-                 else [(cl, self.tier_skips[x]) for x, cl in self._cancel_left_tier.items() if x != tier])
+        pairs = [(tc[x], self.tier_skips[x]) for x in others]
         self.tier_skips[tier] = inherited_skips(pairs, tc[tier], self.last_left_tier_skips)
 
     def _release(self, s: Sequence) -> int:
@@ -432,11 +428,14 @@ class Step:
                     t = self._set(i, queue=t.queue[:j] + t.queue[j + 1:],
                                   fresh_queued=t.fresh_queued - (1 if q.never_scheduled else 0))
                     self._drop(q, "cancelled")
-                    if not t.queue:  # i left the backlog by cancellation: a lift for the others (4.4)
-                        self._cancel_left[i] = t.counter
+                    if not t.queue:  # i left the backlog by cancellation: l rises to its counter, never drops (4.4)
+                        self.last_left = max(self.last_left, t.counter)
+                        self.last_left_skips = max(self.last_left_skips, t.skips)
                         tier = self.cfg.tenants[i].tier
                         if all(self.cfg.tenants[x].tier != tier for x in self.backlogged):
-                            self._cancel_left_tier[tier] = self.tier_counters[tier]
+                            self.last_left_tier = max(self.last_left_tier, self.tier_counters[tier])
+                            if self._tier_skips_on:
+                                self.last_left_tier_skips = max(self.last_left_tier_skips, self.tier_skips[tier])
                     return
         # Unknown or already ended: nothing to do (SPEC.md 5.1).
 

@@ -20,7 +20,8 @@ Actions, as in :mod:`~tenantry.proofs.vtc`, plus the count:
   g with ``c[g] < c[i]`` is passed over, which the model allows only while
   ``sig[g] < K`` (``skip_pass``: else it stops filling), and ``sig[g] += 1``;
   if i's queue empties, ``ll = c[i]`` and ``sll = sig[i]``;
-* ``output``; ``drop`` (a queue that empties sets ``ll`` and ``sll``).
+* ``output``; ``drop`` (a queue emptied by cancellation raises ``ll`` and ``sll``
+  to its own, never lowers them).
 
 Invariant (any N): for every tenant f and backlogged g,
 ``c[f] + G[f] <= c[g] + U[f] + X sig[g]``; with nobody backlogged,
@@ -56,7 +57,7 @@ from tenantry.model.workload import StepInput
 from . import drr, vtc
 from .checks import catalog_state, verdict, vtc_spread
 from .concrete import SeqSpec, TenantSpec, Transition, build_state
-from .core import Domain, Proof, Replay, Twin, implies_all, int_array, real_array, val
+from .core import Domain, Proof, Replay, Twin, implies_all, int_array, real_array, val, zmax
 
 FAMILY = "vtc"
 
@@ -107,8 +108,9 @@ def output(dom: Domain, s: dict, tag: str) -> tuple[z3.BoolRef, dict, dict]:
 
 
 def drop(dom: Domain, s: dict, tag: str) -> tuple[z3.BoolRef, dict, dict]:
+    """:func:`tenantry.proofs.vtc.drop`; a queue emptied by cancellation raises ``sll`` to its count."""
     guard, post, p = vtc.drop(dom, s, tag)
-    return guard, {**post, "sig": s["sig"], "sll": z3.If(p["leave"], s["sig"][p["i"]], s["sll"])}, p
+    return guard, {**post, "sig": s["sig"], "sll": z3.If(p["leave"], zmax(s["sll"], s["sig"][p["i"]]), s["sll"])}, p
 
 
 def _setup(dom: Domain, U: z3.ArrayRef, X, K) -> z3.BoolRef:

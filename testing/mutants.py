@@ -40,6 +40,8 @@ class Mutant:
         shape: keyword arguments for the workload strategy that exposes it.
         pair: None, ``"determinism"`` (two runs of one workload) or
             ``"noninterference"`` (the second run relabels tenant ``b``'s contents).
+        examples: workloads its hunt draws (:func:`tenantry.testing.hunt.hunt`):
+            more for a bug that needs a rare sequence of events.
     """
 
     name: str
@@ -49,6 +51,7 @@ class Mutant:
     config: Config
     shape: dict = attrs.field(factory=dict)
     pair: str | None = None
+    examples: int = 400
 
 
 def _with(table: dict, key: str, value) -> dict:
@@ -66,6 +69,17 @@ class NoLift(Step):
 
     def _on_backlogged(self, i):
         return None
+
+
+class CancelKeepsLift(Step):
+    """A queue emptied by cancellation leaves the lift l where it was (the model
+    before the fix: a tenant served alone that cancels its last queued request
+    hands a newcomer an old, low l, and the spread passes D when it returns)."""
+
+    def cancel(self, rid):
+        kept = (self.last_left, self.last_left_skips, self.last_left_tier, self.last_left_tier_skips)
+        super().cancel(rid)
+        self.last_left, self.last_left_skips, self.last_left_tier, self.last_left_tier_skips = kept
 
 
 class PromptOnlyCounter(Step):
@@ -481,6 +495,10 @@ _TIGHT = EvictionConfig(victim="newest", min_free_blocks=0, cooldown_steps=0)
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("vtc_no_lift", ("NO-BANKED-CREDIT",), "VTC without the counter lift: an idle tenant banks credit",
            NoLift, _cfg("vtc"), dict(idle_gaps=True)),
+    Mutant("vtc_cancel_keeps_lift", ("VTC-GAP",),
+           "a queue emptied by cancellation does not raise the lift l: a newcomer inherits an old l",
+           CancelKeepsLift, _cfg("vtc", tenants=(TenantConfig("a"), TenantConfig("b")), max_num_seqs=1, max_context_tokens=16),
+           dict(idle_gaps=True, cancels=True, max_requests=40), examples=1000),
     Mutant("vtc_prompt_only", ("VTC-GAP",), "VTC counters charge prompts but not generated tokens",
            PromptOnlyCounter, _cfg("vtc"), dict(long_outputs=True)),
     Mutant("drr_unbounded_carry", ("DRR-DEFICIT",), "DRR refill ignores the carry bound",

@@ -97,6 +97,28 @@ def test_vtc_join_is_the_model_lift(data):
 
 
 @given(st.data())
+def test_vtc_drop_by_cancellation_is_the_model_s(data):
+    """A client cancels a queued request: the encoding's ``drop`` (r = 0: a queued
+    sequence owes nothing) gives the model's queues and ``l``; a queue that empties
+    raises ``l`` to its counter and never lowers it."""
+    n = data.draw(st.integers(1, 4))
+    cfg = vtc_config(data.draw(st.lists(WEIGHTS, min_size=n, max_size=n)))
+    state = build_state(cfg, data.draw(tenant_specs(n)), last_left_counter=data.draw(QUARTERS))
+    queued = [(j, q) for j, t in enumerate(state.tenants) for q in t.queue]
+    assume(queued)
+    i, q = data.draw(st.sampled_from(queued))
+    s = Step(cfg, state)
+    s.cancel(q.request_id)
+    guard, post, p = vtc.drop(Domain("N", n), vtc_pre(cfg, state), "d")
+    leave = len(state.tenants[i].queue) == 1
+    got = apply(guard, [p["i"] == i, p["r"] == 0, p["leave"] == leave],
+                {"ll": post["ll"], **{f"q{j}": post["q"][j] for j in range(n)}})
+    assert got is not None
+    assert [got[f"q{j}"] for j in range(n)] == [bool(t.queue) for t in s.tenants]
+    assert got["ll"] == Fraction(s.last_left)
+
+
+@given(st.data())
 def test_vtc_pick_and_prompt_charge_are_the_model_s(data):
     n = data.draw(st.integers(1, 4))
     weights = data.draw(st.lists(WEIGHTS, min_size=n, max_size=n))
