@@ -451,3 +451,96 @@ def simulate_fleet(config: FleetConfig, workload: Workload | Iterable[Request], 
            **(header or {})}
     return History(header=hdr, steps=tuple(steps), requests=tuple(sorted(requests, key=lambda q: q.request_id)),
                    fleet_steps=tuple(fleet_steps))
+
+
+# --- Measurements of a fleet history (``tenantry simulate --replicas``) ----------------------------------------
+
+def prefix_hit_rate(history: History) -> float:
+    """Share of the prompt tokens of the requests that were scheduled that came from a
+    prefix cache (``cached_prompt_tokens`` over ``prompt_tokens``; NaN when none was)."""
+    rs = [r for r in history.requests if r.first_scheduled_s is not None]
+    total = sum(r.prompt_tokens for r in rs)
+    return sum(r.cached_prompt_tokens for r in rs) / total if total else math.nan
+
+
+def fleet_service_gap(history: History) -> float:
+    """The fleet service gap: over every pair of tenants f, g and every run of fleet
+    steps at whose ends both had requests queued somewhere in the fleet, the largest
+    swing of ``S_f / w_f - S_g / w_g`` (S the weighted service summed over the
+    replicas): the quantity VTC-GAP bounds on one replica (SPEC.md 7.2), measured
+    across the fleet.  0 when no two tenants were ever queued together."""
+    fleet = history.header["fleet"]
+    tenants = fleet["replicas"][0]["tenants"]
+    names = [t["name"] for t in tenants]
+    w = {t["name"]: t["weight"] for t in tenants}
+    n = len(fleet["replicas"])
+    at = {}
+    for s in history.steps:
+        at.setdefault(s.start_s, []).append(s)
+    service = [dict.fromkeys(names, 0.0) for _ in range(n)]
+    queued = [dict.fromkeys(names, 0) for _ in range(n)]
+    runs: dict[tuple[str, str], tuple[float, float]] = {}
+    gap = 0.0
+    for f in history.fleet_steps:
+        for s in at.get(f.start_s, ()):
+            service[s.replica], queued[s.replica] = s.service, s.queued
+        norm = {i: sum(sv[i] for sv in service) / w[i] for i in names}
+        back = [i for i in names if any(q[i] > 0 for q in queued)]
+        live = set()
+        for a in range(len(back)):
+            for b in range(a + 1, len(back)):
+                key = (back[a], back[b])
+                d = norm[key[0]] - norm[key[1]]
+                lo, hi = runs.get(key, (d, d))
+                lo, hi = min(lo, d), max(hi, d)
+                runs[key] = (lo, hi)
+                gap = max(gap, hi - lo)
+                live.add(key)
+        for key in [k for k in runs if k not in live]:
+            del runs[key]
+    return gap
+
+
+def load_fleet_toml(path: str, replica: Config) -> FleetConfig | None:
+    """The ``[fleet]`` table of a configuration file (SPEC.md 2.7) over the file's
+    replica, or None when there is none.
+
+    Keys: ``replicas`` (count, default 1), ``router``, ``accounting``,
+    ``load_factor``, ``affinity_replicas``, ``tenant_replicas`` (a table: tenant name
+    -> list of replica numbers), ``num_blocks`` (a list, one KV pool size per
+    replica; default the replica's).
+
+    Raises:
+        ConfigError: naming the file, ``[fleet]``, the key and the value.
+    """
+    import tomllib
+
+    where = f"{path}: [fleet]"
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    table = doc.get("fleet")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ConfigError("fleet", table, "must be a table", str(path))
+    known = ("replicas", "router", "accounting", "load_factor", "affinity_replicas", "tenant_replicas", "num_blocks")
+    for key in table:
+        if key not in known:
+            raise ConfigError(key, table[key], f"unknown key; expected one of {', '.join(sorted(known))}", where)
+    n = table.get("replicas", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError("replicas", n, "must be an integer >= 1", where)
+    pools = table.get("num_blocks", [replica.num_blocks] * n)
+    if not isinstance(pools, list) or len(pools) != n:
+        raise ConfigError("num_blocks", pools, f"give a list of {n} pool sizes, one per replica", where)
+    try:
+        reps = tuple(attrs.evolve(replica, num_blocks=b) for b in pools)
+        kw = {k: table[k] for k in ("router", "accounting", "load_factor", "affinity_replicas", "tenant_replicas")
+              if k in table}
+        if "tenant_replicas" in kw and not isinstance(kw["tenant_replicas"], dict):
+            raise ConfigError("tenant_replicas", kw["tenant_replicas"], "must be a table: tenant = [replicas]")
+        return FleetConfig(reps, **kw)
+    except ConfigError as e:
+        raise ConfigError(e.field, e.value, e.why, where) from None
+    except TypeError as e:
+        raise ConfigError("fleet", table, str(e), where) from None
