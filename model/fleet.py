@@ -263,6 +263,7 @@ class Fleet:
         self.replicas = [ModelReplica(c, variant=step_variant) for c in self.configs]
         self.tenant_index = {t.name: i for i, t in enumerate(self.configs[0].tenants)}
         self.weights = tuple(t.weight for t in self.configs[0].tenants)
+        self.names = tuple(t.name for t in self.configs[0].tenants)
         self.counters = [0.0] * len(self.weights)
         self.last_left = 0.0
         self.rr_next = 0
@@ -306,8 +307,11 @@ class Fleet:
     def share(self, replica: int, counters: list[float]) -> None:
         """Fleet accounting: write the fleet counters into the replica's state before its step."""
         rep = self.replicas[replica]
-        ts = tuple(t._replace(counter=c) for t, c in zip(rep.state.tenants, counters))
-        rep.state = attrs.evolve(rep.state, tenants=ts)
+        if all(t.counter == c for t, c in zip(rep.state.tenants, counters)):
+            return
+        old = rep.state
+        rep.state = attrs.evolve(old, tenants=tuple(t._replace(counter=c) for t, c in zip(old.tenants, counters)))
+        object.__setattr__(rep.state, "backlog", old.backlog)  # the queues are the same (State.backlog)
 
     def step(self, inputs: StepInput) -> FleetTransition:
         """One fleet step at the fleet clock: route the arrivals (in arrival order),
@@ -348,14 +352,15 @@ class Fleet:
                 continue
             if fleet_acc:
                 self.share(r, self.counters)
-            s0 = [t.service for t in rep.state.tenants]
+                s0 = [t.service for t in rep.state.tenants]
             trs[r] = rep.step(StepInput(arrivals=tuple(arrivals[r]), cancellations=tuple(cancels[r])))
-            services.append([t.service - a for t, a in zip(rep.state.tenants, s0)])
+            if fleet_acc:
+                services.append([t.service - a for t, a in zip(rep.state.tenants, s0)])
         stepped = tuple(r for r in range(n) if trs[r] is not None)
-        end = max((rep.t_s for rep in self.replicas), default=start)
-        end = max(end, start)
+        end = max(start, max(rep.t_s for rep in self.replicas))
         for rep in self.replicas:
-            rep.idle(end)
+            if rep.t_s < end:
+                rep.idle(end)
         self.t_s = end
         after = None
         if fleet_acc:
@@ -368,7 +373,7 @@ class Fleet:
                 left = left - rep.state.backlogged()
             if left:
                 self.last_left = max(self.counters[i] for i in left)
-        names = [t.name for t in self.configs[0].tenants]
+        names = self.names
         rec = FleetStepRecord(
             fleet_step=self.fleet_step, start_s=start, duration_s=end - start, routed=tuple(routed), stepped=stepped,
             counters=None if after is None else dict(zip(names, after)),
