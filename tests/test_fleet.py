@@ -200,3 +200,30 @@ def test_fleet_vtc_gap_is_claimed_only_with_fleet_accounting():
     assert fleet_coverage(_twin("replica"))["FLEET-VTC-GAP"] != "checked"
     assert fleet_coverage(_twin("fleet"))["FLEET-VTC-GAP"] == "checked"
     assert fleet_coverage(_twin("fleet"))["ROUTE-LOAD-BOUND"] != "checked"  # tenant affinity is not load-bounded
+
+
+def test_the_proofs_ceiling_is_the_models_load_bound():
+    """The Z3 encoding of B (proofs/fleet.py) against load_bound on concrete values: B satisfies it, B - 1 and B + 1
+    do not."""
+    import z3
+
+    from tenantry.proofs.core import num
+    from tenantry.proofs.fleet import ceil_bound
+
+    for r in range(1, 7):
+        for m in range(0, 31, 3):
+            for c in (1.0, 1.25, 1.5, 2.0):
+                b = load_bound(c, m, r)
+                holds = [z3.simplify(ceil_bound(z3.IntVal(x), num(c), z3.IntVal(m), z3.IntVal(r))) for x in (b - 1, b, b + 1)]
+                assert [z3.is_true(h) for h in holds] == [False, True, False], (r, m, c, b)
+
+
+def test_route_load_bound_is_proved_and_its_twin_replays():
+    from tenantry.proofs.core import run_proof, run_twin
+    from tenantry.proofs.registry import select
+
+    (p,) = select(["ROUTE-LOAD-BOUND"])
+    assert run_proof(p).verdict == "proved"
+    for tw in p.twins:
+        o = run_twin(p, tw)
+        assert o.ok, o.replay
