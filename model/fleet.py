@@ -218,7 +218,7 @@ def cached_blocks(config: Config, state: State, request: Request) -> int:
     if config.prefix_cache == "off" or not request.prefix_ids:
         return 0
     tenant = next(t for t in config.tenants if t.name == request.tenant)
-    salt = tenant.cache_salt if config.prefix_cache == "salted" else None
+    salt = tenant.salt if config.prefix_cache == "salted" else None
     refs, retained = state.kv.refs, state.kv.retained
     n = 0
     for key in prefix_keys(config, request, salt):

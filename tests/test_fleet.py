@@ -227,3 +227,23 @@ def test_route_load_bound_is_proved_and_its_twin_replays():
     for tw in p.twins:
         o = run_twin(p, tw)
         assert o.ok, o.replay
+
+
+@pytest.mark.parametrize("cache", ["shared", "salted"])
+def test_cached_blocks_sees_what_the_replica_cached(cache):
+    """The router's view of a replica's prefix cache is the step's: after a request ran on replica 0, a request of
+    its tenant with the same prefix finds its blocks there (under the tenant's salt) and none elsewhere; another
+    tenant finds them only in a shared cache."""
+    from tenantry.model.fleet import Fleet, cached_blocks
+    from tenantry.model.simulate import drive
+
+    cfg = build_config("shared_cache", ROLES)
+    cfg = attrs.evolve(cfg, prefix_cache=cache)
+    fleet = Fleet(FleetConfig((cfg, cfg), router="prefix_affinity"))
+    first = Request(0, "a", 0.0, 160, 2, prefix_ids=tuple(range(10)))
+    for _ in drive(fleet, [first]):
+        pass
+    again, other = Request(1, "a", 1.0, 160, 2, prefix_ids=tuple(range(10))), Request(2, "b", 1.0, 160, 2,
+                                                                                         prefix_ids=tuple(range(10)))
+    assert [cached_blocks(cfg, r.state, again) for r in fleet.replicas] == [10, 0]
+    assert [cached_blocks(cfg, r.state, other) for r in fleet.replicas] == ([10, 0] if cache == "shared" else [0, 0])

@@ -84,3 +84,22 @@ def test_bad_fleet_table_names_file_table_key_and_value(tmp_path, capsys, worklo
     cfg.write_text(f"[fleet]\n{line}\n\n[[tenants]]\nname = 'a'\n\n[[tenants]]\nname = 'b'\n")
     code, out, err = run_cli(["simulate", "--config", str(cfg), "--workload", str(workload)], capsys)
     assert code == 2 and needle in err and str(cfg) in err and len(err.strip().splitlines()) == 1
+
+
+def test_verify_history_judges_a_fleet_history(tmp_path, capsys):
+    from tenantry.model.fleet import simulate_fleet
+    from tenantry.model.history import write_history
+    from tenantry.testing.mutants import FLEET_MUTANTS
+
+    m = FLEET_MUTANTS["route_loses"]
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    write_history(simulate_fleet(m.fleet(), m.workload(), horizon_s=12), good)
+    write_history(simulate_fleet(m.fleet(), m.workload(), horizon_s=12, variant=m.variant), bad)
+    code, out, err = run_cli(["verify", "--history", str(good), "--out", str(tmp_path / "r1")], capsys)
+    assert code == 0, err
+    assert "replica 1: VTC-GAP" in out and "FLEET-NO-LOSS" in out and "0 findings" in out
+    code, out, err = run_cli(["verify", "--history", str(bad), "--out", str(tmp_path / "r2")], capsys)
+    assert code == 1 and "did not answer a request routed to it" in out and "300 findings" in out
+    code, out, err = run_cli(["verify", "--history", str(good), "--config", str(EXAMPLE), "--out",
+                              str(tmp_path / "r3")], capsys)
+    assert code == 2 and "--config=" in err and len(err.strip().splitlines()) == 1
