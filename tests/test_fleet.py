@@ -247,3 +247,21 @@ def test_cached_blocks_sees_what_the_replica_cached(cache):
                                                                                          prefix_ids=tuple(range(10)))
     assert [cached_blocks(cfg, r.state, again) for r in fleet.replicas] == [10, 0]
     assert [cached_blocks(cfg, r.state, other) for r in fleet.replicas] == ([10, 0] if cache == "shared" else [0, 0])
+
+
+@settings(deadline=None)
+@given(st.data(), st.sampled_from(list(ROUTERS)), st.sampled_from(["replica", "fleet"]), st.integers(1, 3),
+       st.sampled_from([False, True]))
+def test_model_fleets_keep_every_invariant_on_drawn_workloads(data, router, accounting, replicas, small_pool):
+    """Hypothesis workloads (bursts, shared prefixes, cancellations; a small pool that preempts) on every router and
+    accounting: each replica's part by the catalog and the fleet invariants find nothing."""
+    from tenantry.testing.mutants import _fleet_replica
+    from tenantry.testing.strategies import workloads
+
+    cfg = _fleet_replica(prefix_cache="shared")
+    if small_pool:
+        cfg = attrs.evolve(cfg, num_blocks=40)
+    wl = data.draw(workloads(cfg, max_requests=30, shared_prefixes=True, bursty=True, cancels=True))
+    fc = FleetConfig((cfg, attrs.evolve(cfg, num_blocks=cfg.num_blocks * 2), cfg)[:replicas], router=router,
+                     accounting=accounting)
+    assert check_fleet_history(simulate_fleet(fc, wl)) == []
