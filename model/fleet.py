@@ -228,6 +228,10 @@ def cached_blocks(config: Config, state: State, request: Request) -> int:
     return n
 
 
+_NO_INPUT = StepInput()
+_STATE_FIELDS = tuple(a.name for a in attrs.fields(State) if a.init)
+
+
 class FleetTransition(NamedTuple):
     """One fleet step: the routing, the replicas' transitions (None for a replica that
     waited) and the fleet counters before (after the lift) and after."""
@@ -310,7 +314,9 @@ class Fleet:
         if all(t.counter == c for t, c in zip(rep.state.tenants, counters)):
             return
         old = rep.state
-        rep.state = attrs.evolve(old, tenants=tuple(t._replace(counter=c) for t, c in zip(old.tenants, counters)))
+        kw = {name: getattr(old, name) for name in _STATE_FIELDS}  # attrs.evolve, without its cost
+        kw["tenants"] = tuple(t._replace(counter=c) for t, c in zip(old.tenants, counters))
+        rep.state = State(**kw)
         object.__setattr__(rep.state, "backlog", old.backlog)  # the queues are the same (State.backlog)
 
     def step(self, inputs: StepInput) -> FleetTransition:
@@ -324,10 +330,10 @@ class Fleet:
         cancels: list[list[int]] = [[] for _ in range(n)]
         pending = [0] * n
         routed = []
-        backlog = set()
-        if fleet_acc:
-            for rep in self.replicas:
-                backlog |= rep.state.backlogged()
+        lift = fleet_acc and self.config.lift
+        backlog: frozenset[int] = frozenset()
+        if lift:
+            backlog = frozenset().union(*(rep.state.backlogged() for rep in self.replicas))
         for req in inputs.arrivals:
             r = self.route(req, pending)
             routed.append((req.request_id, r))
@@ -341,7 +347,7 @@ class Fleet:
                 cancels[r].append(rid)
         before = None
         if fleet_acc:
-            if self.config.lift:
+            if lift and inputs.arrivals:
                 self._lift(backlog, {self.tenant_index[q.tenant] for q in inputs.arrivals})
             before = tuple(self.counters)
         start = self.t_s
@@ -353,7 +359,9 @@ class Fleet:
             if fleet_acc:
                 self.share(r, self.counters)
                 s0 = [t.service for t in rep.state.tenants]
-            trs[r] = rep.step(StepInput(arrivals=tuple(arrivals[r]), cancellations=tuple(cancels[r])))
+            ins = StepInput(arrivals=tuple(arrivals[r]), cancellations=tuple(cancels[r])) \
+                if arrivals[r] or cancels[r] else _NO_INPUT
+            trs[r] = rep.step(ins)
             if fleet_acc:
                 services.append([t.service - a for t, a in zip(rep.state.tenants, s0)])
         stepped = tuple(r for r in range(n) if trs[r] is not None)
@@ -364,15 +372,16 @@ class Fleet:
         self.t_s = end
         after = None
         if fleet_acc:
+            c, w = self.counters, self.weights
             for ds in services:
                 for i, d in enumerate(ds):
-                    self.counters[i] += d / self.weights[i]
-            after = tuple(self.counters)
-            left = backlog
-            for rep in self.replicas:
-                left = left - rep.state.backlogged()
-            if left:
-                self.last_left = max(self.counters[i] for i in left)
+                    if d:
+                        c[i] += d / w[i]
+            after = tuple(c)
+            if lift and backlog:
+                left = backlog.difference(*(rep.state.backlogged() for rep in self.replicas))
+                if left:
+                    self.last_left = max(c[i] for i in left)
         names = self.names
         rec = FleetStepRecord(
             fleet_step=self.fleet_step, start_s=start, duration_s=end - start, routed=tuple(routed), stepped=stepped,
