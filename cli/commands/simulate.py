@@ -173,8 +173,8 @@ def fleet_routers(args: argparse.Namespace, table: FleetConfig | None) -> list[s
 def fleet_configs(args: argparse.Namespace, configs: list[tuple[str, Any]], table: FleetConfig | None,
                   routers: list[str]) -> list[tuple[str, FleetConfig]]:
     """The fleets to run, one per (policy, router): ``--replicas`` copies of each
-    policy's replica (the ``[fleet]`` table's pools when it has one), ``--accounting``
-    over the table's.
+    policy's replica (with the ``[fleet]`` table's pools when it has one for that
+    many replicas, else the replica's pool for all), ``--accounting`` over the table's.
 
     Raises:
         ConfigError: naming the flag and the value.
