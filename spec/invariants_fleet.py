@@ -289,9 +289,10 @@ def spread_findings(history: History, counters: list[dict[str, float]]) -> list[
 
 def h_fleet_vtc_gap(v: FleetView) -> list[Finding]:
     """FLEET-VTC-GAP (SPEC.md 7.9), history form: the premise (each replica read the
-    fleet counters, and a tenant that cannot have been lifted moves by exactly its
-    fleet charges; a lift goes no higher than the least counter of the tenants queued
-    elsewhere) and the spread (:func:`spread_findings` on the recorded counters)."""
+    fleet counters, a tenant that cannot have been lifted moves by exactly its fleet
+    charges, and one joining the fleet's backlog is lifted to exactly the least counter
+    of the tenants queued, when some are) and the spread (:func:`spread_findings` on
+    the recorded counters)."""
     out: list[Finding] = []
     h, n = v.history, len(v.configs)
     names = [t.name for t in v.configs[0].tenants]
@@ -320,12 +321,15 @@ def h_fleet_vtc_gap(v: FleetView) -> list[Finding]:
                                        "its fleet charges"))
             else:
                 others = [counters[j] for j in backlog if j != i]
-                top = max(counters[i], min(others)) if others else math.inf
-                tol = 1e-6 * max(1.0, abs(counters[i]))
-                if lifted < counters[i] - tol or lifted > top + tol:
-                    out.append(Finding("FLEET-VTC-GAP", k, (i,), (), lifted, top,
-                                       "the fleet lift lowered a counter or lifted it above the least counter of the "
-                                       "tenants queued elsewhere"))
+                if others:  # the lift is exactly up to the least counter of the tenants queued somewhere
+                    want = max(counters[i], min(others))
+                    if not _close(lifted, want):
+                        out.append(Finding("FLEET-VTC-GAP", k, (i,), (), lifted, want,
+                                           "a tenant joining the fleet's backlog was not lifted to the least counter "
+                                           "of the tenants queued (banked credit, or a lift above it)"))
+                elif lifted < counters[i] - 1e-6 * max(1.0, abs(counters[i])):
+                    out.append(Finding("FLEET-VTC-GAP", k, (i,), (), lifted, counters[i],
+                                       "the fleet lift lowered a counter"))
         counters = dict(f.counters)
         for r, s in enumerate(row):
             if s is not None:

@@ -609,6 +609,13 @@ class CountersUnread(Fleet):
         pass
 
 
+class FleetNoLift(Fleet):
+    """Fleet accounting without the fleet's lift: a tenant back from idle keeps its old counter (banked credit)."""
+
+    def _lift(self, backlog, arriving):
+        pass
+
+
 @attrs.frozen
 class FleetMutant:
     """One broken fleet: its name, the fleet invariants that must catch it, what is broken,
@@ -633,6 +640,11 @@ def _three_floods() -> list[Request]:
     return [Request(i, "abc"[i % 3], i * 0.01, 300, 40) for i in range(900)]
 
 
+def _idle_return() -> list[Request]:
+    """:func:`_three_floods` with tenant c silent from 1 s to 5 s: it comes back with a counter far behind."""
+    return [q for q in _three_floods() if not (q.tenant == "c" and 1.0 <= q.arrival_s < 5.0)]
+
+
 def _one_prefix() -> list[Request]:
     """60 requests sharing one 8-block prefix, 10 ms apart (affinity wants them all on one replica)."""
     return [Request(i, "abc"[i % 3], i * 0.01, 160, 20, prefix_ids=tuple(range(8))) for i in range(60)]
@@ -649,4 +661,7 @@ FLEET_MUTANTS: dict[str, FleetMutant] = {m.name: m for m in (
                 CountersUnread,
                 lambda: FleetConfig((_fleet_replica(),) * 2, router="tenant_affinity", accounting="fleet",
                                     tenant_replicas={"a": (0,), "b": (0, 1), "c": (1,)}), _three_floods),
+    FleetMutant("fleet_no_lift", ("FLEET-VTC-GAP",), "fleet accounting without the fleet's counter lift",
+                FleetNoLift,
+                lambda: FleetConfig((_fleet_replica(),) * 2, router="round_robin", accounting="fleet"), _idle_return),
 )}
