@@ -182,6 +182,9 @@ class StepRecord:
             isolation follows from block to block.
         reserved: the request the step's starvation guard stopped admitting for
             (an overdue queue head that did not fit), or None.
+        reserved_reason: why it stopped, when not for an overdue head: ``skips``
+            (the skip budget: the head of a tenant passed over ``guard_skips``
+            times, SPEC.md 4.3); None otherwise.
     """
 
     step_index: int
@@ -202,6 +205,7 @@ class StepRecord:
     held: dict[int, int] | None = None
     block_ids: dict[int, tuple] | None = None
     reserved: int | None = None
+    reserved_reason: str | None = None
     replica: int | None = None
 
 
@@ -256,7 +260,7 @@ class History:
 
 #: Optional fields left out of a line when they hold their default (format 2's additions).
 _OPTIONAL = {
-    StepRecord: ("events", "used_blocks", "held", "block_ids", "reserved", "replica"),
+    StepRecord: ("events", "used_blocks", "held", "block_ids", "reserved", "reserved_reason", "replica"),
     RequestRecord: ("prefix_ids", "replica"),
     StepEvent: ("reason", "retry_after_s", "tokens", "blocks"),
 }
@@ -437,6 +441,11 @@ def write_history(history: History, path: str | os.PathLike) -> None:
     atomic_write_text(path, history_lines(history))
 
 
+#: A step record's ``reserved_reason``: None (an overdue head, the starvation guard) or
+#: ``skips`` (the skip budget, SPEC.md 4.3).
+RESERVE_REASONS = (None, "skips")
+
+
 def _fields(cls: type) -> set[str]:
     return {a.name for a in attrs.fields(cls)}
 
@@ -458,6 +467,9 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
         for name in ("held", "block_ids"):
             if kwargs.get(name) is not None:
                 kwargs[name] = _by_request(kwargs[name], name, where)
+    if cls is StepRecord and kwargs.get("reserved_reason") not in RESERVE_REASONS:
+        raise ConfigError("reserved_reason", kwargs["reserved_reason"],
+                          f"must be one of {', '.join(map(str, RESERVE_REASONS))}", where)
     if cls is FleetStepRecord:
         pairs = kwargs["routed"]
         if not isinstance(pairs, list) or not all(isinstance(x, list) and len(x) == 2 and all(_is_count(y) for y in x)

@@ -37,8 +37,8 @@ import attrs
 from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS
 from .policies import (
-    ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, VictimView, guard_reservation,
-    plan_priority_preemption, slot_room, step_duration_s,
+    ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, SkipView, VictimView, guard_reservation,
+    drr_skip_pass, inherited_skips, plan_priority_preemption, skip_pass, slot_room, step_duration_s, tier_skip_pass,
 )
 from .state import KVPool, Sequence, State, TenantState, prefix_keys
 from .workload import Request, StepInput
@@ -96,6 +96,9 @@ class StepOutput:
             cancelled, or rejected after admission), as they were last.
         reserved: the request the starvation guard stopped the waiting phase
             for (an overdue head that did not fit), or None.
+        reserved_reason: None for the overdue-head guard; ``skips`` when the
+            skip budget stopped it (the head of a tenant passed over
+            ``guard_skips`` times, SPEC.md 4.3).
     """
 
     step_index: int
@@ -106,6 +109,7 @@ class StepOutput:
     events: tuple[Event, ...]
     finished: tuple[Sequence, ...] = ()
     reserved: int | None = None
+    reserved_reason: str | None = None
 
 
 def idle(config: Config, state: State, until_s: float) -> State:
@@ -218,12 +222,18 @@ class Step:
         self.provisional: dict[int, float] = {}
         self.duration_s = 0.0
         self.reserved: int | None = None
+        self.reserved_reason: str | None = None
+        self.capped: set[int] = set()  # tenants whose head their own KV or slot cap refused in this step
         self.backlogged: set[int] = set(st.backlogged())
         self._min_counter: float | None = None
         self._cancel_left: dict[int, float] = {}  # tenant -> counter, queue emptied by cancellation this step
         self._cancel_left_tier: dict[int, float] = {}
         self._keys = KeyMemo()  # order-policy sort keys memoised for this step
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
+        self.last_left_skips = st.last_left_skips
+        self._tier_skips_on = cfg.order.guard_skips is not None and cfg.order.policy == "floors"
+        self.tier_skips = list(st.tier_skips or (0,) * len(st.tier_counters)) if self._tier_skips_on else []
+        self.last_left_tier_skips = st.last_left_tier_skips
 
     # --- small helpers ---------------------------------------------------------
 
@@ -294,7 +304,10 @@ class Step:
         dropped whenever a backlogged tenant's counter changes or a tenant
         leaves the backlog; a join cannot lower it, since the joiner is lifted.
         """
+        skips_lift = self.cfg.order.guard_skips is not None and self.policy.refill is None  # DRR keeps its count
         if not self.cfg.order.lift:
+            if skips_lift:
+                self._set(i, skips=0)
             return
         lo = self._min_counter
         if lo is None:
@@ -308,6 +321,8 @@ class Step:
             self._set(i, counter=lo)
             c = lo
         self._min_counter = c if alone else lo
+        if skips_lift:
+            self._inherit_skips(i, c, alone)
         tiers = self.cfg.tenants
         tier = tiers[i].tier
         others = {tiers[j].tier for j in self.backlogged if j != i}
@@ -315,6 +330,26 @@ class Step:
             left_t = [c for x, c in self._cancel_left_tier.items() if x != tier]
             lo_t = min((self.tier_counters[x] for x in others), default=min(left_t) if left_t else self.last_left_tier)
             self.tier_counters[tier] = max(self.tier_counters[tier], lo_t)
+            if self._tier_skips_on:
+                self._inherit_tier_skips(tier, others)
+
+    def _inherit_skips(self, i: int, c: float, alone: bool) -> None:
+        """Tenant i joined the backlog with (lifted) counter c: its skip count
+        (:func:`~tenantry.model.policies.inherited_skips` over the other backlogged
+        tenants, or those emptied by cancellation in this step, or the last leaver)."""
+        ts = self.tenants
+        pairs = ([(cl, ts[j].skips) for j, cl in self._cancel_left.items() if j != i] if alone
+                 else [(ts[j].counter, ts[j].skips) for j in self.backlogged if j != i])
+        n = inherited_skips(pairs, c, self.last_left_skips)
+        if ts[i].skips != n:
+            self._set(i, skips=n)
+
+    def _inherit_tier_skips(self, tier: int, others: set[int]) -> None:
+        """:meth:`_inherit_skips` for a tier joining the backlog under ``floors``."""
+        tc = self.tier_counters
+        pairs = ([(tc[x], self.tier_skips[x]) for x in others] if others
+                 else [(cl, self.tier_skips[x]) for x, cl in self._cancel_left_tier.items() if x != tier])
+        self.tier_skips[tier] = inherited_skips(pairs, tc[tier], self.last_left_tier_skips)
 
     def _release(self, s: Sequence) -> int:
         """Free the blocks of sequence s; returns how many became free."""
@@ -561,15 +596,36 @@ class Step:
             view = self._view(cands, memo)
             i = policy.select(view)
             if i is None and policy.refill is not None:
+                refilled = ()
+                if cfg.order.guard_skips is not None and cands:
+                    stop, refilled = self._skip_guard(-1, avail, cands)
+                    if stop:
+                        return
                 for j, d in policy.refill(view).items():
                     self._set(j, deficit=d)
+                for g in refilled:
+                    self._set(g, skips=self.tenants[g].skips + 1)
                 i = policy.select(self._view(cands, memo))
             if i is None:
                 if cands is avail:
                     return
                 avail -= cands  # nothing of this tier can go: the next tier's turn
                 continue
-            if not self._admit_head(i) or not self.tenants[i].queue:
+            passed = ()
+            if cfg.order.guard_skips is not None and policy.refill is None:
+                stop, passed = self._skip_guard(i, avail)
+                if stop:
+                    return
+            admitted = self._admit_head(i)
+            if admitted and policy.refill is not None and self.tenants[i].skips \
+                    and self.tenants[i].deficit <= cfg.order.drr_quantum * cfg.tenants[i].weight:
+                self._set(i, skips=0)  # DRR: back within one round, the count starts again
+            for g in passed if admitted else ():
+                if self._tier_skips_on:
+                    self.tier_skips[g] += 1
+                else:
+                    self._set(g, skips=self.tenants[g].skips + 1)
+            if not admitted or not self.tenants[i].queue:
                 avail.discard(i)
 
     def _preempt_for_priority(self) -> None:
@@ -603,6 +659,28 @@ class Step:
         self.reserved = guard_reservation(view)
         return self.reserved is not None
 
+    def _skip_guard(self, i: int, avail: set[int], cands: set[int] | None = None) -> tuple[bool, tuple[int, ...]]:
+        """The skip budget (``guard_skips``) on the pick of tenant i, ``avail`` the tenants
+        not blocked in this step (a lower tier waiting its strict-tier turn is not passed over):
+        (True, ()) and the reservation recorded, when the pick would pass over a tenant
+        whose budget is spent (the waiting phase stops filling); else (False, the
+        tenants the pick passes over) (:func:`~tenantry.model.policies.skip_pass`).  Under DRR
+        it runs before a refill (``i`` = -1, ``cands`` the refill's candidates)."""
+        if self.policy.refill is not None:  # DRR: a refill past blocked tenants (drr_skip_pass)
+            tried = self.backlogged - (avail - cands)  # a lower tier waiting its strict-tier turn was not tried
+            view = SkipView(self.cfg, self.tenants, tried, cands, self.capped, i, provisional=self.provisional)
+            g, passed = drr_skip_pass(view)
+        else:
+            view = SkipView(self.cfg, self.tenants, self.backlogged, avail, self.capped, i, self.tier_counters,
+                            self.tier_skips)
+            g, passed = (tier_skip_pass if self._tier_skips_on else skip_pass)(view)
+        if g is None:
+            return False, passed
+        q = self.tenants[g].queue
+        self.reserved = next((s for s in q if s.ready_step <= self.k), q[0]).request_id
+        self.reserved_reason = "skips"
+        return True, ()
+
     def _view(self, cands: set[int], memo: bool = True) -> SelectView:
         return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional,
                           self.backlogged, self._keys if memo else None, self.k)
@@ -611,7 +689,10 @@ class Step:
         """Move tenant i's first ready sequence into the batch; False if none is ready or it does not fit."""
         cfg, t = self.cfg, self.tenants[i]
         idx = next((j for j, q in enumerate(t.queue) if q.ready_step <= self.k), None)
-        if idx is None or not slot_room(cfg, self.tenants, i):
+        if idx is None:
+            return False
+        if not slot_room(cfg, self.tenants, i):
+            self.capped.add(i)
             return False
         s = t.queue[idx]
         B = cfg.block_size_tokens
@@ -624,6 +705,7 @@ class Step:
         revived = sum(1 for key in hit if key not in self.refs)
         cap = self._cap(i)
         if cap is not None and t.blocks + total > cap:
+            self.capped.add(i)
             return False
         if private + revived > cfg.num_blocks - self.used:
             return False
@@ -656,9 +738,12 @@ class Step:
         t = self._set(i, **changes)
         if not t.queue:  # i leaves the backlog by being served: its counter is the lift (Algorithm 2's l)
             self.last_left = t.counter
+            self.last_left_skips = t.skips
             tier = cfg.tenants[i].tier
             if all(cfg.tenants[j].tier != tier for j in self.backlogged):
                 self.last_left_tier = self.tier_counters[tier]
+                if self._tier_skips_on:
+                    self.last_left_tier_skips = self.tier_skips[tier]
         self.running[s.request_id] = s
         self.planned[s.request_id] = n
         self.budget -= n
@@ -810,6 +895,9 @@ class Step:
             tier_counters=tuple(self.tier_counters),
             last_left_counter=self.last_left,
             last_left_tier_counter=self.last_left_tier,
+            last_left_skips=self.last_left_skips,
+            tier_skips=tuple(self.tier_skips) if self._tier_skips_on else self.st.tier_skips,
+            last_left_tier_skips=self.last_left_tier_skips,
         )
         object.__setattr__(new, "backlog", frozenset(self.backlogged))  # kept by _set, so the next step need not scan
         out = StepOutput(
@@ -821,5 +909,6 @@ class Step:
             events=tuple(self.events),
             finished=tuple(self.gone),
             reserved=self.reserved,
+            reserved_reason=self.reserved_reason,
         )
         return new, out

@@ -417,6 +417,15 @@ class GuardIgnored(Step):
         return False
 
 
+class SkipBudgetIgnored(Step):
+    """The skip budget counts the picks past a tenant but never stops filling for it."""
+
+    def _skip_guard(self, i, avail):
+        ts = self.tenants
+        return False, tuple(g for g in self.backlogged
+                            if g != i and g not in avail and g not in self.capped and ts[g].counter < ts[i].counter)
+
+
 class StrictTiersIgnored(Step):
     """``strict_tiers`` is ignored: the policy picks across every tier."""
 
@@ -559,6 +568,10 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("guard_ignored", ("GUARD",), "the starvation guard never stops filling for an overdue head",
            GuardIgnored, _cfg("fcfs", ample=False, eviction=_TIGHT,
                               order=OrderConfig(policy="fcfs", guard_steps=3)), dict(big=True)),
+    Mutant("skip_budget_ignored", ("GUARD",), "the skip budget never stops filling for a tenant passed over "
+           "guard_skips times", SkipBudgetIgnored,
+           _cfg("vtc", ample=False, eviction=_TIGHT, order=OrderConfig(policy="vtc", guard_skips=1)),
+           dict(big=True, long_outputs=True)),
     Mutant("strict_tiers_ignored", ("TIER-ORDER",), "strict_tiers has no effect: DRR picks across tiers",
            StrictTiersIgnored,
            _cfg("drr_tokens", max_num_seqs=1, order=OrderConfig(policy="drr_tokens", drr_quantum=64.0,

@@ -102,6 +102,7 @@ class StepOutput:
     events: tuple[Event, ...]
     finished: tuple[Sequence, ...] = ()
     reserved: int | None = None  # added with the starvation guard (record field; the frozen step never reserves)
+    reserved_reason: str | None = None  # added with the skip budget (record field; the frozen step never reserves)
 
 
 def idle(config: Config, state: State, until_s: float) -> State:
