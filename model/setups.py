@@ -359,7 +359,7 @@ def load_config_toml(path: str | Path) -> Config:
             doc = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("toml", str(path), f"not valid TOML ({e})", str(path)) from None
-    known = set(_SECTIONS) | {"replica", "tenants"}
+    known = set(_SECTIONS) | {"replica", "tenants", "fleet"}  # [fleet]: read by model.fleet.load_fleet_toml
     for key in doc:
         if key not in known:
             raise ConfigError(key, doc[key], f"unknown table; expected {', '.join(sorted(known))}", str(path))

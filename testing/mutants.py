@@ -608,3 +608,91 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("evicts_without_need", ("EVICT-PROGRESS",), "the newest sequence is evicted whenever the pool is half "
            "full", EvictsWithoutNeed, _cfg("fcfs", ample=False, eviction=_TIGHT), dict(big=True)),
 )}
+
+
+# --- Fleet mutants (SPEC.md 7.9): subclasses of the fleet, not of the step -------------------------------------
+
+from typing import Callable  # noqa: E402
+
+from tenantry.model.fleet import Fleet, FleetConfig  # noqa: E402
+from tenantry.model.workload import Request  # noqa: E402
+
+
+class RouteLoses(Fleet):
+    """The router records a route for every third arrival but never hands it to the replica."""
+
+    def deliver(self, request, replica, arrivals):
+        if request.request_id % 3 != 2:
+            super().deliver(request, replica, arrivals)
+
+
+class AffinityUnbounded(Fleet):
+    """Prefix affinity without its load bound: every request follows its cached prefix."""
+
+    def route_view(self, request, pending):
+        return attrs.evolve(super().route_view(request, pending), bound=1 << 60)
+
+
+class CountersUnread(Fleet):
+    """Fleet accounting whose replicas never read the fleet counters (each keeps its own)."""
+
+    def share(self, replica, counters):
+        pass
+
+
+class FleetNoLift(Fleet):
+    """Fleet accounting without the fleet's lift: a tenant back from idle keeps its old counter (banked credit)."""
+
+    def _lift(self, backlog, arriving):
+        pass
+
+
+@attrs.frozen
+class FleetMutant:
+    """One broken fleet: its name, the fleet invariants that must catch it, what is broken,
+    the :class:`~tenantry.model.fleet.Fleet` subclass, and the fleet and workload that
+    expose it (``fleet()`` and ``workload()``, deterministic)."""
+
+    name: str
+    killers: tuple[str, ...]
+    description: str
+    variant: type
+    fleet: Callable[[], FleetConfig]
+    workload: Callable[[], list[Request]]
+
+
+def _fleet_replica(policy: str = "vtc", prefix_cache: str = "off") -> Config:
+    return _cfg(policy, tenants=(TenantConfig("a"), TenantConfig("b"), TenantConfig("c")), prefix_cache=prefix_cache,
+                max_context_tokens=512, token_budget=256)
+
+
+def _three_floods() -> list[Request]:
+    """a, b and c each send a 300-token, 40-token-output request every 30 ms for 9 s."""
+    return [Request(i, "abc"[i % 3], i * 0.01, 300, 40) for i in range(900)]
+
+
+def _idle_return() -> list[Request]:
+    """:func:`_three_floods` with tenant c silent from 1 s to 5 s: it comes back with a counter far behind."""
+    return [q for q in _three_floods() if not (q.tenant == "c" and 1.0 <= q.arrival_s < 5.0)]
+
+
+def _one_prefix() -> list[Request]:
+    """60 requests sharing one 8-block prefix, 10 ms apart (affinity wants them all on one replica)."""
+    return [Request(i, "abc"[i % 3], i * 0.01, 160, 20, prefix_ids=tuple(range(8))) for i in range(60)]
+
+
+FLEET_MUTANTS: dict[str, FleetMutant] = {m.name: m for m in (
+    FleetMutant("route_loses", ("FLEET-NO-LOSS",), "every third arrival is routed and never delivered", RouteLoses,
+                lambda: FleetConfig((_fleet_replica(),) * 2, router="round_robin"), _three_floods),
+    FleetMutant("affinity_unbounded", ("ROUTE-LOAD-BOUND",), "prefix affinity ignores its load bound",
+                AffinityUnbounded,
+                lambda: FleetConfig((_fleet_replica(prefix_cache="shared"),) * 4, router="prefix_affinity"),
+                _one_prefix),
+    FleetMutant("counters_unread", ("FLEET-VTC-GAP",), "fleet accounting whose replicas keep their own counters",
+                CountersUnread,
+                lambda: FleetConfig((_fleet_replica(),) * 2, router="tenant_affinity", accounting="fleet",
+                                    tenant_replicas={"a": (0,), "b": (0, 1), "c": (1,)}), _three_floods),
+    FleetMutant("fleet_no_lift", ("FLEET-VTC-GAP",), "fleet accounting without the fleet's counter lift",
+                FleetNoLift,
+                lambda: FleetConfig((_fleet_replica(),) * 2, router="round_robin", accounting="fleet"), _idle_return),
+)}

@@ -171,6 +171,8 @@ def run_history(args: argparse.Namespace) -> int:
     with report_folder(out, "verify", default=default, size=1, unit="history",
                        inputs=[args.history, args.config]) as tmp:
         history = read_history(args.history)
+        if "fleet" in history.header:
+            return _fleet_history(args, history, tmp, out)
         config = None
         if args.config:
             from tenantry.model.setups import load_config_toml
@@ -212,6 +214,46 @@ def run_history(args: argparse.Namespace) -> int:
         md += ["", "## What was checked", ""] + [f"- {i}: {why}" for i, why in cov.items()]
         atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
         atomic_write_text(tmp / "report.md", md)
+    print(f"report: {out}")
+    return 1 if found else 0
+
+
+def _fleet_history(args: argparse.Namespace, history: Any, tmp: Any, out: Any) -> int:
+    """History mode on a fleet history (SPEC.md 6.2, 7.9): each replica's part by the catalog
+    (the claims its configuration implies) and the fleet invariants; the configuration is the header's."""
+    from tenantry.spec.invariants import coverage
+    from tenantry.spec.invariants_core import dedup
+    from tenantry.spec.invariants_fleet import check_fleet_history, fleet_coverage, fleet_parts
+
+    for flag, value in (("--config", args.config), ("--claims", args.claims)):
+        if value:
+            raise ConfigError(flag, value, "a fleet history is judged on its header's fleet and replica "
+                              "configurations (SPEC.md 7.9); leave it out", str(args.history))
+    try:
+        found = dedup(check_fleet_history(history))
+        parts = fleet_parts(history)
+    except ConfigError as e:
+        raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
+    found.sort(key=lambda f: (f.step if f.step is not None else 1 << 60, f.invariant))
+    cov = {f"replica {r}: {i}": why for r, part in enumerate(parts) for i, why in coverage(part, None).items()}
+    cov.update(fleet_coverage(history))
+    shown, counts = capped(found, PRINT_PER_INVARIANT)
+    lines = [f.render() for f in shown] + _more_lines(counts, PRINT_PER_INVARIANT)
+    for line in lines:
+        print(line)
+    checked = [i for i, why in cov.items() if why.startswith("checked")]
+    print(f"checked: {', '.join(checked) or 'nothing'}")
+    print(f"{args.history}: fleet of {len(parts)} replicas, {len(history.fleet_steps)} fleet steps, "
+          f"{len(history.requests)} requests, {len(found)} findings")
+    report = {"kind": "verify-history", "history": str(args.history), "fleet": len(parts),
+              "steps": len(history.steps), "requests": len(history.requests), "coverage": cov, **_findings_json(found)}
+    md = [f"# tenantry verify --history {args.history}", "",
+          f"Fleet of {len(parts)} replicas, {len(history.fleet_steps)} fleet steps, {len(history.requests)} requests, "
+          f"{len(found)} findings.", ""]
+    md += [f"- {line}" for line in lines]
+    md += ["", "## What was checked", ""] + [f"- {i}: {why}" for i, why in cov.items()]
+    atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
+    atomic_write_text(tmp / "report.md", md)
     print(f"report: {out}")
     return 1 if found else 0
 
