@@ -257,52 +257,29 @@ def run(args: argparse.Namespace) -> int:
     window = args.window or (workload.duration_s if workload.duration_s > 0 else horizon)
     print(f"workload: {len(workload)} requests from {len(workload.tenants)} tenants over {workload.duration_s:.1f}s; "
           f"horizon {horizon:g}s", file=sys.stderr)
-    if fleets is not None:
-        return _run_fleets(args, fleets, workload, horizon, window, paths)
-    results = []
-    written: list[str] = []
-    doing = ""
-    bar = tqdm(configs, desc="simulate", unit="policy", leave=False, disable=None if len(configs) > 1 else True)
-    try:
-        for i, (name, cfg) in enumerate(bar):
-            bar.set_postfix_str(name)
-            doing = f"during policy {i + 1} of {len(configs)} ({name})"
-            hist = simulate(cfg, workload, horizon_s=horizon, record_steps=args.history is not None,
-                            header={"policy": name})
-            results.append((name, tenant_table(hist, window_s=window, w_in=cfg.order.w_in, w_out=cfg.order.w_out)))
-            if args.history is not None:
-                out = paths[name]
-                doing = f"while writing {out} (left as it was)"
-                out.parent.mkdir(parents=True, exist_ok=True)
-                write_history(hist, out)
-                written.append(str(out))
-                print(f"history: {out}", file=sys.stderr)
-    except KeyboardInterrupt:
-        bar.close()
-        raise Interrupted(doing, "kept: " + (", ".join(written) if written else "no history written")) from None
-    bar.close()
-    print(format_table(results, window))
-    return 0
-
-
-def _run_fleets(args: argparse.Namespace, fleets: list[tuple[str, FleetConfig]], workload: Workload, horizon: float,
-                window: float, paths: dict[str, Path]) -> int:
-    """``simulate`` over fleets: the tenant table per (policy, router), then the fleet table."""
-    from tenantry.adversaries.outdir import Interrupted
-    from tqdm import tqdm
-
+    if fleets is None:
+        runs = [(name, cfg, lambda cfg=cfg, name=name: simulate(cfg, workload, horizon_s=horizon,
+                                                                 record_steps=args.history is not None,
+                                                                 header={"policy": name})) for name, cfg in configs]
+    else:
+        runs = [(name, fc.replicas[0], lambda fc=fc, name=name: simulate_fleet(fc, workload, horizon_s=horizon,
+                                                                             header={"policy": name}))
+                for name, fc in fleets]
     results, rows, written, doing = [], [], [], ""
-    bar = tqdm(fleets, desc="simulate", unit="fleet", leave=False, disable=None if len(fleets) > 1 else True)
+    unit = "policy" if fleets is None else "fleet"
+    bar = tqdm(runs, desc="simulate", unit=unit, leave=False, disable=None if len(runs) > 1 else True)
     try:
-        for i, (name, fc) in enumerate(bar):
+        for i, (name, cfg, run) in enumerate(bar):
             bar.set_postfix_str(name)
-            doing = f"during fleet {i + 1} of {len(fleets)} ({name})"
-            hist = simulate_fleet(fc, workload, horizon_s=horizon, header={"policy": name})
-            o = fc.replicas[0].order
-            results.append((name, tenant_table(hist, window_s=window, w_in=o.w_in, w_out=o.w_out)))
-            rows.append({"name": name, "accounting": fc.accounting, "gap": fleet_service_gap(hist),
-                         "hit_rate": prefix_hit_rate(hist),
-                         "per_replica": [sum(1 for r in hist.requests if r.replica == k) for k in range(len(fc.replicas))]})
+            doing = f"during {unit} {i + 1} of {len(runs)} ({name})"
+            hist = run()
+            results.append((name, tenant_table(hist, window_s=window, w_in=cfg.order.w_in, w_out=cfg.order.w_out)))
+            if fleets is not None:
+                fc = fleets[i][1]
+                rows.append({"name": name, "accounting": fc.accounting, "gap": fleet_service_gap(hist),
+                             "hit_rate": prefix_hit_rate(hist),
+                             "per_replica": [sum(1 for r in hist.requests if r.replica == k)
+                                             for k in range(len(fc.replicas))]})
             if args.history is not None:
                 out = paths[name]
                 doing = f"while writing {out} (left as it was)"
@@ -314,10 +291,12 @@ def _run_fleets(args: argparse.Namespace, fleets: list[tuple[str, FleetConfig]],
         bar.close()
         raise Interrupted(doing, "kept: " + (", ".join(written) if written else "no history written")) from None
     bar.close()
-    n = len(fleets[0][1].replicas)
-    print(f"fleet: {n} replicas, pools {' '.join(str(c.num_blocks) for c in fleets[0][1].replicas)} blocks",
-          file=sys.stderr)
+    if fleets is not None:
+        n = len(fleets[0][1].replicas)
+        print(f"fleet: {n} replicas, pools {' '.join(str(c.num_blocks) for c in fleets[0][1].replicas)} blocks",
+              file=sys.stderr)
     print(format_table(results, window))
-    print()
-    print(format_fleet_table(rows))
+    if fleets is not None:
+        print()
+        print(format_fleet_table(rows))
     return 0
