@@ -25,7 +25,7 @@ from tenantry.model.state import prefix_keys
 from tenantry.model.step import Step, step
 from tenantry.model.workload import Request, StepInput
 from tenantry.proofs import bucket, drr, evict, kv, priority, vtc
-from tenantry.proofs.agree import apply, arr, holds
+from tenantry.proofs.agree import apply, arr, holds, owed
 from tenantry.proofs.concrete import SeqSpec, TenantSpec, build_state, run_workload
 from tenantry.proofs.core import Domain
 
@@ -41,13 +41,6 @@ def vtc_config(weights, lift=True, max_num_seqs=8, policy="vtc", tiers=None, flo
                   cost=CostConfig(mode="unit"))
 
 
-def owed(cfg: Config, running, n: int) -> list[Fraction]:
-    """G: what each tenant's running sequences still owe its counter (w_out/w per remaining token)."""
-    g = [Fraction(0)] * n
-    for s in running:
-        g[s.tenant] += Fraction(cfg.order.w_out) * (s.request.output_tokens - s.output_done) / \
-            Fraction(cfg.tenants[s.tenant].weight)
-    return g
 
 
 seq_specs = st.builds(lambda p, o: (p, o), st.integers(1, 4), st.integers(1, 4))

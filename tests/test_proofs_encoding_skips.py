@@ -20,7 +20,7 @@ from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig
 from tenantry.model.step import Step
 from tenantry.model.workload import Request
 from tenantry.proofs import skips
-from tenantry.proofs.agree import apply, arr, holds
+from tenantry.proofs.agree import apply, arr, holds, owed
 from tenantry.proofs.concrete import SeqSpec, TenantSpec, build_state, run_workload
 from tenantry.proofs.core import Domain
 from tenantry.spec.invariants_core import largest_charge
@@ -37,12 +37,6 @@ def skip_config(weights, max_num_seqs=8, num_blocks=64, k=K) -> Config:
                   cost=CostConfig(mode="unit"))
 
 
-def owed(cfg: Config, running, n: int) -> list[Fraction]:
-    g = [Fraction(0)] * n
-    for s in running:
-        g[s.tenant] += Fraction(cfg.order.w_out) * (s.request.output_tokens - s.output_done) / \
-            Fraction(cfg.tenants[s.tenant].weight)
-    return g
 
 
 def pre_of(cfg: Config, state) -> dict:
