@@ -41,8 +41,6 @@ def vtc_config(weights, lift=True, max_num_seqs=8, policy="vtc", tiers=None, flo
                   cost=CostConfig(mode="unit"))
 
 
-
-
 seq_specs = st.builds(lambda p, o: (p, o), st.integers(1, 4), st.integers(1, 4))
 
 

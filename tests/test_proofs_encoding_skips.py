@@ -37,8 +37,6 @@ def skip_config(weights, max_num_seqs=8, num_blocks=64, k=K) -> Config:
                   cost=CostConfig(mode="unit"))
 
 
-
-
 def pre_of(cfg: Config, state) -> dict:
     n = len(cfg.tenants)
     return {"c": arr(Fraction(t.counter) for t in state.tenants),
