@@ -27,6 +27,10 @@ ORDER_POLICIES = (
     "aging",
     "floors",
 )
+#: Order policies the skip budget (``OrderConfig.guard_skips``) is defined for: it counts
+#: picks past a lower VTC counter, or (``floors``) a lower tier counter, or (``drr_tokens``)
+#: DRR refills past a blocked tenant that needed fewer rounds (SPEC.md 4.3).
+SKIP_POLICIES = ("vtc", "vtc_predict", "floors", "drr_tokens")
 #: Eviction victim policies (SPEC.md 4.5).
 VICTIM_POLICIES = ("largest", "newest", "lowest_priority", "most_over_share")
 #: Prefix-cache modes (SPEC.md 4.6).
@@ -200,6 +204,15 @@ class OrderConfig:
             tenant's caps, does not fit in the free blocks at the start of the
             waiting phase, the step admits nothing (it stops filling and
             reserves the pool for it).  None (both): no guard.
+        guard_skips: the skip budget K_skip (SPEC.md 4.3; policies ``vtc``,
+            ``vtc_predict``, ``floors`` and ``drr_tokens``): a backlogged tenant
+            (``floors``: a tier) that is not a candidate of a pick (its head
+            refused by the pool, or none ready) while its counter is below the
+            picked one's (``drr_tokens``: a refill that carries it above one
+            round) is *passed over*; its count of such picks
+            (``TenantState.skips``, ``State.tier_skips``) lasts its backlog period,
+            across its heads, and once it is K_skip the waiting phase stops
+            filling rather than pass it over again.  None: no budget.
     """
 
     policy: str = attrs.field(default="vtc", validator=_one_of(ORDER_POLICIES))
@@ -214,6 +227,13 @@ class OrderConfig:
     strict_tiers: bool = False
     guard_steps: int | None = attrs.field(default=None, validator=_positive_int)
     guard_wait_s: float | None = attrs.field(default=None, validator=_positive)
+    guard_skips: int | None = attrs.field(default=None, validator=_non_negative_int)
+
+    @guard_skips.validator
+    def _check_skips(self, attribute: attrs.Attribute, value: int | None) -> None:
+        if value is not None and self.policy not in SKIP_POLICIES:
+            raise ConfigError("guard_skips", value, f"the skip budget counts picks past a lower counter; it needs "
+                              f"policy {' or '.join(SKIP_POLICIES)}, not {self.policy}")
 
     @tier_floors.validator
     def _check_floors(self, attribute: attrs.Attribute, value: tuple) -> None:

@@ -104,6 +104,8 @@ class RequestRecord:
         prefix_ids: content ids of the prompt's leading blocks, as offered (see
             :class:`~tenantry.model.workload.Request`); what salt isolation
             compares when a block is reused.
+        replica: in a fleet history (SPEC.md 6.2), the replica the router sent
+            it to; None in a one-replica history.
     """
 
     request_id: int
@@ -123,6 +125,7 @@ class RequestRecord:
     wasted_prefill_tokens: int = 0
     cached_prompt_tokens: int = 0
     prefix_ids: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    replica: int | None = None
 
     @property
     def ttft_s(self) -> float | None:
@@ -179,6 +182,9 @@ class StepRecord:
             isolation follows from block to block.
         reserved: the request the step's starvation guard stopped admitting for
             (an overdue queue head that did not fit), or None.
+        reserved_reason: why it stopped, when not for an overdue head: ``skips``
+            (the skip budget: the head of a tenant passed over ``guard_skips``
+            times, SPEC.md 4.3); None otherwise.
     """
 
     step_index: int
@@ -199,6 +205,29 @@ class StepRecord:
     held: dict[int, int] | None = None
     block_ids: dict[int, tuple] | None = None
     reserved: int | None = None
+    reserved_reason: str | None = None
+    replica: int | None = None
+
+
+@attrs.frozen
+class FleetStepRecord:
+    """One step of a fleet (one ``fleet_step`` line of a fleet history, SPEC.md 6.2).
+
+    Attributes:
+        fleet_step: 0-based fleet step number; start_s, duration_s: seconds (the
+            duration is the longest of its replicas' steps).
+        routed: (request_id, replica) for each arrival of the step, in routing order.
+        stepped: the replicas that ran a step (the others waited).
+        counters: the fleet's VTC counters after the step, by tenant name, under
+            fleet-level accounting; None under per-replica accounting.
+    """
+
+    fleet_step: int
+    start_s: float
+    duration_s: float
+    routed: tuple[tuple[int, int], ...]
+    stepped: tuple[int, ...]
+    counters: dict[str, float] | None = None
 
 
 @attrs.frozen
@@ -214,6 +243,7 @@ class History:
     header: dict[str, Any]
     steps: tuple[StepRecord, ...]
     requests: tuple[RequestRecord, ...]
+    fleet_steps: tuple[FleetStepRecord, ...] = ()
 
     def by_tenant(self) -> dict[str, list[RequestRecord]]:
         """Request records grouped by tenant name (order of first appearance)."""
@@ -230,8 +260,8 @@ class History:
 
 #: Optional fields left out of a line when they hold their default (format 2's additions).
 _OPTIONAL = {
-    StepRecord: ("events", "used_blocks", "held", "block_ids", "reserved"),
-    RequestRecord: ("prefix_ids",),
+    StepRecord: ("events", "used_blocks", "held", "block_ids", "reserved", "reserved_reason", "replica"),
+    RequestRecord: ("prefix_ids", "replica"),
     StepEvent: ("reason", "retry_after_s", "tokens", "blocks"),
 }
 
@@ -255,6 +285,8 @@ def history_lines(history: History) -> Iterator[str]:
     yield dump({"kind": "header", "format": HISTORY_FORMAT, **_to_json(history.header)})
     for s in history.steps:
         yield dump({"kind": "step", **_to_json(s)})
+    for f in history.fleet_steps:
+        yield dump({"kind": "fleet_step", **_to_json(f)})
     for r in history.requests:
         yield dump({"kind": "request", **_to_json(r)})
 
@@ -409,6 +441,11 @@ def write_history(history: History, path: str | os.PathLike) -> None:
     atomic_write_text(path, history_lines(history))
 
 
+#: A step record's ``reserved_reason``: None (an overdue head, the starvation guard) or
+#: ``skips`` (the skip budget, SPEC.md 4.3).
+RESERVE_REASONS = (None, "skips")
+
+
 def _fields(cls: type) -> set[str]:
     return {a.name for a in attrs.fields(cls)}
 
@@ -430,6 +467,18 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
         for name in ("held", "block_ids"):
             if kwargs.get(name) is not None:
                 kwargs[name] = _by_request(kwargs[name], name, where)
+    if cls is StepRecord and kwargs.get("reserved_reason") not in RESERVE_REASONS:
+        raise ConfigError("reserved_reason", kwargs["reserved_reason"],
+                          f"must be one of {', '.join(map(str, RESERVE_REASONS))}", where)
+    if cls is FleetStepRecord:
+        pairs = kwargs["routed"]
+        if not isinstance(pairs, list) or not all(isinstance(x, list) and len(x) == 2 and all(_is_count(y) for y in x)
+                                                  for x in pairs):
+            raise ConfigError("routed", pairs, "must be a list of [request_id, replica] pairs of integers >= 0", where)
+        kwargs["routed"] = tuple(tuple(x) for x in pairs)
+        if not isinstance(kwargs["stepped"], list) or not all(_is_count(y) for y in kwargs["stepped"]):
+            raise ConfigError("stepped", kwargs["stepped"], "must be a list of replica numbers (integers >= 0)", where)
+        kwargs["stepped"] = tuple(kwargs["stepped"])
     if cls is RequestRecord and kwargs.get("prefix_ids") is not None:
         if not isinstance(kwargs["prefix_ids"], list) or not all(type(x) is int for x in kwargs["prefix_ids"]):
             raise ConfigError("prefix_ids", kwargs["prefix_ids"], "must be a list of integers", where)
@@ -482,13 +531,19 @@ def _by_request(d: Any, name: str, where: str) -> dict[int, Any]:
 
 _COUNTS = {
     RequestRecord: ("request_id", "prompt_tokens", "output_tokens", "admitted_step", "tokens_generated",
-                    "preemptions", "wasted_prefill_tokens", "cached_prompt_tokens"),
-    StepRecord: ("step_index", "free_blocks", "used_blocks"),
+                    "preemptions", "wasted_prefill_tokens", "cached_prompt_tokens", "replica"),
+    StepRecord: ("step_index", "free_blocks", "used_blocks", "replica"),
+    FleetStepRecord: ("fleet_step",),
 }
 _TIMES = {
     RequestRecord: ("arrival_s", "retry_after_s", "first_scheduled_s", "first_token_s", "finish_s"),
     StepRecord: ("start_s", "duration_s"),
+    FleetStepRecord: ("start_s", "duration_s"),
 }
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def read_history(path: str | os.PathLike) -> History:
@@ -501,20 +556,30 @@ def read_history(path: str | os.PathLike) -> History:
     """
     header: dict[str, Any] | None = None
     steps: list[StepRecord] = []
+    fleet_steps: list[FleetStepRecord] = []
     requests: list[RequestRecord] = []
+    last: dict[int | None, StepRecord] = {}  # the previous step of each replica (a fleet history, 6.2)
     for where, obj in json_lines(path):
         kind = obj.get("kind")
         if kind == "header":
             header = {k: v for k, v in obj.items() if k != "kind"}
         elif kind == "step":
             rec = _record(StepRecord, obj, where)
-            if steps and rec.start_s < steps[-1].start_s:
-                raise ConfigError("start_s", rec.start_s, f"goes back in time (the previous step started at {steps[-1].start_s})", where)
-            if steps and rec.step_index <= steps[-1].step_index:
-                raise ConfigError("step_index", rec.step_index, f"not after the previous step's ({steps[-1].step_index})", where)
+            prev = last.get(rec.replica)
+            if prev is not None and rec.start_s < prev.start_s:
+                raise ConfigError("start_s", rec.start_s, f"goes back in time (the previous step started at {prev.start_s})", where)
+            if prev is not None and rec.step_index <= prev.step_index:
+                raise ConfigError("step_index", rec.step_index, f"not after the previous step's ({prev.step_index})", where)
+            last[rec.replica] = rec
             steps.append(rec)
+        elif kind == "fleet_step":
+            rec = _record(FleetStepRecord, obj, where)
+            if fleet_steps and rec.fleet_step <= fleet_steps[-1].fleet_step:
+                raise ConfigError("fleet_step", rec.fleet_step, f"not after the previous fleet step's ({fleet_steps[-1].fleet_step})", where)
+            fleet_steps.append(rec)
         elif kind == "request":
             requests.append(_record(RequestRecord, obj, where))
         else:
-            raise ConfigError("kind", kind, "must be header, step or request", where)
-    return History(header=header or {}, steps=tuple(steps), requests=tuple(sorted(requests, key=lambda r: r.request_id)))
+            raise ConfigError("kind", kind, "must be header, step, fleet_step or request", where)
+    return History(header=header or {}, steps=tuple(steps), requests=tuple(sorted(requests, key=lambda r: r.request_id)),
+                   fleet_steps=tuple(fleet_steps))

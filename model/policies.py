@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable, Collection, Mapping, Sequence as Seq
+from typing import Callable, Collection, Iterable, Mapping, Sequence as Seq
 
 import attrs
 
@@ -544,3 +544,124 @@ def guard_reservation(view: GuardView) -> int | None:
         if need > view.free_blocks:
             return h.request_id
     return None
+
+
+# --- skip budget (SPEC.md 4.3) ----------------------------------------------------------------
+
+
+@attrs.frozen
+class SkipView:
+    """What the skip budget may look at when the order policy has picked a tenant.
+
+    Attributes:
+        config: the configuration (``order.guard_skips`` is K_skip).
+        tenants: per-tenant records (``counter``, ``skips``).
+        backlogged: the backlogged tenants (indices).
+        candidates: the tenants not blocked in this step (backlogged; with strict tiers
+            the policy picks among the best tier of these).
+        capped: tenants whose head their own KV cap or slot cap refused in this step.
+        picked: the tenant the policy picked.
+        tier_counters, tier_skips: per tier (``floors``): counters and skip counts.
+        provisional: provisional DRR charges of the step (``drr_tokens``: none).
+    """
+
+    config: Config
+    tenants: Seq[TenantState]
+    backlogged: Iterable[int]
+    candidates: Collection[int]
+    capped: Collection[int]
+    picked: int
+    tier_counters: Seq[float] = ()
+    tier_skips: Seq[int] = ()
+    provisional: Mapping[int, float] = attrs.field(factory=dict)
+
+
+def inherited_skips(others: Iterable[tuple[float, int]], counter: float, last_left: int) -> int:
+    """The skip count of a tenant (``floors``: a tier) that joins the backlog with
+    (lifted) ``counter`` (SPEC.md 4.3): the least count among ``others``, (counter,
+    count) pairs of the accounts its lift may have copied (the other backlogged ones,
+    or when none is, those emptied by cancellation in this step), whose counter is
+    at most ``counter``; ``last_left`` (the last leaver's count) when there is none.
+    A tenant passed over has others ahead of it by up to its count of charges, and
+    they are as far ahead of a joiner lifted to its counter (SPEC.md 8.3).  Pure."""
+    counts = [n for c, n in others if c <= counter]
+    return min(counts) if counts else last_left
+
+
+def skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
+    """The skip budget's decision on one pick (SPEC.md 4.3): (the tenant to reserve
+    for, or None; the tenants the pick passes over).
+
+    The pick *passes over* every backlogged tenant that is not among the
+    candidates (it was tried in this step and its head did not go in), whose counter is below the picked tenant's (it would have been
+    picked had its head gone in) and whose head was not refused by its own KV
+    or slot cap (a cap limits the tenant's share on purpose; only its own
+    work makes room under it, as for the starvation guard).  If one of them has already been passed
+    over ``guard_skips`` times in its backlog period, the waiting phase must stop
+    filling: the result names the one with the least counter (then the oldest
+    index) and passes nobody.  Pure: reads the view only.
+    """
+    ts, i, k = view.tenants, view.picked, view.config.order.guard_skips
+    cands = view.candidates
+    c = ts[i].counter
+    capped = view.capped
+    passed = tuple(sorted(g for g in view.backlogged
+                          if g != i and g not in cands and g not in capped and ts[g].counter < c))
+    full = [g for g in passed if ts[g].skips >= k]
+    if full:
+        return min(full, key=lambda g: (ts[g].counter, g)), ()
+    return None, passed
+
+
+def tier_skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
+    """:func:`skip_pass` for ``floors``, over tiers (SPEC.md 4.3): (a tenant of the tier
+    to reserve for, or None; the tiers the pick passes over).
+
+    The pick passes over every tier other than the picked tenant's that has a
+    backlogged tenant, none of them among the candidates, one of them not refused
+    by its own caps, and a tier counter below the picked tier's.  If one of them
+    was passed over ``guard_skips`` times, the result names the first uncapped
+    backlogged tenant of the one with the least counter (then the lowest tier) and
+    passes nobody.  Pure: reads the view only.
+    """
+    cfg, k = view.config, view.config.order.guard_skips
+    tier_of = [t.tier for t in cfg.tenants]
+    tc, ts = view.tier_counters, view.tier_skips
+    mine = tier_of[view.picked]
+    members: dict[int, list[int]] = {}
+    for g in sorted(view.backlogged):
+        members.setdefault(tier_of[g], []).append(g)
+    passed = tuple(x for x, gs in sorted(members.items())
+                   if x != mine and tc[x] < tc[mine] and not any(g in view.candidates for g in gs)
+                   and any(g not in view.capped for g in gs))
+    full = [x for x in passed if ts[x] >= k]
+    if full:
+        x = min(full, key=lambda y: (tc[y], y))
+        return next(g for g in members[x] if g not in view.capped), ()
+    return None, passed
+
+
+def drr_skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
+    """:func:`skip_pass` for ``drr_tokens``, on a refill (SPEC.md 4.3): (the tenant to
+    reserve for, or None; the tenants the refill passes over).
+
+    The refill gives every backlogged tenant the rounds ``r`` that make the first
+    candidate positive (:func:`refill_drr`).  It passes over every backlogged tenant
+    that is not a candidate, not refused by its own caps, and would have needed
+    fewer rounds (``floor((provisional - deficit) / (q w)) + 1 < r``: it ends above
+    one round).  If one of them was passed over ``guard_skips`` times, the result
+    names the one with the fewest rounds needed (then the lowest index) and passes
+    nobody.  ``view.picked`` is not read.  Pure.
+    """
+    cfg, ts, prov = view.config, view.tenants, view.provisional
+    if not view.candidates:
+        return None, ()
+    q = cfg.order.drr_quantum
+    need = lambda j: math.floor((prov.get(j, 0.0) - ts[j].deficit) / (q * cfg.tenants[j].weight)) + 1  # noqa: E731
+    rounds = min(need(j) for j in view.candidates)
+    passed = tuple(sorted(g for g in view.backlogged
+                          if g not in view.candidates and g not in view.capped and need(g) < rounds))
+    full = [g for g in passed if ts[g].skips >= cfg.order.guard_skips]
+    if full:
+        return min(full, key=lambda g: (need(g), g)), ()
+    return None, passed

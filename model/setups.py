@@ -88,6 +88,11 @@ SLOT_CAP_SEQS = 2
 #: Starvation guard of ``protected_slots``: a head refused for 40 steps (about 1 s of the
 #: replica's 25-35 ms steps) stops the filling until it fits.
 GUARD_STEPS = 40
+#: Skip budget of ``skip_budget``: a backlogged tenant whose head the pool refuses is passed
+#: over at most 8 times in its backlog period while its counter is the lower; then the
+#: waiting phase stops filling for it (SPEC.md 4.3), so VTC-GAP holds under KV pressure
+#: with D/w + 8 D/w_min (SPEC.md 8.3).
+GUARD_SKIPS = 8
 #: Hysteresis of ``priority_preempt``: the lowest tier is evicted first, and preemption
 #: for priority keeps the hysteresis (4 blocks freed at least, 4-step cooldown, 3 evictions).
 PRIORITY_PREEMPTION = EvictionConfig(victim="lowest_priority", min_free_blocks=4, cooldown_steps=4, max_evictions=3,
@@ -177,6 +182,11 @@ def _setups() -> dict[str, Setup]:
               order=OrderConfig(policy="vtc"), admission=adm_off, eviction=HYSTERESIS,
               claims=("NO-BANKED-CREDIT", "EVICT-MIN-FREE", "EVICT-COOLDOWN", "EVICT-BOUNDED"),
               num_blocks=SMALL_BLOCKS),
+        Setup("skip_budget", "'hysteresis' plus the starvation guard (40 steps) and a skip budget (8 picks past a "
+              "refused lower counter): VTC fairness under KV pressure",
+              order=OrderConfig(policy="vtc", guard_steps=GUARD_STEPS, guard_skips=GUARD_SKIPS), admission=adm_off,
+              eviction=HYSTERESIS, num_blocks=SMALL_BLOCKS,
+              claims=("VTC-GAP", "NO-BANKED-CREDIT", "GUARD", "EVICT-MIN-FREE", "EVICT-COOLDOWN", "EVICT-BOUNDED")),
         Setup("shared_cache", "VTC with a prefix cache shared by all tenants (timing side channel)",
               order=OrderConfig(policy="vtc"), admission=adm_off, prefix_cache="shared",
               claims=("VTC-GAP", "NO-BANKED-CREDIT")),
@@ -349,7 +359,7 @@ def load_config_toml(path: str | Path) -> Config:
             doc = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("toml", str(path), f"not valid TOML ({e})", str(path)) from None
-    known = set(_SECTIONS) | {"replica", "tenants"}
+    known = set(_SECTIONS) | {"replica", "tenants", "fleet"}  # [fleet]: read by model.fleet.load_fleet_toml
     for key in doc:
         if key not in known:
             raise ConfigError(key, doc[key], f"unknown table; expected {', '.join(sorted(known))}", str(path))

@@ -150,6 +150,7 @@ def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False
         held=held,
         block_ids=ids,
         reserved=out.reserved,
+        reserved_reason=out.reserved_reason,
     )
 
 

@@ -228,6 +228,11 @@ class TenantState(NamedTuple):
         running: number of its sequences running; blocks: KV blocks its running
             sequences reference (a block shared by k of them counts k times).
         fresh_queued: queued sequences never scheduled (what the queue bound counts).
+        skips: the skip budget's count (``order.guard_skips``, SPEC.md 4.3): picks
+            made past this tenant in its backlog period while it was not a
+            candidate and had the lower counter; a join sets it (to the count of a
+            backlogged tenant at or below its lifted counter, or the last leaver's),
+            so it is read only while the tenant is backlogged.  0 without a budget.
     """
 
     queue: tuple[Sequence, ...] = ()
@@ -241,6 +246,7 @@ class TenantState(NamedTuple):
     running: int = 0
     blocks: int = 0
     fresh_queued: int = 0
+    skips: int = 0
 
     @property
     def backlogged(self) -> bool:
@@ -287,6 +293,11 @@ class State:
             tenant (and the tier counter of the last tier) whose queue emptied;
             the lift for a tenant (tier) that becomes backlogged while no other
             is (Sheng et al., OSDI 2024, Algorithm 2, variable l).
+        last_left_skips: that tenant's skip count when its queue emptied (the
+            skip budget, SPEC.md 4.3: a joiner lifted to ``last_left_counter``
+            takes it with the counter).
+        tier_skips, last_left_tier_skips: the same per tier under ``floors`` with a
+            skip budget (empty otherwise: read as zeros).
         backlog: not a field of the state but a cache derived from ``tenants``
             (:meth:`backlogged`): the indices of the tenants with a non-empty
             queue, as the step that built this state left them, so the next step
@@ -305,6 +316,9 @@ class State:
     tier_counters: tuple[float, ...] = ()
     last_left_counter: float = 0.0
     last_left_tier_counter: float = 0.0
+    last_left_skips: int = 0
+    tier_skips: tuple[int, ...] = ()
+    last_left_tier_skips: int = 0
     backlog: frozenset[int] | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     def backlogged(self) -> frozenset[int]:

@@ -38,8 +38,8 @@ import attrs
 from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS
 from .policies import (
-    ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, VictimView, guard_reservation,
-    plan_priority_preemption, slot_room, step_duration_s,
+    ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, SkipView, VictimView, guard_reservation,
+    drr_skip_pass, inherited_skips, plan_priority_preemption, skip_pass, slot_room, step_duration_s, tier_skip_pass,
 )
 from .state import KVPool, Running, Sequence, State, TenantState, decoded, prefix_keys, with_private_blocks
 from .workload import Request, StepInput
@@ -97,6 +97,9 @@ class StepOutput:
             cancelled, or rejected after admission), as they were last.
         reserved: the request the starvation guard stopped the waiting phase
             for (an overdue head that did not fit), or None.
+        reserved_reason: None for the overdue-head guard; ``skips`` when the
+            skip budget stopped it (the head of a tenant passed over
+            ``guard_skips`` times, SPEC.md 4.3).
     """
 
     step_index: int
@@ -107,6 +110,7 @@ class StepOutput:
     events: tuple[Event, ...]
     finished: tuple[Sequence, ...] = ()
     reserved: int | None = None
+    reserved_reason: str | None = None
 
 
 def idle(config: Config, state: State, until_s: float) -> State:
@@ -252,12 +256,16 @@ class Step:
         self.provisional: dict[int, float] = {}
         self.duration_s = 0.0
         self.reserved: int | None = None
+        self.reserved_reason: str | None = None
+        self.capped: set[int] = set()  # tenants whose head their own KV or slot cap refused in this step
         self.backlogged: set[int] = set(st.backlogged())
         self._min_counter: float | None = None
-        self._cancel_left: dict[int, float] = {}  # tenant -> counter, queue emptied by cancellation this step
-        self._cancel_left_tier: dict[int, float] = {}
         self._keys = KeyMemo()  # order-policy sort keys memoised for this step
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
+        self.last_left_skips = st.last_left_skips
+        self._tier_skips_on = cfg.order.guard_skips is not None and cfg.order.policy == "floors"
+        self.tier_skips = list(st.tier_skips or (0,) * len(st.tier_counters)) if self._tier_skips_on else []
+        self.last_left_tier_skips = st.last_left_tier_skips
 
     # --- small helpers ---------------------------------------------------------
 
@@ -352,34 +360,57 @@ class Step:
 
         VTC (Sheng et al. 2024, Alg. 2): c_i = max(c_i, min over other
         backlogged tenants of c_j), or c_i = max(c_i, l) when no other tenant is
-        backlogged, l the counter of the last tenant whose queue emptied (without
+        backlogged, l the counter of the last tenant whose queue emptied by
+        service, or the largest of it and a tenant's whose queue emptied by
+        cancellation, which only raises l, so a canceller cannot lower its own lift (without
         it a tenant idle while another was served alone banks credit, and the
         service gap of Theorem 4.4 is unbounded: SPEC.md 7.2); the same for i's
         tier counter over the other backlogged tiers (``floors``).  The minimum is cached for the step and
         dropped whenever a backlogged tenant's counter changes or a tenant
         leaves the backlog; a join cannot lower it, since the joiner is lifted.
         """
+        skips_lift = self.cfg.order.guard_skips is not None and self.policy.refill is None  # DRR keeps its count
         if not self.cfg.order.lift:
+            if skips_lift:
+                self._set(i, skips=0)
             return
         lo = self._min_counter
         if lo is None:
             lo = min((self.tenants[j].counter for j in self.backlogged if j != i), default=None)
         alone = lo is None
-        if alone:  # the least of the others emptied by cancellation in this step, else l
-            left = [c for j, c in self._cancel_left.items() if j != i]
-            lo = min(left) if left else self.last_left
+        if alone:
+            lo = self.last_left
         c = self.tenants[i].counter
         if c < lo:
             self._set(i, counter=lo)
             c = lo
         self._min_counter = c if alone else lo
+        if skips_lift:
+            self._inherit_skips(i, c, alone)
         tiers = self.cfg.tenants
         tier = tiers[i].tier
         others = {tiers[j].tier for j in self.backlogged if j != i}
         if tier not in others:
-            left_t = [c for x, c in self._cancel_left_tier.items() if x != tier]
-            lo_t = min((self.tier_counters[x] for x in others), default=min(left_t) if left_t else self.last_left_tier)
+            lo_t = min((self.tier_counters[x] for x in others), default=self.last_left_tier)
             self.tier_counters[tier] = max(self.tier_counters[tier], lo_t)
+            if self._tier_skips_on:
+                self._inherit_tier_skips(tier, others)
+
+    def _inherit_skips(self, i: int, c: float, alone: bool) -> None:
+        """Tenant i joined the backlog with (lifted) counter c: its skip count
+        (:func:`~tenantry.model.policies.inherited_skips` over the other backlogged
+        tenants, or those emptied by cancellation in this step, or the last leaver)."""
+        ts = self.tenants
+        pairs = [] if alone else [(ts[j].counter, ts[j].skips) for j in self.backlogged if j != i]
+        n = inherited_skips(pairs, c, self.last_left_skips)
+        if ts[i].skips != n:
+            self._set(i, skips=n)
+
+    def _inherit_tier_skips(self, tier: int, others: set[int]) -> None:
+        """:meth:`_inherit_skips` for a tier joining the backlog under ``floors``."""
+        tc = self.tier_counters
+        pairs = [(tc[x], self.tier_skips[x]) for x in others]
+        self.tier_skips[tier] = inherited_skips(pairs, tc[tier], self.last_left_tier_skips)
 
     def _release(self, s: Sequence) -> int:
         """Free the blocks of sequence s; returns how many became free."""
@@ -463,11 +494,14 @@ class Step:
                     t = self._set(i, queue=t.queue[:j] + t.queue[j + 1:],
                                   fresh_queued=t.fresh_queued - (1 if q.never_scheduled else 0))
                     self._drop(q, "cancelled")
-                    if not t.queue:  # i left the backlog by cancellation: a lift for the others (4.4)
-                        self._cancel_left[i] = t.counter
+                    if not t.queue:  # i left the backlog by cancellation: l rises to its counter, never drops (4.4)
+                        self.last_left = max(self.last_left, t.counter)
+                        self.last_left_skips = max(self.last_left_skips, t.skips)
                         tier = self.cfg.tenants[i].tier
                         if all(self.cfg.tenants[x].tier != tier for x in self.backlogged):
-                            self._cancel_left_tier[tier] = self.tier_counters[tier]
+                            self.last_left_tier = max(self.last_left_tier, self.tier_counters[tier])
+                            if self._tier_skips_on:
+                                self.last_left_tier_skips = max(self.last_left_tier_skips, self.tier_skips[tier])
                     return
         # Unknown or already ended: nothing to do (SPEC.md 5.1).
 
@@ -678,15 +712,36 @@ class Step:
             view = self._view(cands, memo)
             i = policy.select(view)
             if i is None and policy.refill is not None:
+                refilled = ()
+                if cfg.order.guard_skips is not None and cands:
+                    stop, refilled = self._skip_guard(-1, avail, cands)
+                    if stop:
+                        return
                 for j, d in policy.refill(view).items():
                     self._set(j, deficit=d)
+                for g in refilled:
+                    self._set(g, skips=self.tenants[g].skips + 1)
                 i = policy.select(self._view(cands, memo))
             if i is None:
                 if cands is avail:
                     return
                 avail -= cands  # nothing of this tier can go: the next tier's turn
                 continue
-            if not self._admit_head(i) or not self.tenants[i].queue:
+            passed = ()
+            if cfg.order.guard_skips is not None and policy.refill is None:
+                stop, passed = self._skip_guard(i, avail)
+                if stop:
+                    return
+            admitted = self._admit_head(i)
+            if admitted and policy.refill is not None and self.tenants[i].skips \
+                    and self.tenants[i].deficit <= cfg.order.drr_quantum * cfg.tenants[i].weight:
+                self._set(i, skips=0)  # DRR: back within one round, the count starts again
+            for g in passed if admitted else ():
+                if self._tier_skips_on:
+                    self.tier_skips[g] += 1
+                else:
+                    self._set(g, skips=self.tenants[g].skips + 1)
+            if not admitted or not self.tenants[i].queue:
                 avail.discard(i)
 
     def _preempt_for_priority(self) -> None:
@@ -721,6 +776,28 @@ class Step:
         self.reserved = guard_reservation(view)
         return self.reserved is not None
 
+    def _skip_guard(self, i: int, avail: set[int], cands: set[int] | None = None) -> tuple[bool, tuple[int, ...]]:
+        """The skip budget (``guard_skips``) on the pick of tenant i, ``avail`` the tenants
+        not blocked in this step (a lower tier waiting its strict-tier turn is not passed over):
+        (True, ()) and the reservation recorded, when the pick would pass over a tenant
+        whose budget is spent (the waiting phase stops filling); else (False, the
+        tenants the pick passes over) (:func:`~tenantry.model.policies.skip_pass`).  Under DRR
+        it runs before a refill (``i`` = -1, ``cands`` the refill's candidates)."""
+        if self.policy.refill is not None:  # DRR: a refill past blocked tenants (drr_skip_pass)
+            tried = self.backlogged - (avail - cands)  # a lower tier waiting its strict-tier turn was not tried
+            view = SkipView(self.cfg, self.tenants, tried, cands, self.capped, i, provisional=self.provisional)
+            g, passed = drr_skip_pass(view)
+        else:
+            view = SkipView(self.cfg, self.tenants, self.backlogged, avail, self.capped, i, self.tier_counters,
+                            self.tier_skips)
+            g, passed = (tier_skip_pass if self._tier_skips_on else skip_pass)(view)
+        if g is None:
+            return False, passed
+        q = self.tenants[g].queue
+        self.reserved = next((s for s in q if s.ready_step <= self.k), q[0]).request_id
+        self.reserved_reason = "skips"
+        return True, ()
+
     def _view(self, cands: set[int], memo: bool = True) -> SelectView:
         return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional,
                           self.backlogged, self._keys if memo else None, self.k)
@@ -729,7 +806,10 @@ class Step:
         """Move tenant i's first ready sequence into the batch; False if none is ready or it does not fit."""
         cfg, t = self.cfg, self.tenants[i]
         idx = next((j for j, q in enumerate(t.queue) if q.ready_step <= self.k), None)
-        if idx is None or not slot_room(cfg, self.tenants, i):
+        if idx is None:
+            return False
+        if not slot_room(cfg, self.tenants, i):
+            self.capped.add(i)
             return False
         s = t.queue[idx]
         B = cfg.block_size_tokens
@@ -742,6 +822,7 @@ class Step:
         revived = sum(1 for key in hit if key not in self.refs)
         cap = self._cap(i)
         if cap is not None and t.blocks + total > cap:
+            self.capped.add(i)
             return False
         if private + revived > cfg.num_blocks - self.used:
             return False
@@ -774,9 +855,12 @@ class Step:
         t = self._set(i, **changes)
         if not t.queue:  # i leaves the backlog by being served: its counter is the lift (Algorithm 2's l)
             self.last_left = t.counter
+            self.last_left_skips = t.skips
             tier = cfg.tenants[i].tier
             if all(cfg.tenants[j].tier != tier for j in self.backlogged):
                 self.last_left_tier = self.tier_counters[tier]
+                if self._tier_skips_on:
+                    self.last_left_tier_skips = self.tier_skips[tier]
         self.running[s.request_id] = s
         self.planned[s.request_id] = n
         self.budget -= n
@@ -949,6 +1033,9 @@ class Step:
             tier_counters=tuple(self.tier_counters),
             last_left_counter=self.last_left,
             last_left_tier_counter=self.last_left_tier,
+            last_left_skips=self.last_left_skips,
+            tier_skips=tuple(self.tier_skips) if self._tier_skips_on else self.st.tier_skips,
+            last_left_tier_skips=self.last_left_tier_skips,
         )
         object.__setattr__(new, "backlog", frozenset(self.backlogged))  # kept by _set, so the next step need not scan
         out = StepOutput(
@@ -960,5 +1047,6 @@ class Step:
             events=tuple(self.events),
             finished=tuple(self.gone),
             reserved=self.reserved,
+            reserved_reason=self.reserved_reason,
         )
         return new, out

@@ -52,7 +52,8 @@ class SeqSpec:
 @attrs.frozen
 class TenantSpec:
     """One tenant of a concrete state: its accounting and its sequences, in
-    admission order (queued ones keep this order in the queue)."""
+    admission order (queued ones keep this order in the queue); ``skips`` the skip
+    budget's count (SPEC.md 4.3)."""
 
     counter: float = 0.0
     deficit: float = 0.0
@@ -60,12 +61,13 @@ class TenantSpec:
     block_seconds: float = 0.0
     bucket_tokens: float | None = None
     seqs: tuple[SeqSpec, ...] = ()
+    skips: int = 0
 
 
 def build_state(config: Config, tenants: Iterable[TenantSpec], *, step_index: int = 0, t_s: float = 0.0,
                 last_step_s: float | None = None, tier_counters: tuple[float, ...] | None = None,
                 last_left_counter: float = 0.0, last_left_tier_counter: float = 0.0,
-                first_request_id: int = 0) -> State:
+                first_request_id: int = 0, last_left_skips: int = 0, tier_skips: tuple[int, ...] = ()) -> State:
     """A consistent state with the given per-tenant records.
 
     Sequences get request ids and admission numbers in the order given
@@ -118,14 +120,15 @@ def build_state(config: Config, tenants: Iterable[TenantSpec], *, step_index: in
         records.append(TenantState(queue=tuple(queue), counter=float(sp.counter), deficit=float(sp.deficit),
                                    service=float(sp.service), block_seconds=float(sp.block_seconds),
                                    bucket_tokens=bucket, bucket_requests=base.tenants[i].bucket_requests,
-                                   bucket_t_s=t_s, running=nrun, blocks=blocks, fresh_queued=fresh))
+                                   bucket_t_s=t_s, running=nrun, blocks=blocks, fresh_queued=fresh, skips=sp.skips))
     if used > config.num_blocks:
         raise ValueError(f"build_state: running sequences need {used} blocks, the pool has {config.num_blocks}")
     tiers = base.tier_counters if tier_counters is None else tuple(float(x) for x in tier_counters)
     return State(step_index=step_index, t_s=t_s, last_step_s=base.last_step_s if last_step_s is None else last_step_s,
                  tenants=tuple(records), running=tuple(running), kv=KVPool(used_blocks=used),
                  next_arrival_seq=seq_no, tier_counters=tiers, last_left_counter=float(last_left_counter),
-                 last_left_tier_counter=float(last_left_tier_counter))
+                 last_left_tier_counter=float(last_left_tier_counter), last_left_skips=last_left_skips,
+                 tier_skips=tuple(tier_skips))
 
 
 def run_workload(config: Config, workload: Workload | Iterable[Request], *, max_steps: int = 1000,

@@ -150,6 +150,11 @@ class Check:
 ATTEMPT_MS = 3000
 
 
+#: Seeds :func:`solve` tries when Z3 answers ``unknown`` for incomplete quantifier
+#: instantiation (a seed-dependent answer on the quantified twins), before giving up.
+INCOMPLETE_RETRIES = 8
+
+
 def solve(formula: z3.BoolRef, timeout_ms: int = TIMEOUT_MS) -> Check:
     """Check ``formula`` for satisfiability within ``timeout_ms`` in all.
 
@@ -157,7 +162,8 @@ def solve(formula: z3.BoolRef, timeout_ms: int = TIMEOUT_MS) -> Check:
     ``timeout_ms``, at least 0.2 s) with solver-local random seeds
     0, 1, 2, ... (pinned per solver, so global Z3 parameters set elsewhere in
     the process do not matter) until one answers sat or unsat or the time is
-    spent; ``unknown`` only if none answered.
+    spent (at most :data:`INCOMPLETE_RETRIES` further seeds after an "incomplete
+    quantifiers" answer); ``unknown`` only if none answered.
     """
     t0 = time.perf_counter()
     seed, reason = 0, "timeout"
@@ -176,7 +182,9 @@ def solve(formula: z3.BoolRef, timeout_ms: int = TIMEOUT_MS) -> Check:
             return Check("sat", time.perf_counter() - t0, s.model())
         why = s.reason_unknown()
         reason = "timeout" if "timeout" in why or "canceled" in why else f"solver: {why}"
-        if reason != "timeout":
+        # "incomplete quantifiers" also depends on the seed (and on the process's Z3 history: a
+        # DRR twin got it only after the skip-budget proof ran first); other reasons are final
+        if reason != "timeout" and ("incomplete" not in why or seed >= INCOMPLETE_RETRIES):
             break
         seed += 1
     return Check("unknown", time.perf_counter() - t0, reason=reason)

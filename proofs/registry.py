@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from . import admission, bucket, drr, evict, guard, kv, order, preempt, priority, vtc, wait
+from . import admission, bucket, drr, evict, fleet, guard, kv, order, preempt, priority, skips, vtc, wait
 from .core import Proof
 
 #: All proofs in the order ``tenantry prove`` runs them.
-PROOFS: tuple[Proof, ...] = (vtc.PROOFS + drr.PROOFS + priority.PROOFS + order.PROOFS + wait.PROOFS + bucket.PROOFS
-                             + admission.PROOFS + evict.PROOFS + preempt.PROOFS + kv.PROOFS + guard.PROOFS)
+PROOFS: tuple[Proof, ...] = (vtc.PROOFS + skips.PROOFS + drr.PROOFS + (skips.DRR_GAP_SKIPS,) + priority.PROOFS
+                             + (skips.FLOOR_SKIPS,) + order.PROOFS + wait.PROOFS + bucket.PROOFS
+                             + admission.PROOFS + evict.PROOFS + preempt.PROOFS + kv.PROOFS + guard.PROOFS
+                             + fleet.PROOFS)
 
 FAMILIES = tuple(dict.fromkeys(p.family for p in PROOFS))
 

@@ -109,11 +109,13 @@ def output(dom: Domain, s: dict, tag: str) -> tuple[z3.BoolRef, dict, dict]:
 
 def drop(dom: Domain, s: dict, tag: str) -> tuple[z3.BoolRef, dict, dict]:
     """A sequence of tenant i leaves (cancelled, finished, or rejected
-    ``evicted_too_often``): it owed r; a queued one may empty the queue."""
+    ``evicted_too_often``): it owed r; a queued one may empty the queue (a
+    cancellation), which raises ``ll`` to ``c[i]`` and never lowers it."""
     c, q, G, ll = s["c"], s["q"], s["G"], s["ll"]
     i, r, leave = Int(f"i_{tag}"), Real(f"r_{tag}"), z3.Bool(f"leave_{tag}")
     guard = And(dom.has(i), r >= 0, r <= G[i], Implies(leave, q[i]))
-    post = {"c": c, "q": Store(q, i, And(q[i], Not(leave))), "G": Store(G, i, G[i] - r), "ll": z3.If(leave, c[i], ll)}
+    post = {"c": c, "q": Store(q, i, And(q[i], Not(leave))), "G": Store(G, i, G[i] - r),
+            "ll": z3.If(leave, zmax(ll, c[i]), ll)}
     return guard, post, {"i": i, "r": r, "leave": leave}
 
 

@@ -36,7 +36,7 @@ from . import invariants_claims as C
 from . import invariants_history as H
 from . import invariants_policy as P
 from . import invariants_state as S
-from .invariants_core import Finding, Invariant, ample_kv, caps_enforced, slot_caps_enforced
+from .invariants_core import Finding, Invariant, ample_kv, caps_enforced, skip_budget_claimed, slot_caps_enforced
 
 __all__ = ["INVARIANTS", "CLAIMABLE", "HISTORY_NEEDS_STEPS", "Finding", "Invariant", "check_state", "check_history",
            "check_pair", "config_from_dict", "coverage", "missing", "relabel_contents", "unknown_without_steps"]
@@ -110,7 +110,8 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
     _inv("WORK-CONSERVING", "no unused slot and budget while a ready waiting request surely fits", "7.1",
          _always, state=S.check_work_conserving, history=H.h_work_conserving, needs=_HELD),
     _inv("VTC-GAP", "backlogged tenants' normalised service differs by <= D/w_f + D/w_g", "7.2",
-         lambda c: c.order.policy == "vtc" and c.order.lift and ample_kv(c), _VTC_SRC,
+         lambda c: c.order.policy == "vtc" and c.order.lift and (ample_kv(c) or skip_budget_claimed(c)),
+         _VTC_SRC,
          state=P.check_vtc_gap, history=H.h_vtc_gap, needs=_STEPS),
     _inv("NO-BANKED-CREDIT", "a newly backlogged tenant starts at >= the least backlogged counter; idle DRR "
          "tenants keep no deficit", "7.2",
@@ -121,12 +122,15 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
          "D/w_f + D/w_g", "7.2", _pol("drr_tokens", "drr_block_seconds"), _DRR_SRC,
          state=P.check_drr_deficit, history=H.h_drr_deficit, needs=("steps", "deficits")),
     _inv("FLOOR", "backlogged tiers' service per unit of floor differs by <= D/f_a + D/f_b", "7.2",
-         lambda c: c.order.policy == "floors" and c.order.lift and ample_kv(c), _VTC_SRC + " (applied to tiers)",
+         lambda c: c.order.policy == "floors" and c.order.lift and (ample_kv(c) or skip_budget_claimed(c)),
+         _VTC_SRC + " (applied to tiers)",
          state=P.check_floor, history=H.h_floor, needs=_STEPS),
     _inv("AGING", "no request is scheduled while one with smaller tier + rate*arrival_s waits", "7.2",
          lambda c: c.order.policy == "aging" and ample_kv(c), state=P.check_aging, history=H.h_aging, needs=_STEPS),
     _inv("GUARD", "no request enters the batch while an overdue head that does not fit waits; the pool is "
-         "reserved for it", "7.2", lambda c: c.order.guard_steps is not None or c.order.guard_wait_s is not None,
+         "reserved for it; no backlogged tenant is passed over more than guard_skips times", "7.2",
+         lambda c: c.order.guard_steps is not None or c.order.guard_wait_s is not None
+         or c.order.guard_skips is not None,
          state=P.check_guard),
     _inv("BOUNDED-WAIT", "a request of a tenant with max_wait_s is scheduled within max_wait_s of its arrival",
          "7.2", lambda c: any(t.max_wait_s is not None for t in c.tenants), history=C.h_bounded_wait),

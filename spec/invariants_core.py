@@ -262,9 +262,16 @@ def batch_token_capacity(config: Config, max_total_tokens: int | None = None) ->
 
     ``min(num_blocks * block_size_tokens, max_num_seqs * T)`` with T the
     longest request (prompt + output, tokens): ``max_total_tokens`` when the
-    workload is known, else ``max_context_tokens``.
+    workload is known, else ``max_context_tokens``.  Under the skip budget
+    (``order.guard_skips``, claimed without ample KV) the pool term is dropped,
+    ``max_num_seqs * T``: under KV pressure the sequences of a tenant in the
+    batch may still owe more output than the pool holds (they are preempted and
+    resumed), so only the slots bound it (SPEC.md 7.0).  With ample KV the pool
+    term never binds, so the two agree there.
     """
     t = config.max_context_tokens if max_total_tokens is None else min(max_total_tokens, config.max_context_tokens)
+    if config.order.guard_skips is not None:
+        return config.max_num_seqs * t
     return min(config.num_blocks * config.block_size_tokens, config.max_num_seqs * t)
 
 
@@ -283,6 +290,50 @@ def largest_charge(config: Config, max_prompt_tokens: int | None = None, max_tot
     lp = (config.max_context_tokens - 1) if max_prompt_tokens is None else max_prompt_tokens
     lp = min(lp, m)
     return min(o.w_in * lp + o.w_out * m, max(o.w_in, o.w_out) * m)
+
+
+def skip_budget_claimed(config: Config) -> bool:
+    """VTC-GAP, FLOOR and DRR-DEFICIT's tight bounds are claimed under KV pressure
+    (SPEC.md 7.0, 8.3-8.5): a skip budget is set (``order.guard_skips``), no tenant
+    KV cap or slot cap is enforced (a head its own cap refuses is not counted: the
+    cap limits the tenant on purpose), no strict tiers over more than one tier (a
+    lower tier waits its turn uncounted), and under ``drr_tokens`` a carry bound
+    of at least ``q w_max`` times :func:`drr_skip_rounds` (or none)."""
+    if config.order.guard_skips is None or caps_enforced(config) or slot_caps_enforced(config):
+        return False
+    if config.order.policy == "drr_tokens":  # no cut of a refill past a blocked tenant (SPEC.md 8.4)
+        o = config.order
+        need = o.drr_quantum * max(t.weight for t in config.tenants) * drr_skip_rounds(config, largest_charge(config))
+        if o.drr_carry_bound is not None and o.drr_carry_bound < need:
+            return False
+    return not (config.order.strict_tiers and len({t.tier for t in config.tenants}) > 1)
+
+
+def drr_skip_rounds(config: Config, d: float) -> float:
+    """DRR under the skip budget (SPEC.md 8.4): the most rounds a deficit may stand above
+    zero, ``1 + guard_skips * (D / (q w_min) + 1)``: one round, plus at most
+    ``D / (q w_min) + 1`` rounds per refill past the tenant (a refill gives at most
+    that many rounds, since no candidate's deficit is below -D).  1 without a budget."""
+    o = config.order
+    k = o.guard_skips or 0
+    return 1 + k * (d / (o.drr_quantum * min(t.weight for t in config.tenants)) + 1)
+
+
+def skip_slack(config: Config, d: float) -> float:
+    """What the skip budget adds to VTC-GAP's per-tenant bound (SPEC.md 7.0, 8.3):
+    ``guard_skips * D / w_min`` (weighted tokens over weight; ``d`` is D, w_min the
+    least tenant weight): each pick past a tenant charges the picked tenant at most
+    D / w <= D / w_min ahead of it.  Under ``floors`` the same over tiers (FLOOR,
+    8.5): ``guard_skips * D / f_min``, f_min the least floor of a tier in use.  0
+    without a skip budget."""
+    k = config.order.guard_skips
+    if k is None:
+        return 0.0
+    if config.order.policy == "floors":
+        return k * d / min(tier_share(config, t.tier) for t in config.tenants)
+    if config.order.policy == "drr_tokens":  # per side of DRR-GAP: K (D / w_min + q) (SPEC.md 8.4)
+        return k * (d / min(t.weight for t in config.tenants) + config.order.drr_quantum)
+    return k * d / min(t.weight for t in config.tenants)
 
 
 def tier_share(config: Config, tier: int) -> float:

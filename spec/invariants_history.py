@@ -18,7 +18,8 @@ from tenantry.model.config import Config
 from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord, StepEvent
 
 from .invariants_core import (
-    EPS, Finding, ample_kv, at_slot_cap, caps_enforced, hopeless, largest_charge, slot_caps, tier_share,
+    EPS, Finding, ample_kv, at_slot_cap, caps_enforced, hopeless, largest_charge, skip_budget_claimed, skip_slack,
+    slot_caps, tier_share,
 )
 from .replay import Replay, StepView
 
@@ -462,9 +463,11 @@ def h_vtc_gap(h: HistoryContext) -> list[Finding]:
     """VTC-GAP (SPEC.md 7.2), history form: over any run of steps in which tenants f
     and g are both backlogged, |dS_f/w_f - dS_g/w_g| <= D/w_f + D/w_g, which is
     2 max(w_in L_input, w_out M) for equal unit weights and w_in <= w_out
-    (Sheng et al., OSDI 2024, Theorem 4.4)."""
+    (Sheng et al., OSDI 2024, Theorem 4.4); under the skip budget plus
+    ``2 guard_skips D / w_min`` (SPEC.md 8.3)."""
     d = h.charge_bound
-    return _vtc_counters(h) + _pairwise_service(h, "VTC-GAP", lambda wa, wb: d / wa + d / wb)
+    extra = 2 * skip_slack(h.config, d)
+    return _vtc_counters(h) + _pairwise_service(h, "VTC-GAP", lambda wa, wb: d / wa + d / wb + extra)
 
 
 def _vtc_counters(h: HistoryContext) -> list[Finding]:
@@ -477,6 +480,7 @@ def _vtc_counters(h: HistoryContext) -> list[Finding]:
     if not any(s.counters for s in h.steps):
         return []
     out, d, prev = [], h.charge_bound, None
+    extra = skip_slack(h.config, d)
     books = gap = False
     tenant = lambda rid: h.requests[rid].tenant if rid in h.requests else None
     for v in h.views:
@@ -502,10 +506,11 @@ def _vtc_counters(h: HistoryContext) -> list[Finding]:
         if len(back) >= 2 and not gap:
             lo = min(back, key=lambda n: s.counters[n])
             for n in back:
-                if s.counters[n] - s.counters[lo] > d / h.weight(n) + EPS:
+                if s.counters[n] - s.counters[lo] > d / h.weight(n) + extra + EPS:
                     out.append(_f("VTC-GAP", s.step_index, "a backlogged tenant's counter ran ahead of the least "
-                                  "backlogged counter by more than D/weight", s.counters[n] - s.counters[lo],
-                                  d / h.weight(n), [n, lo]))
+                                  "backlogged counter by more than D/weight" + (" + guard_skips*D/w_min" if extra
+                                                                                 else ""),
+                                  s.counters[n] - s.counters[lo], d / h.weight(n) + extra, [n, lo]))
                     gap = True
                     break
         prev = s
@@ -524,10 +529,11 @@ def h_drr_deficit(h: HistoryContext) -> list[Finding]:
                 out.append(_f("DRR-DEFICIT", s.step_index, "a deficit exceeds the carry bound", d, o.drr_carry_bound,
                               [name]))
     wmax = max(t.weight for t in cfg.tenants)
-    if o.policy == "drr_tokens" and ample_kv(cfg) and (
-            o.drr_carry_bound is None or o.drr_carry_bound >= o.drr_quantum * wmax):
+    if o.policy == "drr_tokens" and ((ample_kv(cfg) and (
+            o.drr_carry_bound is None or o.drr_carry_bound >= o.drr_quantum * wmax)) or skip_budget_claimed(cfg)):
         d, q = h.charge_bound, o.drr_quantum
-        out += _pairwise_service(h, "DRR-DEFICIT", lambda wa, wb: 2 * q + d / wa + d / wb)
+        extra = 2 * skip_slack(cfg, d)  # the skip budget (SPEC.md 8.4): 2 K (D / w_min + q)
+        out += _pairwise_service(h, "DRR-DEFICIT", lambda wa, wb: 2 * q + d / wa + d / wb + extra)
     return out
 
 
@@ -540,13 +546,14 @@ def h_floor(h: HistoryContext) -> list[Finding]:
     for t in cfg.tenants:
         tiers.setdefault(t.tier, set()).add(t.name)
     d = h.charge_bound
+    extra = 2 * skip_slack(cfg, d)  # the skip budget (SPEC.md 8.5): 2 guard_skips D / f_min
     keys = sorted(tiers)
     for ia, a in enumerate(keys):
         for b in keys[ia + 1:]:
             fa, fb = tier_share(cfg, a), tier_share(cfg, b)
             x = [p - q for p, q in zip(_normalised(h, tiers[a], fa), _normalised(h, tiers[b], fb))]
             for run in _runs(h, tiers[a], tiers[b]):
-                out += _gap_check(h, "FLOOR", run, x, d / fa + d / fb, sorted(tiers[a] | tiers[b]))
+                out += _gap_check(h, "FLOOR", run, x, d / fa + d / fb + extra, sorted(tiers[a] | tiers[b]))
     return out
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from .invariants_core import EPS, Finding, at_slot_cap, largest_charge, tier_share
+from .invariants_core import EPS, Finding, at_slot_cap, largest_charge, skip_slack, tier_share
 from .invariants_state import StepContext, _f
 
 
@@ -30,7 +30,8 @@ def _steady(ctx: StepContext) -> list[int]:
 def check_vtc_gap(ctx: StepContext) -> list[Finding]:
     """VTC-GAP, state form (SPEC.md 7.2): a counter moves by exactly the tenant's
     new service over its weight (except by the lift); among backlogged tenants,
-    every counter is within D / weight of the least one (D from :func:`largest_charge`)."""
+    every counter is within D / weight of the least one (D from :func:`largest_charge`;
+    under the skip budget, plus ``guard_skips * D / w_min``, :func:`skip_slack`)."""
     cfg, ts = ctx.config, ctx.state.tenants
     out = []
     for i in _steady(ctx):
@@ -43,12 +44,14 @@ def check_vtc_gap(ctx: StepContext) -> list[Finding]:
     if len(b) < 2:
         return out
     d = largest_charge(cfg)
+    extra = skip_slack(cfg, d)
     j = min(b, key=lambda i: ts[i].counter)
     for i in b:
-        gap, allowed = ts[i].counter - ts[j].counter, d / cfg.tenants[i].weight
+        gap, allowed = ts[i].counter - ts[j].counter, d / cfg.tenants[i].weight + extra
         if gap > allowed + EPS:
+            what = "D/weight + guard_skips*D/w_min" if extra else "D/weight"
             out.append(_f(ctx, "VTC-GAP", "a backlogged tenant's counter ran ahead of the least backlogged counter "
-                          "by more than D/weight", gap, allowed, [ctx.name(i), ctx.name(j)]))
+                          f"by more than {what}", gap, allowed, [ctx.name(i), ctx.name(j)]))
     return out
 
 
@@ -109,16 +112,18 @@ def check_no_banked_credit(ctx: StepContext) -> list[Finding]:
 
 def check_drr_deficit(ctx: StepContext) -> list[Finding]:
     """DRR-DEFICIT, state form (SPEC.md 7.2): deficits never exceed the carry bound;
-    with ample KV and token charging they stay in (-D, quantum * weight]."""
-    from .invariants_core import ample_kv
+    with ample KV and token charging they stay in (-D, quantum * weight] (under the
+    skip budget the upper end is quantum * weight * :func:`drr_skip_rounds`)."""
+    from .invariants_core import ample_kv, drr_skip_rounds, skip_budget_claimed
 
     cfg, o, out = ctx.config, ctx.config.order, []
-    tight = ample_kv(cfg) and o.policy == "drr_tokens"
+    tight = (ample_kv(cfg) or skip_budget_claimed(cfg)) and o.policy == "drr_tokens"
     d_max = largest_charge(cfg)
+    rounds = drr_skip_rounds(cfg, d_max)
     for i, t in enumerate(ctx.state.tenants):
         hi = o.drr_carry_bound
         if tight:
-            qw = o.drr_quantum * cfg.tenants[i].weight
+            qw = o.drr_quantum * cfg.tenants[i].weight * rounds
             hi = qw if hi is None else min(hi, qw)
         if hi is not None and t.deficit > hi + EPS:
             out.append(_f(ctx, "DRR-DEFICIT", "a deficit exceeds its bound (carry bound, or one quantum times the "
@@ -130,20 +135,23 @@ def check_drr_deficit(ctx: StepContext) -> list[Finding]:
 
 def check_floor(ctx: StepContext) -> list[Finding]:
     """FLOOR, state form (SPEC.md 7.2): among backlogged tiers, every tier counter is
-    within D / floor of the least one."""
+    within D / floor of the least one (under the skip budget, plus
+    ``guard_skips * D / f_min``, :func:`skip_slack`)."""
     cfg, st = ctx.config, ctx.state
     tiers = sorted({cfg.tenants[i].tier for i in _backlogged(st.tenants)})
     if len(tiers) < 2:
         return []
     d = largest_charge(cfg)
+    extra = skip_slack(cfg, d)
     tc = st.tier_counters
     lo = min(tiers, key=lambda x: tc[x])
     out = []
     for x in tiers:
-        gap, allowed = tc[x] - tc[lo], d / tier_share(cfg, x)
+        gap, allowed = tc[x] - tc[lo], d / tier_share(cfg, x) + extra
         if gap > allowed + EPS:
-            out.append(_f(ctx, "FLOOR", f"tier {x}'s counter ran ahead of tier {lo}'s by more than D/floor", gap, allowed,
-                          [c.name for c in cfg.tenants if c.tier in (x, lo)]))
+            what = "D/floor + guard_skips*D/f_min" if extra else "D/floor"
+            out.append(_f(ctx, "FLOOR", f"tier {x}'s counter ran ahead of tier {lo}'s by more than {what}", gap,
+                          allowed, [c.name for c in cfg.tenants if c.tier in (x, lo)]))
     return out
 
 
@@ -310,10 +318,43 @@ def check_guard(ctx: StepContext) -> list[Finding]:
                       f"needed {need} blocks with {free} free", len(entered), 0, [ctx.name(i)],
                       [rid] + sorted(entered)))
     rv = ctx.output.reserved
+    if o.guard_skips is not None:
+        out += _skip_budget(ctx)
+    if rv is not None and ctx.output.reserved_reason == "skips":
+        return out
     if rv is not None and (entered or rv not in {d[2] for d in due}):
         out.append(_f(ctx, "GUARD", f"the step reserved for request {rv}, which was not an overdue head that did "
                       "not fit" + (f", and admitted {sorted(entered)}" if entered else ""), rv,
                       sorted(d[2] for d in due), [], [rv]))
+    return out
+
+
+def _skip_budget(ctx: StepContext) -> list[Finding]:
+    """GUARD's skip-budget part (``guard_skips`` K_skip, SPEC.md 4.3): after the step no
+    backlogged tenant has been passed over more than K_skip times, and a step that
+    stopped for the budget (``reserved_reason`` ``skips``) stopped for a queued head of
+    a backlogged tenant whose count is K_skip."""
+    cfg, k, ts, out = ctx.config, ctx.config.order.guard_skips, ctx.state.tenants, []
+    if cfg.order.policy == "floors":  # the counts are per tier
+        tier_skips = ctx.state.tier_skips or (0,) * len(ctx.state.tier_counters)
+        count = lambda i: tier_skips[cfg.tenants[i].tier]  # noqa: E731
+        what = "tier"
+    else:
+        count = lambda i: ts[i].skips  # noqa: E731
+        what = "tenant"
+    over = [i for i, t in enumerate(ts) if t.queue and count(i) > k]
+    if over:
+        i = over[0]
+        out.append(_f(ctx, "GUARD", f"a backlogged {what} was passed over {count(i)} times in its backlog period, "
+                      f"more than guard_skips = {k}", count(i), k, [ctx.name(i)]))
+    rv = ctx.output.reserved
+    if rv is not None and ctx.output.reserved_reason == "skips":
+        owner = next((i for i, t in enumerate(ts) if any(q.request_id == rv for q in t.queue)), None)
+        if owner is None or count(owner) != k:
+            out.append(_f(ctx, "GUARD", f"the step stopped for the skip budget on request {rv}, which is not the "
+                          f"queued work of a tenant passed over guard_skips = {k} times",
+                          None if owner is None else count(owner), k, [] if owner is None else [ctx.name(owner)],
+                          [rv]))
     return out
 
 

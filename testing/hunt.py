@@ -88,10 +88,13 @@ def caught_by(mutant: Mutant, killer: str, wl: Workload, max_steps: int = 300,
     return any(f.invariant == killer for f in r.findings), len(r.history.steps)
 
 
-def hunt(mutant: Mutant, killer: str, max_examples: int = 400, history_only: bool = False,
+def hunt(mutant: Mutant, killer: str, max_examples: int | None = None, history_only: bool = False,
          state_only: bool = False) -> Kill | None:
     """Search (then shrink) a workload on which ``killer`` catches ``mutant``; None if it
-    survives.  ``history_only`` / ``state_only``: that form alone (see :func:`caught_by`)."""
+    survives.  ``max_examples``: workloads drawn (None: the mutant's ``examples``);
+    ``history_only`` / ``state_only``: that form alone (see :func:`caught_by`)."""
+    if max_examples is None:
+        max_examples = mutant.examples
     tried = [0]
     only = {"history_only": history_only, "state_only": state_only}
 

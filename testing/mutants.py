@@ -40,6 +40,8 @@ class Mutant:
         shape: keyword arguments for the workload strategy that exposes it.
         pair: None, ``"determinism"`` (two runs of one workload) or
             ``"noninterference"`` (the second run relabels tenant ``b``'s contents).
+        examples: workloads its hunt draws (:func:`tenantry.testing.hunt.hunt`):
+            more for a bug that needs a rare sequence of events.
     """
 
     name: str
@@ -49,6 +51,7 @@ class Mutant:
     config: Config
     shape: dict = attrs.field(factory=dict)
     pair: str | None = None
+    examples: int = 400
 
 
 def _with(table: dict, key: str, value) -> dict:
@@ -66,6 +69,17 @@ class NoLift(Step):
 
     def _on_backlogged(self, i):
         return None
+
+
+class CancelKeepsLift(Step):
+    """A queue emptied by cancellation leaves the lift l where it was (the model
+    before the fix: a tenant served alone that cancels its last queued request
+    hands a newcomer an old, low l, and the spread passes D when it returns)."""
+
+    def cancel(self, rid):
+        kept = (self.last_left, self.last_left_skips, self.last_left_tier, self.last_left_tier_skips)
+        super().cancel(rid)
+        self.last_left, self.last_left_skips, self.last_left_tier, self.last_left_tier_skips = kept
 
 
 class PromptOnlyCounter(Step):
@@ -417,6 +431,15 @@ class GuardIgnored(Step):
         return False
 
 
+class SkipBudgetIgnored(Step):
+    """The skip budget counts the picks past a tenant but never stops filling for it."""
+
+    def _skip_guard(self, i, avail):
+        ts = self.tenants
+        return False, tuple(g for g in self.backlogged
+                            if g != i and g not in avail and g not in self.capped and ts[g].counter < ts[i].counter)
+
+
 class StrictTiersIgnored(Step):
     """``strict_tiers`` is ignored: the policy picks across every tier."""
 
@@ -472,6 +495,10 @@ _TIGHT = EvictionConfig(victim="newest", min_free_blocks=0, cooldown_steps=0)
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("vtc_no_lift", ("NO-BANKED-CREDIT",), "VTC without the counter lift: an idle tenant banks credit",
            NoLift, _cfg("vtc"), dict(idle_gaps=True)),
+    Mutant("vtc_cancel_keeps_lift", ("VTC-GAP",),
+           "a queue emptied by cancellation does not raise the lift l: a newcomer inherits an old l",
+           CancelKeepsLift, _cfg("vtc", tenants=(TenantConfig("a"), TenantConfig("b")), max_num_seqs=1, max_context_tokens=16),
+           dict(idle_gaps=True, cancels=True, max_requests=40), examples=1000),
     Mutant("vtc_prompt_only", ("VTC-GAP",), "VTC counters charge prompts but not generated tokens",
            PromptOnlyCounter, _cfg("vtc"), dict(long_outputs=True)),
     Mutant("drr_unbounded_carry", ("DRR-DEFICIT",), "DRR refill ignores the carry bound",
@@ -559,6 +586,10 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("guard_ignored", ("GUARD",), "the starvation guard never stops filling for an overdue head",
            GuardIgnored, _cfg("fcfs", ample=False, eviction=_TIGHT,
                               order=OrderConfig(policy="fcfs", guard_steps=3)), dict(big=True)),
+    Mutant("skip_budget_ignored", ("GUARD",), "the skip budget never stops filling for a tenant passed over "
+           "guard_skips times", SkipBudgetIgnored,
+           _cfg("vtc", ample=False, eviction=_TIGHT, order=OrderConfig(policy="vtc", guard_skips=1)),
+           dict(big=True, long_outputs=True)),
     Mutant("strict_tiers_ignored", ("TIER-ORDER",), "strict_tiers has no effect: DRR picks across tiers",
            StrictTiersIgnored,
            _cfg("drr_tokens", max_num_seqs=1, order=OrderConfig(policy="drr_tokens", drr_quantum=64.0,
@@ -576,4 +607,92 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            dict(bursty=True)),
     Mutant("evicts_without_need", ("EVICT-PROGRESS",), "the newest sequence is evicted whenever the pool is half "
            "full", EvictsWithoutNeed, _cfg("fcfs", ample=False, eviction=_TIGHT), dict(big=True)),
+)}
+
+
+# --- Fleet mutants (SPEC.md 7.9): subclasses of the fleet, not of the step -------------------------------------
+
+from typing import Callable  # noqa: E402
+
+from tenantry.model.fleet import Fleet, FleetConfig  # noqa: E402
+from tenantry.model.workload import Request  # noqa: E402
+
+
+class RouteLoses(Fleet):
+    """The router records a route for every third arrival but never hands it to the replica."""
+
+    def deliver(self, request, replica, arrivals):
+        if request.request_id % 3 != 2:
+            super().deliver(request, replica, arrivals)
+
+
+class AffinityUnbounded(Fleet):
+    """Prefix affinity without its load bound: every request follows its cached prefix."""
+
+    def route_view(self, request, pending):
+        return attrs.evolve(super().route_view(request, pending), bound=1 << 60)
+
+
+class CountersUnread(Fleet):
+    """Fleet accounting whose replicas never read the fleet counters (each keeps its own)."""
+
+    def share(self, replica, counters):
+        pass
+
+
+class FleetNoLift(Fleet):
+    """Fleet accounting without the fleet's lift: a tenant back from idle keeps its old counter (banked credit)."""
+
+    def _lift(self, backlog, arriving):
+        pass
+
+
+@attrs.frozen
+class FleetMutant:
+    """One broken fleet: its name, the fleet invariants that must catch it, what is broken,
+    the :class:`~tenantry.model.fleet.Fleet` subclass, and the fleet and workload that
+    expose it (``fleet()`` and ``workload()``, deterministic)."""
+
+    name: str
+    killers: tuple[str, ...]
+    description: str
+    variant: type
+    fleet: Callable[[], FleetConfig]
+    workload: Callable[[], list[Request]]
+
+
+def _fleet_replica(policy: str = "vtc", prefix_cache: str = "off") -> Config:
+    return _cfg(policy, tenants=(TenantConfig("a"), TenantConfig("b"), TenantConfig("c")), prefix_cache=prefix_cache,
+                max_context_tokens=512, token_budget=256)
+
+
+def _three_floods() -> list[Request]:
+    """a, b and c each send a 300-token, 40-token-output request every 30 ms for 9 s."""
+    return [Request(i, "abc"[i % 3], i * 0.01, 300, 40) for i in range(900)]
+
+
+def _idle_return() -> list[Request]:
+    """:func:`_three_floods` with tenant c silent from 1 s to 5 s: it comes back with a counter far behind."""
+    return [q for q in _three_floods() if not (q.tenant == "c" and 1.0 <= q.arrival_s < 5.0)]
+
+
+def _one_prefix() -> list[Request]:
+    """60 requests sharing one 8-block prefix, 10 ms apart (affinity wants them all on one replica)."""
+    return [Request(i, "abc"[i % 3], i * 0.01, 160, 20, prefix_ids=tuple(range(8))) for i in range(60)]
+
+
+FLEET_MUTANTS: dict[str, FleetMutant] = {m.name: m for m in (
+    FleetMutant("route_loses", ("FLEET-NO-LOSS",), "every third arrival is routed and never delivered", RouteLoses,
+                lambda: FleetConfig((_fleet_replica(),) * 2, router="round_robin"), _three_floods),
+    FleetMutant("affinity_unbounded", ("ROUTE-LOAD-BOUND",), "prefix affinity ignores its load bound",
+                AffinityUnbounded,
+                lambda: FleetConfig((_fleet_replica(prefix_cache="shared"),) * 4, router="prefix_affinity"),
+                _one_prefix),
+    FleetMutant("counters_unread", ("FLEET-VTC-GAP",), "fleet accounting whose replicas keep their own counters",
+                CountersUnread,
+                lambda: FleetConfig((_fleet_replica(),) * 2, router="tenant_affinity", accounting="fleet",
+                                    tenant_replicas={"a": (0,), "b": (0, 1), "c": (1,)}), _three_floods),
+    FleetMutant("fleet_no_lift", ("FLEET-VTC-GAP",), "fleet accounting without the fleet's counter lift",
+                FleetNoLift,
+                lambda: FleetConfig((_fleet_replica(),) * 2, router="round_robin", accounting="fleet"), _idle_return),
 )}

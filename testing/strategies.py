@@ -12,8 +12,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from tenantry.model.config import (
-    ORDER_POLICIES, PREFIX_CACHE_MODES, VICTIM_POLICIES, AdmissionConfig, Config, CostConfig, EvictionConfig,
-    OrderConfig, TenantConfig,
+    ORDER_POLICIES, PREFIX_CACHE_MODES, SKIP_POLICIES, VICTIM_POLICIES, AdmissionConfig, Config, CostConfig,
+    EvictionConfig, OrderConfig, TenantConfig,
 )
 import attrs
 
@@ -78,7 +78,7 @@ def configs(draw, policy: str | None = None, lanes: bool = True):
     2-3 tenants of mixed weights and tiers, optional queue bounds, KV caps, batch-slot
     caps (per tenant and per tier) and token buckets (with or without output
     reservation), every victim policy and hysteresis setting (and preemption for
-    priority under ``priority``), with or without the starvation guard, every prefix-cache
+    priority under ``priority``), with or without the starvation guard and the skip budget, every prefix-cache
     mode, unit-cost steps of 10 ms.  With ``lanes`` (default), also the gateway lab's
     mechanisms: strict tiers, KV watermarks per tier (counting queued blocks or not) and
     estimated-wait shedding (False: none of them, for a reference that predates them)."""
@@ -100,6 +100,7 @@ def configs(draw, policy: str | None = None, lanes: bool = True):
     order = OrderConfig(policy=pol, drr_quantum=draw(st.sampled_from((32.0, 128.0))), drr_carry_bound=256.0,
                         aging_rate_per_s=draw(st.sampled_from((1.0, 20.0))), tier_floors=(0.6, 0.4),
                         guard_steps=draw(st.sampled_from((None, None, 3))),
+                        guard_skips=draw(st.sampled_from((None, None, 0, 2))) if pol in SKIP_POLICIES else None,
                         strict_tiers=lanes and draw(st.sampled_from((False, False, True))))
     watermarks = draw(st.sampled_from(((), (), (0.9, 0.5)))) if lanes else ()
     shed = lanes and draw(st.sampled_from((False, False, True)))

@@ -2,6 +2,10 @@
 before the step was made fast (issue 13), kept only as the reference of the
 differential test (tests/test_step_differential.py): the fast step must give
 byte-identical histories.  Do not edit; do not import outside the tests.
+Edited only where the model's semantics were fixed after the copy was made,
+so that the copy stays the reference of what the step decides: the lift after
+a queue emptied by cancellation (l rises to the canceller's counter and never
+drops; a VTC-GAP counterexample, tests/regressions/vtc-lift-after-cancel-emptied-the-backlog).
 
 The step function: one scheduling step of the replica (SPEC.md section 5).
 
@@ -102,6 +106,7 @@ class StepOutput:
     events: tuple[Event, ...]
     finished: tuple[Sequence, ...] = ()
     reserved: int | None = None  # added with the starvation guard (record field; the frozen step never reserves)
+    reserved_reason: str | None = None  # added with the skip budget (record field; the frozen step never reserves)
 
 
 def idle(config: Config, state: State, until_s: float) -> State:
@@ -184,8 +189,6 @@ class Step:
         self.duration_s = 0.0
         self.backlogged: set[int] = set(compress(range(len(st.tenants)), map(_queue_of, st.tenants)))
         self._min_counter: float | None = None
-        self._cancel_left: dict[int, float] = {}  # tenant -> counter, queue emptied by cancellation this step
-        self._cancel_left_tier: dict[int, float] = {}
         self._keys = KeyMemo()  # order-policy sort keys memoised for this step
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
 
@@ -254,9 +257,8 @@ class Step:
         if lo is None:
             lo = min((self.tenants[j].counter for j in self.backlogged if j != i), default=None)
         alone = lo is None
-        if alone:  # the least of the others emptied by cancellation in this step, else l
-            left = [c for j, c in self._cancel_left.items() if j != i]
-            lo = min(left) if left else self.last_left
+        if alone:
+            lo = self.last_left
         c = self.tenants[i].counter
         if c < lo:
             self._set(i, counter=lo)
@@ -266,8 +268,7 @@ class Step:
         tier = tiers[i].tier
         others = {tiers[j].tier for j in self.backlogged if j != i}
         if tier not in others:
-            left_t = [c for x, c in self._cancel_left_tier.items() if x != tier]
-            lo_t = min((self.tier_counters[x] for x in others), default=min(left_t) if left_t else self.last_left_tier)
+            lo_t = min((self.tier_counters[x] for x in others), default=self.last_left_tier)
             self.tier_counters[tier] = max(self.tier_counters[tier], lo_t)
 
     def _release(self, s: Sequence) -> int:
@@ -333,11 +334,11 @@ class Step:
                     t = self._set(i, queue=t.queue[:j] + t.queue[j + 1:],
                                   fresh_queued=t.fresh_queued - (1 if q.never_scheduled else 0))
                     self._drop(q, "cancelled")
-                    if not t.queue:  # i left the backlog by cancellation: a lift for the others (4.4)
-                        self._cancel_left[i] = t.counter
+                    if not t.queue:  # i left the backlog by cancellation: l rises to its counter, never drops (4.4)
+                        self.last_left = max(self.last_left, t.counter)
                         tier = self.cfg.tenants[i].tier
                         if all(self.cfg.tenants[x].tier != tier for x in self.backlogged):
-                            self._cancel_left_tier[tier] = self.tier_counters[tier]
+                            self.last_left_tier = max(self.last_left_tier, self.tier_counters[tier])
                     return
         # Unknown or already ended: nothing to do (SPEC.md 5.1).
 

@@ -168,6 +168,8 @@ def test_slot_caps_bound_a_tenant_and_a_tier_in_the_batch():
     (lambda: AdmissionConfig(reserve_output=True), "reserve_output"),
     (lambda: OrderConfig(guard_steps=0), "guard_steps"),
     (lambda: OrderConfig(guard_wait_s=-1.0), "guard_wait_s"),
+    (lambda: OrderConfig(guard_skips=-1), "guard_skips"),
+    (lambda: OrderConfig(policy="drr_block_seconds", guard_skips=2), "guard_skips"),
     (lambda: Config((TenantConfig("a"),), order=OrderConfig(policy="vtc"),
                     eviction=EvictionConfig(preempt_for_priority=True)), "eviction.preempt_for_priority"),
 ])
@@ -175,6 +177,43 @@ def test_issue_12_options_refuse_bad_values_in_one_line(build, field):
     with pytest.raises(ConfigError) as e:
         build()
     assert e.value.field == field and "\n" not in str(e.value)
+
+
+def test_skip_budget_counts_pool_refusals_not_own_caps_stops_at_k_and_is_recorded(tmp_path):
+    """A pick past a lower-counter tenant whose head the pool refuses counts one skip;
+    at guard_skips the step stops filling and records why; an own-cap refusal counts nothing."""
+    from tenantry.proofs.concrete import SeqSpec, TenantSpec, build_state
+    cfg = unit_config(num_blocks=3, block_size_tokens=4, max_num_seqs=3, max_context_tokens=8,
+                      order=OrderConfig(policy="vtc", guard_skips=1))
+    def state(skips, cap=False):  # b: least counter, its 7-token head needs 2 blocks, 1 is free
+        c = attrs.evolve(cfg, tenants=(TenantConfig("a"), TenantConfig("b", kv_block_cap=2 if cap else None)))
+        return c, build_state(c, [TenantSpec(counter=10.0, seqs=(SeqSpec(2, 1), SeqSpec(2, 1))),
+                                  TenantSpec(counter=1.0, skips=skips, seqs=(SeqSpec(5, 2, done=1, running=True),
+                                                                             SeqSpec(7, 1)))])
+    c, s0 = state(0)  # a's first head goes in past b (b's count 1); its second would pass b again: stop
+    s1, out = step(c, s0)
+    assert [t.skips for t in s1.tenants] == [0, 1] and len(out.batch) == 2
+    assert out.reserved == s0.tenants[1].queue[0].request_id and out.reserved_reason == "skips"
+    c, s0 = state(1)
+    s1, out = step(c, s0)
+    assert out.reserved == s0.tenants[1].queue[0].request_id and out.reserved_reason == "skips"
+    assert len(out.batch) == 1 and [t.skips for t in s1.tenants] == [0, 1]
+    c, s0 = state(1, cap=True)  # now b's own cap refuses it: not passed over, a is served
+    s1, out = step(c, s0)
+    assert out.reserved is None and len(out.batch) == 2 and s1.tenants[1].skips == 1
+    reqs = [R(j, "a", 0.0, prompt=1, out=2) for j in range(40)] + [R(100 + j, "b", 0.0, prompt=7, out=1)
+                                                                   for j in range(10)]
+    c = attrs.evolve(cfg, order=OrderConfig(policy="vtc", guard_skips=0))
+    h = simulate(c, reqs)
+    stops = [s for s in h.steps if s.reserved_reason == "skips"]
+    assert stops and all(s.reserved is not None for s in stops)
+    write_history(h, tmp_path / "h.jsonl")
+    assert read_history(tmp_path / "h.jsonl").steps == h.steps
+    off = simulate(attrs.evolve(cfg, order=OrderConfig(policy="vtc")), reqs)
+    assert not any(s.reserved_reason for s in off.steps)
+    write_history(off, tmp_path / "off.jsonl")  # off by default: the field is left out of every line
+    assert '"reserved_reason":"skips"' in (tmp_path / "h.jsonl").read_text()
+    assert "reserved_reason" not in (tmp_path / "off.jsonl").read_text()
 
 
 def test_prefix_cache_shared_hits_across_tenants_and_salted_does_not():

@@ -152,8 +152,9 @@ def test_command_json(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is True
     ids = [o["id"] for o in doc["outcomes"]]
-    assert ids == ["EVICT-COOLDOWN", "EVICT-COOLDOWN~no-cooldown", "VTC-GAP", "VTC-GAP~no-lift", "VTC-GAP~skip-blocked"]
-    assert [o["kind"] for o in doc["outcomes"]][-1] == "limit"
+    assert ids == ["EVICT-COOLDOWN", "EVICT-COOLDOWN~no-cooldown", "VTC-GAP", "VTC-GAP~no-lift", "VTC-GAP~skip-blocked",
+                   "VTC-GAP[skips]", "VTC-GAP[skips]~no-skip-budget"]
+    assert [o["kind"] for o in doc["outcomes"]][4:] == ["limit", "proof", "twin"]
     twin = doc["outcomes"][1]
     assert twin["verdict"] == "refuted" and twin["replayed"] is True and twin["facts"]["cooldown_claimed"] >= 1
     assert doc["vtc_workload"]["fraction"] > 0.99

@@ -25,7 +25,7 @@ from tenantry.model.state import prefix_keys
 from tenantry.model.step import Step, step
 from tenantry.model.workload import Request, StepInput
 from tenantry.proofs import bucket, drr, evict, kv, priority, vtc
-from tenantry.proofs.agree import apply, arr, holds
+from tenantry.proofs.agree import apply, arr, holds, owed
 from tenantry.proofs.concrete import SeqSpec, TenantSpec, build_state, run_workload
 from tenantry.proofs.core import Domain
 
@@ -39,15 +39,6 @@ def vtc_config(weights, lift=True, max_num_seqs=8, policy="vtc", tiers=None, flo
                   max_num_seqs=max_num_seqs, token_budget=64, num_blocks=max(8, max_num_seqs), max_context_tokens=8,
                   order=OrderConfig(policy=policy, w_in=1.0, w_out=2.0, lift=lift, tier_floors=floors),
                   cost=CostConfig(mode="unit"))
-
-
-def owed(cfg: Config, running, n: int) -> list[Fraction]:
-    """G: what each tenant's running sequences still owe its counter (w_out/w per remaining token)."""
-    g = [Fraction(0)] * n
-    for s in running:
-        g[s.tenant] += Fraction(cfg.order.w_out) * (s.request.output_tokens - s.output_done) / \
-            Fraction(cfg.tenants[s.tenant].weight)
-    return g
 
 
 seq_specs = st.builds(lambda p, o: (p, o), st.integers(1, 4), st.integers(1, 4))
@@ -92,6 +83,28 @@ def test_vtc_join_is_the_model_lift(data):
                                                      **{f"q{j}": post["q"][j] for j in range(n)}})
     assert got is not None
     assert [got[f"c{j}"] for j in range(n)] == [Fraction(t.counter) for t in s.tenants]
+    assert [got[f"q{j}"] for j in range(n)] == [bool(t.queue) for t in s.tenants]
+    assert got["ll"] == Fraction(s.last_left)
+
+
+@given(st.data())
+def test_vtc_drop_by_cancellation_is_the_model_s(data):
+    """A client cancels a queued request: the encoding's ``drop`` (r = 0: a queued
+    sequence owes nothing) gives the model's queues and ``l``; a queue that empties
+    raises ``l`` to its counter and never lowers it."""
+    n = data.draw(st.integers(1, 4))
+    cfg = vtc_config(data.draw(st.lists(WEIGHTS, min_size=n, max_size=n)))
+    state = build_state(cfg, data.draw(tenant_specs(n)), last_left_counter=data.draw(QUARTERS))
+    queued = [(j, q) for j, t in enumerate(state.tenants) for q in t.queue]
+    assume(queued)
+    i, q = data.draw(st.sampled_from(queued))
+    s = Step(cfg, state)
+    s.cancel(q.request_id)
+    guard, post, p = vtc.drop(Domain("N", n), vtc_pre(cfg, state), "d")
+    leave = len(state.tenants[i].queue) == 1
+    got = apply(guard, [p["i"] == i, p["r"] == 0, p["leave"] == leave],
+                {"ll": post["ll"], **{f"q{j}": post["q"][j] for j in range(n)}})
+    assert got is not None
     assert [got[f"q{j}"] for j in range(n)] == [bool(t.queue) for t in s.tenants]
     assert got["ll"] == Fraction(s.last_left)
 

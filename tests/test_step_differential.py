@@ -61,12 +61,12 @@ def _history_text(config: Config, workload: Workload, replica_cls, horizon_s: fl
 
 def without_newer_mechanisms(config: Config) -> Config:
     """``config`` with the mechanisms added after the frozen copy turned off (slot caps,
-    output reservation, the starvation guard, preemption for priority: issue 12), so the
+    output reservation, the starvation guard and its skip budget, preemption for priority: issue 12), so the
     two steps are compared on what both implement."""
     return attrs.evolve(
         config, tenants=tuple(attrs.evolve(t, max_running_seqs=None) for t in config.tenants),
         admission=attrs.evolve(config.admission, tier_slot_caps=(), reserve_output=False),
-        order=attrs.evolve(config.order, guard_steps=None, guard_wait_s=None),
+        order=attrs.evolve(config.order, guard_steps=None, guard_wait_s=None, guard_skips=None),
         eviction=attrs.evolve(config.eviction, preempt_for_priority=False))
 
 

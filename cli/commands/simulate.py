@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import math
+
+import attrs
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from tenantry.model.history import write_history
 from tenantry.model.simulate import simulate, tenant_table
 from tenantry.model.traces import azure_two_tenant_workload, read_azure_csv, read_burstgpt_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
 from tenantry.model.workload import Workload
+from tenantry.model.fleet import ACCOUNTING, ROUTERS, FleetConfig, fleet_service_gap, load_fleet_toml, prefix_hit_rate, simulate_fleet
 from .args import non_negative_int, positive_float, positive_int
 
 HELP = "Run the reference model on a workload and print a per-policy, per-tenant table."
@@ -74,6 +77,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon", type=positive_float, default=None, help="stop the run at this time (seconds); default 3x the last arrival, at least 600 s after it")
     p.add_argument("--window", type=positive_float, default=None, help="'finished in time' and throughput window (seconds); default: the last arrival")
     p.add_argument("--seed", type=non_negative_int, default=9, help="seed of the synthetic default workload (default 9)")
+    p.add_argument("--replicas", type=positive_int, default=None,
+                   help="run a fleet of N replicas of the configuration behind a router (default: the --config "
+                        "file's [fleet] table, else one replica)")
+    p.add_argument("--router", nargs="+", default=None,
+                   help=f"fleet router policies to compare: {', '.join(ROUTERS)}, or all (default round_robin)")
+    p.add_argument("--accounting", choices=ACCOUNTING, default=None,
+                   help="fleet accounting: each replica its own VTC counters (replica, default) or one set shared "
+                        "by the fleet (fleet; needs policy vtc)")
     p.add_argument("--history", type=Path, default=None,
                    help="write the run's history to exactly PATH; with several policies, put {policy} in PATH "
                         "(e.g. out/h.{policy}.jsonl) for one file per policy.  An existing file is replaced only "
@@ -128,6 +139,67 @@ def history_paths(template: Path, names: list[str]) -> dict[str, Path]:
         raise ConfigError("--history", text, f"only {{policy}} may be in braces ({e})") from None
 
 
+def format_fleet_table(rows: list[dict[str, Any]]) -> str:
+    """The fleet lines under the tenant table: per run (policy + router), the fleet
+    service gap (weighted tokens), the prefix-cache hit rate and the requests per replica."""
+    heads = ["policy+router", "accounting", "fleet service gap", "prefix hit rate", "requests per replica"]
+    body = [[r["name"], r["accounting"], f"{r['gap']:,.0f}",
+             "-" if math.isnan(r["hit_rate"]) else f"{r['hit_rate']:.1%}", " ".join(map(str, r["per_replica"]))]
+            for r in rows]
+    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(heads)]
+    line = lambda r: "  ".join(x.ljust(w) if i < 2 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))).rstrip()
+    head = line(heads)
+    return "\n".join([head, "-" * len(head)] + [line(b) for b in body])
+
+
+def fleet_routers(args: argparse.Namespace, table: FleetConfig | None) -> list[str] | None:
+    """The router policies to run (``--router``, else the ``[fleet]`` table's, else
+    round robin), or None for one replica (no fleet flag and no ``[fleet]`` table).
+
+    Raises:
+        ConfigError: naming ``--router`` and the value.
+    """
+    if args.replicas is None and args.router is None and args.accounting is None and table is None:
+        return None
+    if args.router and "all" in args.router and len(args.router) > 1:
+        raise ConfigError("--router", " ".join(args.router), "give 'all' alone, or a list of router names")
+    routers = list(ROUTERS) if args.router == ["all"] else (args.router or [table.router if table else "round_robin"])
+    for r in routers:
+        if r not in ROUTERS:
+            raise ConfigError("--router", r, f"unknown router; choose from {', '.join(ROUTERS)}, or all")
+    return list(dict.fromkeys(routers))
+
+
+def fleet_configs(args: argparse.Namespace, configs: list[tuple[str, Any]], table: FleetConfig | None,
+                  routers: list[str]) -> list[tuple[str, FleetConfig]]:
+    """The fleets to run, one per (policy, router): ``--replicas`` copies of each
+    policy's replica (with the ``[fleet]`` table's pools when it has one for that
+    many replicas, else the replica's pool for all), ``--accounting`` over the table's.
+
+    Raises:
+        ConfigError: naming the flag and the value.
+    """
+    n = args.replicas or (len(table.replicas) if table else 1)
+    pools = [c.num_blocks for c in table.replicas] if table and len(table.replicas) == n else None
+    accounting = args.accounting or (table.accounting if table else "replica")
+    kw = dict(load_factor=table.load_factor, affinity_replicas=table.affinity_replicas,
+              tenant_replicas=table.tenant_replicas) if table else {}
+    out = []
+    for name, cfg in configs:
+        for router in routers:
+            reps = tuple(attrs.evolve(cfg, num_blocks=b) for b in (pools or [cfg.num_blocks] * n))
+            try:
+                fc = FleetConfig(reps, router=router, accounting=accounting, **kw)
+            except ConfigError as e:
+                flag = {"accounting": "--accounting", "affinity_replicas": "--replicas",
+                        "tenant_replicas": "--replicas"}.get(e.field)
+                if flag is None:
+                    raise
+                raise ConfigError(flag, getattr(args, flag[2:]) or e.value, f"{e.why} (policy {name})") from None
+            out.append((f"{name.split(' ')[0]}+{router}", fc))
+    return out
+
+
 def _check_writable(path: Path) -> None:
     """Refuse (ConfigError) a file whose folder cannot be made or written, without making anything."""
     import os
@@ -158,10 +230,13 @@ def run(args: argparse.Namespace) -> int:
         names = [f"{base.order.policy} ({args.config.name})"]
     else:
         names = list(DEFAULT_SETUPS)
+    table = load_fleet_toml(args.config, base) if args.config else None
+    routers = fleet_routers(args, table)
+    fleet_names = None if routers is None else [f"{n.split(' ')[0]}+{r}" for n in names for r in routers]
     inputs = [args.config, args.workload, args.burstgpt] + [_split(a, "")[0] for a in (args.azure or []) + (args.mooncake or [])]
     paths: dict[str, Path] = {}
     if args.history is not None:
-        paths = history_paths(args.history, names)
+        paths = history_paths(args.history, fleet_names or names)
         if len(set(paths.values())) < len(paths):
             raise ConfigError("--history", str(args.history), "two policies would write the same file")
         for out in paths.values():
@@ -177,21 +252,34 @@ def run(args: argparse.Namespace) -> int:
         configs = [(names[0], base)]
     else:
         configs = [(name, apply_setup(base, name)) for name in names]
+    fleets = None if routers is None else fleet_configs(args, configs, table, routers)
     horizon = args.horizon or max(3 * workload.duration_s, workload.duration_s + 600.0)
     window = args.window or (workload.duration_s if workload.duration_s > 0 else horizon)
     print(f"workload: {len(workload)} requests from {len(workload.tenants)} tenants over {workload.duration_s:.1f}s; "
           f"horizon {horizon:g}s", file=sys.stderr)
-    results = []
-    written: list[str] = []
-    doing = ""
-    bar = tqdm(configs, desc="simulate", unit="policy", leave=False, disable=None if len(configs) > 1 else True)
+    if fleets is None:
+        runs = [(name, cfg, lambda cfg=cfg, name=name: simulate(cfg, workload, horizon_s=horizon,
+                                                                 record_steps=args.history is not None,
+                                                                 header={"policy": name})) for name, cfg in configs]
+    else:
+        runs = [(name, fc.replicas[0], lambda fc=fc, name=name: simulate_fleet(fc, workload, horizon_s=horizon,
+                                                                             header={"policy": name}))
+                for name, fc in fleets]
+    results, rows, written, doing = [], [], [], ""
+    unit = "policy" if fleets is None else "fleet"
+    bar = tqdm(runs, desc="simulate", unit=unit, leave=False, disable=None if len(runs) > 1 else True)
     try:
-        for i, (name, cfg) in enumerate(bar):
+        for i, (name, cfg, run) in enumerate(bar):
             bar.set_postfix_str(name)
-            doing = f"during policy {i + 1} of {len(configs)} ({name})"
-            hist = simulate(cfg, workload, horizon_s=horizon, record_steps=args.history is not None,
-                            header={"policy": name})
+            doing = f"during {unit} {i + 1} of {len(runs)} ({name})"
+            hist = run()
             results.append((name, tenant_table(hist, window_s=window, w_in=cfg.order.w_in, w_out=cfg.order.w_out)))
+            if fleets is not None:
+                fc = fleets[i][1]
+                rows.append({"name": name, "accounting": fc.accounting, "gap": fleet_service_gap(hist),
+                             "hit_rate": prefix_hit_rate(hist),
+                             "per_replica": [sum(1 for r in hist.requests if r.replica == k)
+                                             for k in range(len(fc.replicas))]})
             if args.history is not None:
                 out = paths[name]
                 doing = f"while writing {out} (left as it was)"
@@ -203,5 +291,12 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
         raise Interrupted(doing, "kept: " + (", ".join(written) if written else "no history written")) from None
     bar.close()
+    if fleets is not None:
+        n = len(fleets[0][1].replicas)
+        print(f"fleet: {n} replicas, pools {' '.join(str(c.num_blocks) for c in fleets[0][1].replicas)} blocks",
+              file=sys.stderr)
     print(format_table(results, window))
+    if fleets is not None:
+        print()
+        print(format_fleet_table(rows))
     return 0

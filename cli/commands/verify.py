@@ -165,55 +165,98 @@ def _history_tenants(path: str, history: Any, config: Any, config_path: str | No
 def run_history(args: argparse.Namespace) -> int:
     """History mode (see the module docstring)."""
     from tenantry.adversaries.outdir import report_folder
-    from tenantry.verify.offline import verify_history
 
     out, default = _out(args)
     with report_folder(out, "verify", default=default, size=1, unit="history",
                        inputs=[args.history, args.config]) as tmp:
         history = read_history(args.history)
-        config = None
-        if args.config:
-            from tenantry.model.setups import load_config_toml
-
-            config = load_config_toml(args.config)
-        _history_tenants(args.history, history, config, args.config)
-        from tenantry.spec.invariants import config_from_dict, coverage
-        from tenantry.verify.protocol import CLAIMABLE, Claims
-
-        claimed = tuple(c.strip() for c in args.claims.split(",") if c.strip())
-        if not args.claims:  # the claims the recording harness wrote into the header
-            header_claims = history.header.get("claims") or []
-            if not isinstance(header_claims, list) or not all(isinstance(c, str) for c in header_claims):
-                raise ConfigError("claims", header_claims, "must be a list of invariant ids", f"{args.history}: header")
-            claimed = tuple(c for c in header_claims if c in CLAIMABLE)
-        try:
-            cfg = config if config is not None else config_from_dict(history.header.get("config") or {})
-            Claims(cfg, invariants=claimed)  # validates the ids
-            found = verify_history(history, config, claimed)
-        except ConfigError as e:  # the header's configuration: name the file
-            raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
-        cov = coverage(history, Claims(cfg, invariants=claimed))
-        shown, counts = capped(found, PRINT_PER_INVARIANT)
-        lines = [f.render() for f in shown] + _more_lines(counts, PRINT_PER_INVARIANT)
-        for line in lines:
-            print(line)
-        checked = [i for i, why in cov.items() if why.startswith("checked")]
-        skipped = {i: why for i, why in cov.items() if why.startswith("skipped")}
-        print(f"checked: {', '.join(checked) or 'nothing'}" + "".join(
-            f"\nnot checked: {i}: {why}" for i, why in skipped.items()))
-        print(f"{args.history}: {len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings")
-        report = {"kind": "verify-history", "history": str(args.history), "claimed": list(claimed),
-                  "steps": len(history.steps), "requests": len(history.requests), "coverage": cov,
-                  **_findings_json(found)}
-        md = [f"# tenantry verify --history {args.history}", "",
-              f"{len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings; "
-              f"claimed: {', '.join(claimed) or 'nothing beyond safety'}.", ""]
-        md += [f"- {line}" for line in lines]
-        md += ["", "## What was checked", ""] + [f"- {i}: {why}" for i, why in cov.items()]
-        atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
-        atomic_write_text(tmp / "report.md", md)
+        judge = _fleet_history if "fleet" in history.header else _replica_history
+        found = judge(args, history, tmp)
     print(f"report: {out}")
     return 1 if found else 0
+
+
+def _replica_history(args: argparse.Namespace, history: Any, tmp: Any) -> list:
+    """History mode on one replica's history: the catalog with the claims of ``--claims`` or the
+    header, on ``--config`` or the header's configuration; returns the findings."""
+    from tenantry.verify.offline import verify_history
+
+    config = None
+    if args.config:
+        from tenantry.model.setups import load_config_toml
+
+        config = load_config_toml(args.config)
+    _history_tenants(args.history, history, config, args.config)
+    from tenantry.spec.invariants import config_from_dict, coverage
+    from tenantry.verify.protocol import CLAIMABLE, Claims
+
+    claimed = tuple(c.strip() for c in args.claims.split(",") if c.strip())
+    if not args.claims:  # the claims the recording harness wrote into the header
+        header_claims = history.header.get("claims") or []
+        if not isinstance(header_claims, list) or not all(isinstance(c, str) for c in header_claims):
+            raise ConfigError("claims", header_claims, "must be a list of invariant ids", f"{args.history}: header")
+        claimed = tuple(c for c in header_claims if c in CLAIMABLE)
+    try:
+        cfg = config if config is not None else config_from_dict(history.header.get("config") or {})
+        Claims(cfg, invariants=claimed)  # validates the ids
+        found = verify_history(history, config, claimed)
+    except ConfigError as e:  # the header's configuration: name the file
+        raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
+    cov = coverage(history, Claims(cfg, invariants=claimed))
+    summary = f"{len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings"
+    _history_report(args, tmp, found, cov, summary,
+                    f"{summary}; claimed: {', '.join(claimed) or 'nothing beyond safety'}.",
+                    {"claimed": list(claimed), "steps": len(history.steps), "requests": len(history.requests)})
+    return found
+
+
+def _history_report(args: argparse.Namespace, tmp: Any, found: list, cov: dict[str, str], summary: str,
+                    md_summary: str, fields: dict[str, Any]) -> None:
+    """Print history mode's findings (at most PRINT_PER_INVARIANT per invariant), what was and was
+    not checked and ``summary``; write report.json (``fields`` beside the findings and coverage) and
+    report.md into the staging folder ``tmp``."""
+    shown, counts = capped(found, PRINT_PER_INVARIANT)
+    lines = [f.render() for f in shown] + _more_lines(counts, PRINT_PER_INVARIANT)
+    for line in lines:
+        print(line)
+    checked = [i for i, why in cov.items() if why.startswith("checked")]
+    skipped = {i: why for i, why in cov.items() if why.startswith("skipped")}
+    print(f"checked: {', '.join(checked) or 'nothing'}" + "".join(
+        f"\nnot checked: {i}: {why}" for i, why in skipped.items()))
+    print(f"{args.history}: {summary}")
+    report = {"kind": "verify-history", "history": str(args.history), **fields, "coverage": cov,
+              **_findings_json(found)}
+    md = [f"# tenantry verify --history {args.history}", "", md_summary, ""]
+    md += [f"- {line}" for line in lines]
+    md += ["", "## What was checked", ""] + [f"- {i}: {why}" for i, why in cov.items()]
+    atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
+    atomic_write_text(tmp / "report.md", md)
+
+
+def _fleet_history(args: argparse.Namespace, history: Any, tmp: Any) -> list:
+    """History mode on a fleet history (SPEC.md 6.2, 7.9): each replica's part by the catalog
+    (the claims its configuration implies) and the fleet invariants; the configuration is the header's."""
+    from tenantry.spec.invariants import coverage
+    from tenantry.spec.invariants_core import dedup
+    from tenantry.spec.invariants_fleet import check_fleet_history, fleet_coverage, fleet_parts
+
+    for flag, value in (("--config", args.config), ("--claims", args.claims)):
+        if value:
+            raise ConfigError(flag, value, "a fleet history is judged on its header's fleet and replica "
+                              "configurations (SPEC.md 7.9); leave it out", str(args.history))
+    try:
+        found = dedup(check_fleet_history(history))
+        parts = fleet_parts(history)
+    except ConfigError as e:
+        raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
+    found.sort(key=lambda f: (f.step if f.step is not None else 1 << 60, f.invariant))
+    cov = {f"replica {r}: {i}": why for r, part in enumerate(parts) for i, why in coverage(part, None).items()}
+    cov.update(fleet_coverage(history))
+    summary = (f"fleet of {len(parts)} replicas, {len(history.fleet_steps)} fleet steps, "
+               f"{len(history.requests)} requests, {len(found)} findings")
+    _history_report(args, tmp, found, cov, summary, summary[0].upper() + summary[1:] + ".",
+                    {"fleet": len(parts), "steps": len(history.steps), "requests": len(history.requests)})
+    return found
 
 
 def _warn(lines: list[str]) -> None:

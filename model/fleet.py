@@ -1,0 +1,560 @@
+"""A fleet: N replicas of the reference model behind a pure router (SPEC.md 5.3).
+
+Each replica is the one-replica model (its own :class:`~tenantry.model.config.Config`,
+pool sizes may differ) stepped by the public :func:`~tenantry.model.step.step`.
+The fleet is a :class:`~tenantry.model.simulate.Replica` for the one driver loop
+(:func:`~tenantry.model.simulate.drive`): ``drive(fleet, workload)`` delivers each
+arrival to the first fleet step starting at or after it, and the fleet step routes
+it, then runs every replica that has work on the one clock (lockstep).
+
+Router policies (:data:`ROUTERS`) are small pure functions with one signature,
+``route(view: RouteView) -> replica index``, like the order policies of
+:mod:`tenantry.model.policies`.  Accounting is per replica (each replica its own
+VTC counters) or fleet-level (one set of counters that every replica reads at the
+start of each fleet step and that the fleet updates from their charges at its end).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, Callable, Iterable, NamedTuple
+
+import attrs
+
+from .config import Config, ConfigError
+from .history import FleetStepRecord, History
+from .setups import config_to_dict
+from .simulate import ModelReplica, Recorder, check_workload, drive
+from .state import State, prefix_keys
+from .step import Step
+from .workload import Request, StepInput, Workload, as_workload
+
+#: Accounting modes (SPEC.md 5.3): ``replica``: every replica keeps its own counters;
+#: ``fleet``: one set of VTC counters shared by the router and every replica.
+ACCOUNTING = ("replica", "fleet")
+
+
+@attrs.frozen
+class FleetConfig:
+    """A fleet: its replicas, its router and its accounting.
+
+    Attributes:
+        replicas: one :class:`Config` per replica (at least one); every replica has
+            the same tenants (names, weights and tiers in the same order), pools and
+            batch limits may differ.
+        router: a key of :data:`ROUTERS`.
+        accounting: ``replica`` or ``fleet`` (:data:`ACCOUNTING`); ``fleet`` needs order
+            policy ``vtc`` on every replica (the shared counters are VTC counters).
+        load_factor: c of the load bound of ``prefix_affinity``, >= 1: a request goes
+            only to a replica whose outstanding requests, itself included, stay within
+            ``ceil(c * (m + 1) / R)``, m the fleet's outstanding requests before it
+            (Mirrokni, Thorup and Zadimoghaddam, "Consistent Hashing with Bounded
+            Loads", SODA 2018).
+        affinity_replicas: size of each tenant's subset under ``tenant_affinity``
+            (1..R); None: ``ceil(R / 2)``.
+        tenant_replicas: explicit subsets for ``tenant_affinity``: tenant name ->
+            replica indices (non-empty); tenants not named get the hashed subset.
+
+    Raises:
+        ConfigError: naming the field and the value.
+    """
+
+    replicas: tuple[Config, ...] = attrs.field(converter=tuple)
+    router: str = "round_robin"
+    accounting: str = "replica"
+    load_factor: float = 1.25
+    affinity_replicas: int | None = None
+    tenant_replicas: dict[str, tuple[int, ...]] = attrs.field(
+        factory=dict, converter=lambda d: {k: tuple(v) for k, v in dict(d).items()})
+
+    def __attrs_post_init__(self) -> None:
+        if not self.replicas:
+            raise ConfigError("replicas", 0, "a fleet needs at least one replica")
+        if self.router not in ROUTERS:
+            raise ConfigError("router", self.router, f"unknown router; choose from {', '.join(ROUTERS)}")
+        if self.accounting not in ACCOUNTING:
+            raise ConfigError("accounting", self.accounting, f"choose one of {', '.join(ACCOUNTING)}")
+        if isinstance(self.load_factor, bool) or not isinstance(self.load_factor, (int, float)) \
+                or not math.isfinite(self.load_factor) or self.load_factor < 1:
+            raise ConfigError("load_factor", self.load_factor, "must be a number >= 1")
+        n = len(self.replicas)
+        a = self.affinity_replicas
+        if a is not None and (isinstance(a, bool) or not isinstance(a, int) or not 1 <= a <= n):
+            raise ConfigError("affinity_replicas", a, f"must be an integer from 1 to the number of replicas ({n})")
+        names = {t.name for t in self.replicas[0].tenants}
+        for tenant, reps in self.tenant_replicas.items():
+            if tenant not in names:
+                raise ConfigError("tenant_replicas", tenant, "names a tenant the replicas do not have")
+            if not reps or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < n for r in reps):
+                raise ConfigError("tenant_replicas", f"{tenant} = {list(reps)}",
+                                  f"give a non-empty list of replica numbers 0..{n - 1}")
+        key = lambda c: tuple((t.name, t.weight, t.tier) for t in c.tenants)
+        for r, c in enumerate(self.replicas[1:], 1):
+            if key(c) != key(self.replicas[0]):
+                raise ConfigError("replicas", r, "every replica must have the same tenants (names, weights, tiers) "
+                                  "as replica 0")
+        if self.accounting == "fleet":
+            for r, c in enumerate(self.replicas):
+                if c.order.policy != "vtc":
+                    raise ConfigError("accounting", "fleet", f"fleet-level accounting shares VTC counters: replica {r} "
+                                      f"runs order policy {c.order.policy!r}, not 'vtc'")
+
+    @property
+    def lift(self) -> bool:
+        """Under fleet accounting, the fleet applies the counter lift (replica 0's ``order.lift``)."""
+        return self.accounting == "fleet" and self.replicas[0].order.lift
+
+    @property
+    def run_configs(self) -> tuple[Config, ...]:
+        """The replica configurations as they run: under fleet accounting the lift is the
+        fleet's (SPEC.md 5.3), so every replica runs with ``order.lift`` off."""
+        if self.accounting != "fleet":
+            return self.replicas
+        return tuple(attrs.evolve(c, order=attrs.evolve(c.order, lift=False)) for c in self.replicas)
+
+    def subset(self, tenant: str) -> tuple[int, ...]:
+        """The replicas ``tenant_affinity`` pins ``tenant`` to: ``affinity_replicas``
+        consecutive replicas (cyclically) from one picked by a BLAKE2b hash of the name,
+        or its :attr:`tenant_replicas` entry."""
+        if tenant in self.tenant_replicas:
+            return tuple(sorted(set(self.tenant_replicas[tenant])))
+        n = len(self.replicas)
+        k = self.affinity_replicas or -(-n // 2)
+        start = int.from_bytes(hashlib.blake2b(tenant.encode("utf-8"), digest_size=8).digest(), "big") % n
+        return tuple(sorted((start + j) % n for j in range(k)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fleet as plain data (a fleet history's ``header.fleet``), replicas as they run."""
+        return {"router": self.router, "accounting": self.accounting, "load_factor": self.load_factor,
+                "affinity_replicas": self.affinity_replicas,
+                "tenant_replicas": {k: list(v) for k, v in sorted(self.tenant_replicas.items())}, "lift": self.lift,
+                "replicas": [config_to_dict(c) for c in self.run_configs]}
+
+
+def load_bound(load_factor: float, outstanding_total: int, replicas: int) -> int:
+    """Most outstanding requests a replica may hold after receiving one more under a
+    load-bounded router: ``ceil(c * (m + 1) / R)`` (ROUTE-LOAD-BOUND, SPEC.md 7.9).
+    For c >= 1 the least-loaded replica is always within it."""
+    return math.ceil(load_factor * (outstanding_total + 1) / replicas - 1e-9)
+
+
+@attrs.frozen
+class RouteView:
+    """What a router policy may look at for one request (all tuples per replica).
+
+    Attributes:
+        request: the arriving request; tenant: its tenant's name.
+        outstanding: requests routed to each replica and not ended (queued, running, or
+            routed earlier in this fleet step), before this one.
+        used_blocks, num_blocks: KV blocks in use and in the pool.
+        cached_blocks: leading prompt blocks of this request present in each
+            replica's prefix cache (0 with the cache off).
+        rr_next: round robin's next replica.
+        bound: :func:`load_bound` for this request.
+        subset: the replicas ``tenant_affinity`` pins its tenant to.
+    """
+
+    request: Request
+    tenant: str
+    outstanding: tuple[int, ...]
+    used_blocks: tuple[int, ...]
+    num_blocks: tuple[int, ...]
+    cached_blocks: tuple[int, ...]
+    rr_next: int
+    bound: int
+    subset: tuple[int, ...]
+
+
+def route_round_robin(view: RouteView) -> int:
+    """The next replica in turn, whatever its load."""
+    return view.rr_next % len(view.outstanding)
+
+
+def route_least_outstanding(view: RouteView) -> int:
+    """The replica with the fewest outstanding requests (ties: lowest index)."""
+    return min(range(len(view.outstanding)), key=lambda r: (view.outstanding[r], r))
+
+
+def route_least_kv(view: RouteView) -> int:
+    """The replica with the smallest share of its KV pool in use (then fewest outstanding, lowest index)."""
+    return min(range(len(view.outstanding)),
+               key=lambda r: (view.used_blocks[r] / view.num_blocks[r], view.outstanding[r], r))
+
+
+def route_prefix_affinity(view: RouteView) -> int:
+    """Among the replicas within the load bound (``outstanding + 1 <= bound``), the one
+    holding the longest cached prefix of the request (then fewest outstanding, lowest
+    index): prefix-cache locality that cannot pile onto one replica."""
+    ok = [r for r in range(len(view.outstanding)) if view.outstanding[r] + 1 <= view.bound]
+    return min(ok, key=lambda r: (-view.cached_blocks[r], view.outstanding[r], r))
+
+
+def route_tenant_affinity(view: RouteView) -> int:
+    """The least-outstanding replica of the tenant's subset (:meth:`FleetConfig.subset`)."""
+    return min(view.subset, key=lambda r: (view.outstanding[r], r))
+
+
+#: Router policies by name: ``route(view) -> replica index``.
+ROUTERS: dict[str, Callable[[RouteView], int]] = {
+    "round_robin": route_round_robin,
+    "least_outstanding": route_least_outstanding,
+    "least_kv": route_least_kv,
+    "prefix_affinity": route_prefix_affinity,
+    "tenant_affinity": route_tenant_affinity,
+}
+#: Routers that keep ROUTE-LOAD-BOUND.
+LOAD_BOUNDED = ("prefix_affinity",)
+
+
+def outstanding(state: State) -> int:
+    """Requests a replica holds: running plus queued."""
+    return len(state.running) + sum(len(t.queue) for t in state.tenants)
+
+
+def cached_blocks(config: Config, state: State, request: Request) -> int:
+    """Leading prompt blocks of ``request`` present (referenced or retained) in the
+    replica's prefix cache, under the request's tenant's salt (SPEC.md 4.6)."""
+    if config.prefix_cache == "off" or not request.prefix_ids:
+        return 0
+    tenant = next(t for t in config.tenants if t.name == request.tenant)
+    salt = tenant.salt if config.prefix_cache == "salted" else None
+    refs, retained = state.kv.refs, state.kv.retained
+    n = 0
+    for key in prefix_keys(config, request, salt):
+        if key not in refs and key not in retained:
+            break
+        n += 1
+    return n
+
+
+_NO_INPUT = StepInput()
+_STATE_FIELDS = tuple(a.name for a in attrs.fields(State) if a.init)
+
+
+class FleetTransition(NamedTuple):
+    """One fleet step: the routing, the replicas' transitions (None for a replica that
+    waited) and the fleet counters before (after the lift) and after."""
+
+    record: FleetStepRecord
+    replicas: tuple[Any, ...]
+    counters_before: tuple[float, ...] | None
+    counters_after: tuple[float, ...] | None
+
+
+class Fleet:
+    """The fleet as a :class:`~tenantry.model.simulate.Replica` (SPEC.md 5.3).
+
+    Args:
+        config: the :class:`FleetConfig`.
+        step_variant: a :class:`~tenantry.model.step.Step` subclass every replica runs (a mutant).
+
+    Attributes:
+        replicas: one :class:`~tenantry.model.simulate.ModelReplica` per replica.
+        counters: the fleet's VTC counters per tenant (fleet accounting).
+        where: request id -> replica it was routed to.
+        last: the last :class:`FleetTransition`.
+
+    Subclasses that override :meth:`route_view`, :meth:`deliver` or :meth:`share` are the
+    fleet mutants (:data:`tenantry.testing.mutants.FLEET_MUTANTS`).
+    """
+
+    stopped = False
+
+    def __init__(self, config: FleetConfig, step_variant: type[Step] | None = None) -> None:
+        self.config = config
+        self.configs = config.run_configs
+        self.replicas = [ModelReplica(c, variant=step_variant) for c in self.configs]
+        self.tenant_index = {t.name: i for i, t in enumerate(self.configs[0].tenants)}
+        self.weights = tuple(t.weight for t in self.configs[0].tenants)
+        self.names = tuple(t.name for t in self.configs[0].tenants)
+        self.counters = [0.0] * len(self.weights)
+        self.last_left = 0.0
+        self.rr_next = 0
+        self.where: dict[int, int] = {}
+        self.fleet_step = 0
+        self.t_s = 0.0
+        self.last: FleetTransition | None = None
+
+    def has_work(self) -> bool:
+        return any(r.has_work() for r in self.replicas)
+
+    def idle(self, until_s: float) -> None:
+        for r in self.replicas:
+            r.idle(until_s)
+        self.t_s = max(self.t_s, until_s)
+
+    def route(self, request: Request, pending: list[int]) -> int:
+        """The router's choice for one arrival (``pending``: requests routed to each
+        replica earlier in this fleet step)."""
+        return ROUTERS[self.config.router](self.route_view(request, pending))
+
+    def route_view(self, request: Request, pending: list[int]) -> RouteView:
+        """What the router sees for one arrival (:class:`RouteView`)."""
+        cfgs, reps = self.configs, self.replicas
+        loads = tuple(outstanding(rep.state) + p for rep, p in zip(reps, pending))
+        view = RouteView(
+            request=request, tenant=request.tenant, outstanding=loads,
+            used_blocks=tuple(rep.state.kv.used_blocks for rep in reps),
+            num_blocks=tuple(c.num_blocks for c in cfgs),
+            cached_blocks=tuple(cached_blocks(c, rep.state, request) for c, rep in zip(cfgs, reps))
+            if self.config.router == "prefix_affinity" else (0,) * len(reps),
+            rr_next=self.rr_next, bound=load_bound(self.config.load_factor, sum(loads), len(reps)),
+            subset=self.config.subset(request.tenant) if self.config.router == "tenant_affinity" else (),
+        )
+        return view
+
+    def deliver(self, request: Request, replica: int, arrivals: list[list[Request]]) -> None:
+        """Hand a routed arrival to its replica's step."""
+        arrivals[replica].append(request)
+
+    def share(self, replica: int, counters: list[float]) -> None:
+        """Fleet accounting: write the fleet counters into the replica's state before its step."""
+        rep = self.replicas[replica]
+        if all(t.counter == c for t, c in zip(rep.state.tenants, counters)):
+            return
+        old = rep.state
+        kw = {name: getattr(old, name) for name in _STATE_FIELDS}  # attrs.evolve, without its cost
+        kw["tenants"] = tuple(t._replace(counter=c) for t, c in zip(old.tenants, counters))
+        rep.state = State(**kw)
+        object.__setattr__(rep.state, "backlog", old.backlog)  # the queues are the same (State.backlog)
+
+    def step(self, inputs: StepInput) -> FleetTransition:
+        """One fleet step at the fleet clock: route the arrivals (in arrival order),
+        send each cancellation to the replica of its request, apply the fleet lift,
+        run every replica that has work or inputs, then advance every replica to the
+        end of the longest step (SPEC.md 5.3)."""
+        n = len(self.replicas)
+        fleet_acc = self.config.accounting == "fleet"
+        arrivals: list[list[Request]] = [[] for _ in range(n)]
+        cancels: list[list[int]] = [[] for _ in range(n)]
+        pending = [0] * n
+        routed = []
+        lift = fleet_acc and self.config.lift
+        backlog: frozenset[int] = frozenset()
+        if lift:
+            backlog = frozenset().union(*(rep.state.backlogged() for rep in self.replicas))
+        for req in inputs.arrivals:
+            r = self.route(req, pending)
+            routed.append((req.request_id, r))
+            self.where[req.request_id] = r
+            pending[r] += 1
+            self.rr_next = r + 1
+            self.deliver(req, r, arrivals)
+        for rid in inputs.cancellations:
+            r = self.where.get(rid)
+            if r is not None:
+                cancels[r].append(rid)
+        before = None
+        if fleet_acc:
+            if lift and inputs.arrivals:
+                self._lift(backlog, {self.tenant_index[q.tenant] for q in inputs.arrivals})
+            before = tuple(self.counters)
+        start = self.t_s
+        trs: list[Any] = [None] * n
+        services = []
+        for r, rep in enumerate(self.replicas):
+            if not (rep.has_work() or arrivals[r] or cancels[r]):
+                continue
+            if fleet_acc:
+                self.share(r, self.counters)
+                s0 = [t.service for t in rep.state.tenants]
+            ins = StepInput(arrivals=tuple(arrivals[r]), cancellations=tuple(cancels[r])) \
+                if arrivals[r] or cancels[r] else _NO_INPUT
+            trs[r] = rep.step(ins)
+            if fleet_acc:
+                services.append([t.service - a for t, a in zip(rep.state.tenants, s0)])
+        stepped = tuple(r for r in range(n) if trs[r] is not None)
+        end = max(start, max(rep.t_s for rep in self.replicas))
+        for rep in self.replicas:
+            if rep.t_s < end:
+                rep.idle(end)
+        self.t_s = end
+        after = None
+        if fleet_acc:
+            c, w = self.counters, self.weights
+            for ds in services:
+                for i, d in enumerate(ds):
+                    if d:
+                        c[i] += d / w[i]
+            after = tuple(c)
+            if lift and backlog:
+                left = backlog.difference(*(rep.state.backlogged() for rep in self.replicas))
+                if left:
+                    self.last_left = max(c[i] for i in left)
+        names = self.names
+        rec = FleetStepRecord(
+            fleet_step=self.fleet_step, start_s=start, duration_s=end - start, routed=tuple(routed), stepped=stepped,
+            counters=None if after is None else dict(zip(names, after)),
+        )
+        self.fleet_step += 1
+        self.last = FleetTransition(rec, tuple(trs), before, after)
+        return self.last
+
+    def _lift(self, backlog: set[int], arriving: set[int]) -> None:
+        """The fleet's counter lift (SPEC.md 4.4 over the fleet): a tenant with nothing
+        queued on any replica and an arrival in this step is lifted to the least counter
+        of the tenants queued somewhere, or, with none, to the last-left counter."""
+        c = self.counters
+        low = min((c[j] for j in backlog), default=None)
+        for i in sorted(arriving - backlog):
+            c[i] = max(c[i], self.last_left if low is None else low)
+
+
+def run_fleet(config: FleetConfig, workload: Workload | Iterable[Request], *, horizon_s: float | None = None,
+              max_steps: int | None = None, variant: type[Fleet] | None = None,
+              step_variant: type[Step] | None = None):
+    """:func:`~tenantry.model.simulate.drive` over a fleet, yielding each
+    :class:`FleetTransition` and the fleet (``(transition, fleet)``).
+
+    Args:
+        variant: a :class:`Fleet` subclass to run instead (a fleet mutant).
+        step_variant: a :class:`~tenantry.model.step.Step` subclass every replica runs.
+
+    Raises:
+        ConfigError: if a request names an unknown tenant (before any step).
+    """
+    wl = as_workload(workload)
+    check_workload(config.replicas[0], wl)
+    fleet = (variant or Fleet)(config, step_variant)
+    for _ in drive(fleet, wl, horizon_s=horizon_s, max_steps=max_steps):
+        yield fleet.last, fleet
+
+
+def simulate_fleet(config: FleetConfig, workload: Workload | Iterable[Request], *, horizon_s: float | None = None,
+                   max_steps: int | None = None, header: dict[str, Any] | None = None,
+                   variant: type[Fleet] | None = None, step_variant: type[Step] | None = None,
+                   detail: bool = False) -> History:
+    """Run ``workload`` on the fleet and return its fleet history (SPEC.md 6.2): every
+    replica's step records (``replica`` set), one ``fleet_step`` record per fleet step,
+    and every request record with the replica it was routed to.  Deterministic: the
+    same fleet and workload give the same bytes.
+
+    Raises:
+        ConfigError: if a request names an unknown tenant.
+    """
+    wl = as_workload(workload)
+    recs = [Recorder(c, True, detail) for c in config.run_configs]
+    offered = {r.request_id: r for r in wl.requests}
+    steps, fleet_steps = [], []
+    fleet = None
+    for tr, fleet in run_fleet(config, wl, horizon_s=horizon_s, max_steps=max_steps, variant=variant,
+                               step_variant=step_variant):
+        for rid, r in tr.record.routed:
+            recs[r].offered(offered[rid])
+        for r, t in enumerate(tr.replicas):
+            if t is not None:
+                recs[r].observe(t.state, t.output)
+                steps.append(attrs.evolve(recs[r].steps[-1], replica=r))
+        fleet_steps.append(tr.record)
+    requests = []
+    states = [rep.state for rep in fleet.replicas] if fleet is not None else [None] * len(recs)
+    routed = fleet.where if fleet is not None else {}
+    for r, rec in enumerate(recs):
+        if states[r] is not None:
+            part = rec.history(states[r], {})
+            requests += [attrs.evolve(q, replica=r) for q in part.requests]
+    seen = {q.request_id for q in requests}
+    from .history import RequestRecord
+    for q in wl.requests:  # never routed (the run stopped before its arrival)
+        if q.request_id not in seen and q.request_id not in routed:
+            requests.append(RequestRecord(request_id=q.request_id, tenant=q.tenant, arrival_s=q.arrival_s,
+                                          prompt_tokens=q.prompt_tokens, output_tokens=q.output_tokens,
+                                          outcome="unfinished", prefix_ids=q.prefix_ids))
+    hdr = {"config": config_to_dict(config.run_configs[0]), "fleet": config.to_dict(), "requests": len(wl),
+           **(header or {})}
+    return History(header=hdr, steps=tuple(steps), requests=tuple(sorted(requests, key=lambda q: q.request_id)),
+                   fleet_steps=tuple(fleet_steps))
+
+
+# --- Measurements of a fleet history (``tenantry simulate --replicas``) ----------------------------------------
+
+def prefix_hit_rate(history: History) -> float:
+    """Share of the prompt tokens of the requests that were scheduled that came from a
+    prefix cache (``cached_prompt_tokens`` over ``prompt_tokens``; NaN when none was)."""
+    rs = [r for r in history.requests if r.first_scheduled_s is not None]
+    total = sum(r.prompt_tokens for r in rs)
+    return sum(r.cached_prompt_tokens for r in rs) / total if total else math.nan
+
+
+def fleet_service_gap(history: History) -> float:
+    """The fleet service gap: over every pair of tenants f, g and every run of fleet
+    steps at whose ends both had requests queued somewhere in the fleet, the largest
+    swing of ``S_f / w_f - S_g / w_g`` (S the weighted service summed over the
+    replicas): the quantity VTC-GAP bounds on one replica (SPEC.md 7.2), measured
+    across the fleet.  0 when no two tenants were ever queued together."""
+    fleet = history.header["fleet"]
+    tenants = fleet["replicas"][0]["tenants"]
+    names = [t["name"] for t in tenants]
+    w = {t["name"]: t["weight"] for t in tenants}
+    n = len(fleet["replicas"])
+    at = {}
+    for s in history.steps:
+        at.setdefault(s.start_s, []).append(s)
+    service = [dict.fromkeys(names, 0.0) for _ in range(n)]
+    queued = [dict.fromkeys(names, 0) for _ in range(n)]
+    runs: dict[tuple[str, str], tuple[float, float]] = {}
+    gap = 0.0
+    for f in history.fleet_steps:
+        for s in at.get(f.start_s, ()):
+            service[s.replica], queued[s.replica] = s.service, s.queued
+        norm = {i: sum(sv[i] for sv in service) / w[i] for i in names}
+        back = [i for i in names if any(q[i] > 0 for q in queued)]
+        live = set()
+        for a in range(len(back)):
+            for b in range(a + 1, len(back)):
+                key = (back[a], back[b])
+                d = norm[key[0]] - norm[key[1]]
+                lo, hi = runs.get(key, (d, d))
+                lo, hi = min(lo, d), max(hi, d)
+                runs[key] = (lo, hi)
+                gap = max(gap, hi - lo)
+                live.add(key)
+        for key in [k for k in runs if k not in live]:
+            del runs[key]
+    return gap
+
+
+def load_fleet_toml(path: str, replica: Config) -> FleetConfig | None:
+    """The ``[fleet]`` table of a configuration file (SPEC.md 2.7) over the file's
+    replica, or None when there is none.
+
+    Keys: ``replicas`` (count, default 1), ``router``, ``accounting``,
+    ``load_factor``, ``affinity_replicas``, ``tenant_replicas`` (a table: tenant name
+    -> list of replica numbers), ``num_blocks`` (a list, one KV pool size per
+    replica; default the replica's).
+
+    Raises:
+        ConfigError: naming the file, ``[fleet]``, the key and the value.
+    """
+    import tomllib
+
+    where = f"{path}: [fleet]"
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    table = doc.get("fleet")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ConfigError("fleet", table, "must be a table", str(path))
+    known = ("replicas", "router", "accounting", "load_factor", "affinity_replicas", "tenant_replicas", "num_blocks")
+    for key in table:
+        if key not in known:
+            raise ConfigError(key, table[key], f"unknown key; expected one of {', '.join(sorted(known))}", where)
+    n = table.get("replicas", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError("replicas", n, "must be an integer >= 1", where)
+    pools = table.get("num_blocks", [replica.num_blocks] * n)
+    if not isinstance(pools, list) or len(pools) != n:
+        raise ConfigError("num_blocks", pools, f"give a list of {n} pool sizes, one per replica", where)
+    try:
+        reps = tuple(attrs.evolve(replica, num_blocks=b) for b in pools)
+        kw = {k: table[k] for k in ("router", "accounting", "load_factor", "affinity_replicas", "tenant_replicas")
+              if k in table}
+        if "tenant_replicas" in kw and not isinstance(kw["tenant_replicas"], dict):
+            raise ConfigError("tenant_replicas", kw["tenant_replicas"], "must be a table: tenant = [replicas]")
+        return FleetConfig(reps, **kw)
+    except ConfigError as e:
+        raise ConfigError(e.field, e.value, e.why, where) from None
+    except TypeError as e:
+        raise ConfigError("fleet", table, str(e), where) from None

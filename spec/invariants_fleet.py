@@ -1,0 +1,403 @@
+"""Fleet invariants (SPEC.md 7.9) and the offline check of a fleet history.
+
+A fleet history (SPEC.md 6.2) is split into one history per replica
+(:func:`fleet_parts`), each judged by the one catalog
+(:func:`tenantry.spec.invariants.check_history`, every applicable per-replica
+invariant, nothing re-implemented here), plus the fleet's own invariants over
+the fleet step records:
+
+* FLEET-NO-LOSS: every request is routed to exactly one replica, at its arrival,
+  is answered there in that fleet step, and appears on no other replica;
+* ROUTE-LOAD-BOUND: a load-bounded router never sends a request to a replica
+  that would then hold more than ``ceil(c * (m + 1) / R)`` outstanding requests;
+* FLEET-VTC-GAP: with fleet-level accounting, the shared counters move by the
+  fleet's charges (the premise), and a tenant picked on a replica never runs more
+  than ``D_F / w`` ahead of a tenant that has waited there since (the spread).
+
+Public surface::
+
+    FLEET_INVARIANTS: dict[str, FleetInvariant]
+    fleet_parts(history) -> list[History]
+    check_fleet_history(history, ids=None) -> list[Finding]
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Any, Callable, Iterable
+
+import attrs
+
+from tenantry.model.config import Config, ConfigError
+from tenantry.model.fleet import LOAD_BOUNDED, load_bound
+from tenantry.model.history import History, StepRecord
+from tenantry.model.setups import config_from_dict
+
+from .invariants_core import Finding, ample_kv, batch_token_capacity
+
+_TERMINAL = ("finished", "cancelled", "rejected")
+
+
+@attrs.frozen
+class FleetView:
+    """A fleet history read once: its fleet header, replica configs, and per fleet step
+    the replica step records (None for a replica that waited)."""
+
+    history: History
+    fleet: dict[str, Any]
+    configs: tuple[Config, ...]
+    steps: tuple[tuple[StepRecord | None, ...], ...]  # [fleet step][replica]
+
+
+def _read(history: History) -> FleetView:
+    """The :class:`FleetView` of a fleet history.
+
+    Raises:
+        ConfigError: when the header has no ``fleet`` or a step record does not
+            match its fleet step.
+    """
+    fleet = history.header.get("fleet")
+    if not isinstance(fleet, dict) or not isinstance(fleet.get("replicas"), list) or not fleet["replicas"]:
+        raise ConfigError("fleet", fleet if fleet is None else "...", "not a fleet history: the header has no fleet "
+                          "with replicas (SPEC.md 6.2)", "history header")
+    configs = tuple(config_from_dict(d, f"history header: fleet.replicas[{r}]") for r, d in enumerate(fleet["replicas"]))
+    n = len(configs)
+    queues: list[list[StepRecord]] = [[] for _ in range(n)]
+    for s in history.steps:
+        if s.replica is None or not 0 <= s.replica < n:
+            raise ConfigError("replica", s.replica, f"a fleet history's step names a replica 0..{n - 1}",
+                              f"step {s.step_index}")
+        queues[s.replica].append(s)
+    pos = [0] * n
+    rows = []
+    for f in history.fleet_steps:
+        row: list[StepRecord | None] = [None] * n
+        for r in f.stepped:
+            if not 0 <= r < n or pos[r] >= len(queues[r]) or queues[r][pos[r]].start_s != f.start_s:
+                raise ConfigError("stepped", r, "names a replica without a step record starting with this fleet step",
+                                  f"fleet step {f.fleet_step}")
+            row[r] = queues[r][pos[r]]
+            pos[r] += 1
+        rows.append(tuple(row))
+    for r in range(n):
+        if pos[r] != len(queues[r]):
+            raise ConfigError("replica", r, "has step records that no fleet step lists in 'stepped'",
+                              f"step {queues[r][pos[r]].step_index}")
+    return FleetView(history, fleet, configs, tuple(rows))
+
+
+def fleet_parts(history: History) -> list[History]:
+    """One one-replica :class:`History` per replica of a fleet history: its step
+    records, the requests routed to it, and a header with its configuration: what
+    the per-replica catalog judges.
+
+    Raises:
+        ConfigError: when ``history`` is not a fleet history.
+    """
+    v = _read(history)
+    out = []
+    for r, d in enumerate(v.fleet["replicas"]):
+        hdr = {k: x for k, x in history.header.items() if k != "fleet"}
+        hdr.update(config=d, replica=r)
+        out.append(History(header=hdr, steps=tuple(s for s in history.steps if s.replica == r),
+                           requests=tuple(q for q in history.requests if q.replica == r)))
+    return out
+
+
+def _end_steps(v: FleetView) -> dict[int, int]:
+    """request id -> the fleet step of its terminal event."""
+    out = {}
+    for k, row in enumerate(v.steps):
+        for s in row:
+            if s is not None:
+                for e in s.events:
+                    if e.kind in _TERMINAL:
+                        out.setdefault(e.request_id, k)
+    return out
+
+
+def h_no_loss(v: FleetView) -> list[Finding]:
+    """FLEET-NO-LOSS (SPEC.md 7.9): each request is routed once, to the replica its
+    record names, at the first fleet step starting at or after its arrival, and
+    answered (queued or refused) by that replica in that fleet step; no replica's step
+    names a request routed elsewhere or not yet routed."""
+    out: list[Finding] = []
+    h, n = v.history, len(v.configs)
+    F = lambda k, rids, obs, allowed, msg, tenants=(): Finding("FLEET-NO-LOSS", k, tenants, rids, obs, allowed, msg)
+    recs: dict[int, Any] = {}
+    for q in h.requests:
+        if q.request_id in recs:
+            out.append(F(None, (q.request_id,), 2, 1, "a request has two records (it ended on two replicas)", (q.tenant,)))
+        recs[q.request_id] = q
+    starts = [f.start_s for f in h.fleet_steps]
+    routed_at: dict[int, tuple[int, int]] = {}
+    for k, f in enumerate(h.fleet_steps):
+        for rid, r in f.routed:
+            if rid in routed_at:
+                out.append(F(k, (rid,), f"replicas {routed_at[rid][1]} and {r}", "one replica",
+                             "a request is routed twice"))
+                continue
+            routed_at[rid] = (k, r)
+            q = recs.get(rid)
+            if q is None:
+                out.append(F(k, (rid,), "routed", "a request of the workload", "a request routed that has no record"))
+                continue
+            if q.replica != r:
+                out.append(F(k, (rid,), q.replica, r, "the request's record names another replica than it was "
+                             "routed to", (q.tenant,)))
+            due = bisect.bisect_left(starts, q.arrival_s)  # the Feed rule, exactly: arrival_s <= start_s
+            if due != k:
+                out.append(F(k, (rid,), f.start_s, starts[due] if due < len(starts) else None,
+                             "routed at another fleet step than the first starting at or after its arrival",
+                             (q.tenant,)))
+            s = v.steps[k][r] if 0 <= r < n else None
+            answered = s is not None and any(e.request_id == rid and e.kind in ("queued", "rejected") for e in s.events)
+            if not answered:
+                out.append(F(k, (rid,), "no answer", "queued or rejected on its replica in the fleet step it was "
+                             "routed in", f"replica {r} did not answer a request routed to it (lost)", (q.tenant,)))
+    for q in h.requests:
+        if q.request_id not in routed_at and (q.replica is not None or q.outcome != "unfinished"):
+            out.append(F(None, (q.request_id,), q.outcome, "unfinished and on no replica",
+                         "a request never routed has a replica or an outcome", (q.tenant,)))
+    for k, row in enumerate(v.steps):
+        for r, s in enumerate(row):
+            if s is None:
+                continue
+            named = ({rid for rid, _ in s.batch} | set(s.running) | set(s.preempted)
+                     | {e.request_id for e in s.events})
+            for rid in sorted(named):
+                at = routed_at.get(rid)
+                if at is None or at[1] != r or at[0] > k:
+                    out.append(F(k, (rid,), f"on replica {r}", "only on the replica it was routed to, after its "
+                                 "routing", "a replica's step names a request not routed to it"))
+    return out
+
+
+def h_load_bound(v: FleetView) -> list[Finding]:
+    """ROUTE-LOAD-BOUND (SPEC.md 7.9): each routed request's replica holds, with it,
+    at most ``ceil(c * (m + 1) / R)`` outstanding requests, the loads recomputed from
+    the records (routed and not ended before the fleet step, plus those routed
+    earlier in it), not read from the router."""
+    out: list[Finding] = []
+    n, c = len(v.configs), float(v.fleet.get("load_factor", 1.0))
+    end = _end_steps(v)
+    ending: dict[int, list[int]] = {}
+    load = [0] * n
+    home: dict[int, int] = {}
+    for k, f in enumerate(v.history.fleet_steps):
+        for rid, r in f.routed:
+            if not 0 <= r < n:
+                continue
+            bound = load_bound(c, sum(load), n)
+            if load[r] + 1 > bound:
+                out.append(Finding("ROUTE-LOAD-BOUND", k, (), (rid,), load[r] + 1, bound,
+                                   f"routed to replica {r}, which then holds more outstanding requests than the load "
+                                   f"bound ceil({c:g} * (m + 1) / {n}) allows"))
+            load[r] += 1
+            home[rid] = r
+            ending.setdefault(end.get(rid, 1 << 60), []).append(rid)
+        for rid in ending.pop(k, ()):
+            load[home[rid]] -= 1
+    return out
+
+
+def fleet_charge_bound(v: FleetView) -> float:
+    """D_F: the most weighted tokens a tenant can be charged across the fleet after its
+    last pick: the sum over replicas of ``max(w_in, w_out) * M_r`` (SPEC.md 7.9), M_r
+    the batch token capacity with T the longest request of the records."""
+    rs = v.history.requests
+    t = max((q.prompt_tokens + q.output_tokens for q in rs), default=1)
+    return sum(max(c.order.w_in, c.order.w_out) * batch_token_capacity(c, t) for c in v.configs)
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b))
+
+
+def _service_deltas(v: FleetView, names: list[str]) -> list[list[dict[str, float]]]:
+    """[fleet step][replica] -> tenant -> service charged by that replica in that step."""
+    n = len(v.configs)
+    prev = [dict.fromkeys(names, 0.0) for _ in range(n)]
+    out = []
+    for row in v.steps:
+        ds = []
+        for r, s in enumerate(row):
+            if s is None:
+                ds.append(dict.fromkeys(names, 0.0))
+            else:
+                ds.append({i: s.service[i] - prev[r][i] for i in names})
+                prev[r] = dict(s.service)
+        out.append(ds)
+    return out
+
+
+def fleet_service_counters(history: History) -> list[dict[str, float]]:
+    """Per fleet step, each tenant's normalised fleet service ``sum_r S_i^r / w_i``
+    after it: the fleet counters without lifts, what per-replica accounting is judged
+    on when FLEET-VTC-GAP's spread is asked of it (its refuted twin, SPEC.md 7.9)."""
+    v = _read(history)
+    names = [t.name for t in v.configs[0].tenants]
+    w = {t.name: t.weight for t in v.configs[0].tenants}
+    acc = dict.fromkeys(names, 0.0)
+    out = []
+    for ds in _service_deltas(v, names):
+        for i in names:
+            acc[i] += sum(d[i] for d in ds) / w[i]
+        out.append(dict(acc))
+    return out
+
+
+def spread_findings(history: History, counters: list[dict[str, float]]) -> list[Finding]:
+    """FLEET-VTC-GAP's spread over the given counters per fleet step: a tenant f whose
+    last pick (anywhere) was in fleet step j on replica r, against every tenant g
+    queued on r at the end of every fleet step from j on: ``c_f - c_g <= D_F / w_f``."""
+    v = _read(history)
+    out: list[Finding] = []
+    n = len(v.configs)
+    w = {t.name: t.weight for t in v.configs[0].tenants}
+    tenant_of = {q.request_id: q.tenant for q in v.history.requests}
+    d_f = fleet_charge_bound(v)
+    since: list[dict[str, int]] = [{} for _ in range(n)]  # replica -> tenant -> first fleet step of its backlog run
+    queued: list[dict[str, int]] = [{} for _ in range(n)]
+    last_pick: dict[str, tuple[int, frozenset[int]]] = {}
+    for k, (row, c) in enumerate(zip(v.steps, counters)):
+        for r, s in enumerate(row):
+            if s is None:
+                continue
+            queued[r] = s.queued
+            for i in sorted({tenant_of[e.request_id] for e in s.events
+                             if e.kind == "scheduled" and e.request_id in tenant_of}):
+                at = last_pick.get(i)
+                last_pick[i] = (k, (at[1] if at and at[0] == k else frozenset()) | {r})
+        for r in range(n):
+            for i, q in queued[r].items():
+                if q > 0:
+                    since[r].setdefault(i, k)
+                else:
+                    since[r].pop(i, None)
+        for fi in sorted(last_pick):
+            j, reps = last_pick[fi]
+            for r in sorted(reps):
+                for g in sorted(since[r]):
+                    if g != fi and since[r][g] <= j and c[fi] - c[g] > d_f / w[fi] * (1 + 1e-9):
+                        out.append(Finding("FLEET-VTC-GAP", k, (fi, g), (), c[fi] - c[g], d_f / w[fi],
+                                           f"tenant {fi}, last picked on replica {r} at fleet step {j}, runs ahead of "
+                                           f"{g}, waiting there since, by more than D_F / w"))
+    return out
+
+
+def h_fleet_vtc_gap(v: FleetView) -> list[Finding]:
+    """FLEET-VTC-GAP (SPEC.md 7.9), history form: the premise (each replica read the
+    fleet counters, a tenant that cannot have been lifted moves by exactly its fleet
+    charges, and one joining the fleet's backlog is lifted to exactly the least counter
+    of the tenants queued, when some are) and the spread (:func:`spread_findings` on
+    the recorded counters)."""
+    out: list[Finding] = []
+    h, n = v.history, len(v.configs)
+    names = [t.name for t in v.configs[0].tenants]
+    w = {t.name: t.weight for t in v.configs[0].tenants}
+    tenant_of = {q.request_id: q.tenant for q in h.requests}
+    queued = [dict.fromkeys(names, 0) for _ in range(n)]
+    counters = dict.fromkeys(names, 0.0)
+    for k, (f, row, ds) in enumerate(zip(h.fleet_steps, v.steps, _service_deltas(v, names))):
+        if f.counters is None or set(f.counters) != set(names):
+            return out + [Finding("FLEET-VTC-GAP", k, (), (), f.counters, "the fleet counters of every tenant",
+                                  "a fleet step under fleet accounting records no fleet counters")]
+        backlog = {i for r in range(n) for i in names if queued[r].get(i, 0) > 0}
+        arriving = {tenant_of.get(rid) for rid, _ in f.routed}
+        for i in names:
+            charge = sum(d[i] for d in ds) / w[i]
+            lifted = f.counters[i] - charge  # the counter every replica read (after the fleet lift)
+            for r, s in enumerate(row):
+                if s is not None and not _close(s.counters[i], lifted + ds[r][i] / w[i]):
+                    out.append(Finding("FLEET-VTC-GAP", k, (i,), (), s.counters[i], lifted + ds[r][i] / w[i],
+                                       f"replica {r} did not read the fleet counter (its counter after the step is "
+                                       "not the fleet's before it plus its own charges)"))
+            if i in backlog or i not in arriving:
+                if not _close(lifted, counters[i]):
+                    out.append(Finding("FLEET-VTC-GAP", k, (i,), (), f.counters[i] - counters[i], charge,
+                                       "a tenant that cannot have been lifted moved its fleet counter by other than "
+                                       "its fleet charges"))
+            else:
+                others = [counters[j] for j in backlog if j != i]
+                if others:  # the lift is exactly up to the least counter of the tenants queued somewhere
+                    want = max(counters[i], min(others))
+                    if not _close(lifted, want):
+                        out.append(Finding("FLEET-VTC-GAP", k, (i,), (), lifted, want,
+                                           "a tenant joining the fleet's backlog was not lifted to the least counter "
+                                           "of the tenants queued (banked credit, or a lift above it)"))
+                elif lifted < counters[i] - 1e-6 * max(1.0, abs(counters[i])):
+                    out.append(Finding("FLEET-VTC-GAP", k, (i,), (), lifted, counters[i],
+                                       "the fleet lift lowered a counter"))
+        counters = dict(f.counters)
+        for r, s in enumerate(row):
+            if s is not None:
+                queued[r] = dict(s.queued)
+    return out + spread_findings(h, [f.counters for f in h.fleet_steps])
+
+
+@attrs.frozen
+class FleetInvariant:
+    """A fleet invariant (SPEC.md 7.9): its id, one line, when it is claimed
+    (``applies(fleet_header) -> bool``, the header's ``fleet`` object with its replica
+    configurations) and its history form ``check(view) -> list[Finding]``."""
+
+    id: str
+    summary: str
+    applies: Callable[[dict[str, Any], tuple[Config, ...]], bool]
+    check: Callable[[FleetView], list[Finding]]
+    source: str = ""
+
+
+def _vtc_gap_applies(fleet: dict[str, Any], configs: tuple[Config, ...]) -> bool:
+    return (fleet.get("accounting") == "fleet" and bool(fleet.get("lift"))
+            and all(c.order.policy == "vtc" and ample_kv(c) for c in configs))
+
+
+#: The fleet invariants by id.
+FLEET_INVARIANTS: dict[str, FleetInvariant] = {i.id: i for i in (
+    FleetInvariant("FLEET-NO-LOSS", "every request is routed to exactly one replica, at its arrival, and is answered "
+                   "and ends there", lambda f, c: True, h_no_loss),
+    FleetInvariant("ROUTE-LOAD-BOUND", "a load-bounded router keeps each receiving replica within ceil(c (m+1) / R) "
+                   "outstanding requests", lambda f, c: f.get("router") in LOAD_BOUNDED, h_load_bound,
+                   "Mirrokni, Thorup and Zadimoghaddam, Consistent Hashing with Bounded Loads, SODA 2018"),
+    FleetInvariant("FLEET-VTC-GAP", "fleet VTC counters move by the fleet's charges, and a tenant picked on a replica "
+                   "stays within D_F / w of those waiting there", _vtc_gap_applies, h_fleet_vtc_gap,
+                   "Sheng et al., OSDI 2024, Algorithm 2 and Theorem 4.4, over shared counters"),
+)}
+
+
+def check_fleet_history(history: History, ids: Iterable[str] | None = None, *, replicas: bool = True) -> list[Finding]:
+    """Judge a fleet history: each replica's part by the catalog's history forms
+    (:func:`tenantry.spec.invariants.check_history`; a finding's message then begins
+    with ``replica r:``) and every applicable fleet invariant.
+
+    Args:
+        ids: restrict to these ids (fleet or per-replica).
+        replicas: also judge each replica's part (default True).
+
+    Raises:
+        ConfigError: when ``history`` is not a fleet history.
+    """
+    from .invariants import check_history
+
+    v = _read(history)
+    want = None if ids is None else set(ids)
+    out: list[Finding] = []
+    if replicas:
+        per = None if want is None else [i for i in want if i not in FLEET_INVARIANTS]
+        if per is None or per:
+            for r, part in enumerate(fleet_parts(history)):
+                out += [attrs.evolve(x, message=f"replica {r}: {x.message}") for x in check_history(part, None, per)]
+    for inv in FLEET_INVARIANTS.values():
+        if (want is None or inv.id in want) and inv.applies(v.fleet, v.configs):
+            out += inv.check(v)
+    return out
+
+
+def fleet_coverage(history: History) -> dict[str, str]:
+    """For every fleet invariant, ``checked`` or why not (what a report prints)."""
+    v = _read(history)
+    return {i.id: "checked" if i.applies(v.fleet, v.configs) else "not applicable to this fleet"
+            for i in FLEET_INVARIANTS.values()}

@@ -1,0 +1,105 @@
+"""`tenantry simulate --replicas N --router POLICY` and the `[fleet]` table of a configuration file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tenantry.cli import main
+from tenantry.model.config import ConfigError
+from tenantry.model.fleet import load_fleet_toml
+from tenantry.model.history import read_history
+from tenantry.model.setups import load_config_toml
+from tenantry.spec.invariants_fleet import check_fleet_history
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fleet.toml"
+
+
+def run_cli(args, capsys):
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def workload(tmp_path):
+    wl = tmp_path / "w.jsonl"
+    wl.write_text("".join(
+        f'{{"request_id":{i},"tenant":"{"ab"[i % 2]}","arrival_s":{i * 0.01:.2f},"prompt_tokens":{200 + 32 * (i % 3)},'
+        f'"output_tokens":20,"prefix_ids":[{i % 3},{i % 3 + 10},{i % 3 + 20}]}}\n' for i in range(120)))
+    return wl
+
+
+def test_the_example_fleet_file_loads():
+    fc = load_fleet_toml(EXAMPLE, load_config_toml(EXAMPLE))
+    assert [c.num_blocks for c in fc.replicas] == [4096, 4096, 2048, 2048]
+    assert (fc.router, fc.accounting, fc.load_factor) == ("prefix_affinity", "fleet", 1.25)
+
+
+def test_simulate_a_fleet_per_router_prints_ttft_gap_and_hit_rate(tmp_path, capsys, workload):
+    code, out, err = run_cli(["simulate", "--config", str(EXAMPLE), "--workload", str(workload),
+                              "--router", "round_robin", "prefix_affinity", "--history",
+                              str(tmp_path / "h.{policy}.jsonl")], capsys)
+    assert code == 0, err
+    rows = [l.split() for l in out.splitlines() if l.startswith("vtc+")]
+    tenants = [(r[0], r[1]) for r in rows if r[1] in ("a", "b")]
+    assert tenants == [("vtc+round_robin", "a"), ("vtc+round_robin", "b"),
+                       ("vtc+prefix_affinity", "a"), ("vtc+prefix_affinity", "b")]
+    fleet = {r[0]: r for r in rows if r[1] == "fleet"}
+    hit = {k: float(v[3].rstrip("%")) for k, v in fleet.items()}
+    assert hit["vtc+prefix_affinity"] > hit["vtc+round_robin"] > 0  # affinity keeps prefixes where they are cached
+    assert sum(map(int, fleet["vtc+round_robin"][4:])) == 120  # requests per replica add up to the workload
+    for name in ("vtc+round_robin", "vtc+prefix_affinity"):
+        h = read_history(tmp_path / f"h.{name}.jsonl")
+        assert len(h.header["fleet"]["replicas"]) == 4 and check_fleet_history(h) == []
+
+
+def test_replicas_flag_without_a_fleet_table(capsys, workload):
+    code, out, err = run_cli(["simulate", "--workload", str(workload), "--policy", "vtc", "--replicas", "3"], capsys)
+    assert code == 0, err
+    fleet = [l.split() for l in out.splitlines() if l.startswith("vtc+round_robin") and " replica " in l]
+    assert len(fleet) == 1 and [int(x) for x in fleet[0][4:]] == [40, 40, 40]  # round robin, the default router
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--replicas", "2", "--router", "nearest"], "--router='nearest': unknown router"),
+    (["--router", "all", "least_kv"], "--router='all least_kv': give 'all' alone"),
+    (["--replicas", "2", "--accounting", "fleet", "--policy", "fcfs"], "--accounting='fleet': fleet-level accounting"),
+])
+def test_bad_fleet_flags_are_one_line(capsys, workload, flags, needle):
+    code, out, err = run_cli(["simulate", "--workload", str(workload)] + flags, capsys)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("line, needle", [
+    ("replicas = 0", "[fleet]: replicas=0: must be an integer >= 1"),
+    ("router = 'magic'", "[fleet]: router='magic': unknown router"),
+    ("num_blocks = [4096, 4096]", "[fleet]: num_blocks=[4096, 4096]: give a list of 1 pool sizes"),
+    ("colour = 1", "[fleet]: colour=1: unknown key"),
+    ("load_factor = 0.5", "[fleet]: load_factor=0.5: must be a number >= 1"),
+])
+def test_bad_fleet_table_names_file_table_key_and_value(tmp_path, capsys, workload, line, needle):
+    cfg = tmp_path / "f.toml"
+    cfg.write_text(f"[fleet]\n{line}\n\n[[tenants]]\nname = 'a'\n\n[[tenants]]\nname = 'b'\n")
+    code, out, err = run_cli(["simulate", "--config", str(cfg), "--workload", str(workload)], capsys)
+    assert code == 2 and needle in err and str(cfg) in err and len(err.strip().splitlines()) == 1
+
+
+def test_verify_history_judges_a_fleet_history(tmp_path, capsys):
+    from tenantry.model.fleet import simulate_fleet
+    from tenantry.model.history import write_history
+    from tenantry.testing.mutants import FLEET_MUTANTS
+
+    m = FLEET_MUTANTS["route_loses"]
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    write_history(simulate_fleet(m.fleet(), m.workload(), horizon_s=12), good)
+    write_history(simulate_fleet(m.fleet(), m.workload(), horizon_s=12, variant=m.variant), bad)
+    code, out, err = run_cli(["verify", "--history", str(good), "--out", str(tmp_path / "r1")], capsys)
+    assert code == 0, err
+    assert "replica 1: VTC-GAP" in out and "FLEET-NO-LOSS" in out and "0 findings" in out
+    code, out, err = run_cli(["verify", "--history", str(bad), "--out", str(tmp_path / "r2")], capsys)
+    assert code == 1 and "did not answer a request routed to it" in out and "300 findings" in out
+    code, out, err = run_cli(["verify", "--history", str(good), "--config", str(EXAMPLE), "--out",
+                              str(tmp_path / "r3")], capsys)
+    assert code == 2 and "--config=" in err and len(err.strip().splitlines()) == 1
