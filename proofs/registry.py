@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from . import admission, bucket, drr, evict, fleet, guard, kv, order, preempt, priority, skips, vtc, wait
+from . import admission, bucket, drr, evict, fleet, guard, guard_wait, kv, order, preempt, priority, skips, vtc, wait
 from .core import Proof
 
 #: All proofs in the order ``tenantry prove`` runs them.
 PROOFS: tuple[Proof, ...] = (vtc.PROOFS + skips.PROOFS + drr.PROOFS + (skips.DRR_GAP_SKIPS,) + priority.PROOFS
                              + (skips.FLOOR_SKIPS,) + order.PROOFS + wait.PROOFS + bucket.PROOFS
-                             + admission.PROOFS + evict.PROOFS + preempt.PROOFS + kv.PROOFS + guard.PROOFS
+                             + admission.PROOFS + evict.PROOFS + preempt.PROOFS + kv.PROOFS + guard.PROOFS + guard_wait.PROOFS
                              + fleet.PROOFS)
 
 FAMILIES = tuple(dict.fromkeys(p.family for p in PROOFS))

@@ -2,17 +2,23 @@
 step that reserves the pool is one the encoding allows (the reserved head is overdue and
 needs more blocks than were free; nothing enters the batch) and drops the running work
 ``mu`` by at least one token, as the obligations ``admit``, ``compute``, ``evict``,
-``leave`` and ``progress`` say; and the guard bounds the wait of 8.12's pool-pressure case."""
+``leave`` and ``progress`` say; and the guard bounds the wait of 8.12's pool-pressure case.
+BOUNDED-WAIT[guard] (``proofs/guard_wait.py``): on runs of that shape without eviction, while a
+request r waits overdue, ``V = mu + C * (queued before r)`` drops by >= 1 per step and an
+admission's first pick is older than r; the same check fails without the guard."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import event, given, settings, strategies as st
 
 from tenantry.model.policies import overdue
 from tenantry.model.workload import Request
 from tenantry.proofs.guard import GUARD, guard_config, held_with_guard
 from tenantry.proofs.concrete import run_workload
-from tenantry.proofs.core import PROVED, run_proof
+from tenantry.proofs.core import PROVED, run_proof, run_twin
+from tenantry.proofs.guard_wait import BOUNDED_WAIT_GUARD, held_with_guard as guard_held
+from tenantry.proofs.guard_wait import pressure_workload, wait_bound_steps as guard_wait_bound_steps
 from tenantry.spec.invariants_state import StepContext
 
 
@@ -64,3 +70,83 @@ def test_guard_is_proved_and_its_twin_replays():
     assert waited <= bound and waited < 20.0
     h = guard_config(None)
     assert h.order.guard_steps is None
+
+
+# --- BOUNDED-WAIT[guard] (proofs/guard_wait.py) ---------------------------------------------
+
+
+@st.composite
+def pressure_no_growth(draw):
+    """The pressure shape with outputs that never need a block past the first chunk's (the
+    proof's scope: no eviction): ``blocks_for(prompt + output - 1) = blocks_for(prompt)``."""
+    reqs, t = [], 0.0
+    for rid in range(draw(st.integers(3, 14))):
+        t = round(t + draw(st.sampled_from((0.0, 1.0, 2.0, 3.0))), 6)
+        big = draw(st.integers(0, 3)) == 0
+        prompt = draw(st.integers(33, 47)) if big else draw(st.integers(1, 17))
+        room = 16 * (-(-prompt // 16)) - prompt + 1
+        out = draw(st.integers(1, max(1, min(48 - prompt, room))))
+        reqs.append(Request(rid, "lo" if big else "hi", t, prompt, out))
+    return reqs
+
+
+@settings(max_examples=60, deadline=None)
+@given(wl=pressure_no_growth(), k=st.sampled_from((1, 2, 3)))
+def test_bounded_wait_under_the_guard_ranking_drops_and_the_first_pick_is_older(wl, k):
+    checked = _check_bounded_wait_ranking(wl, k, guard_config(k))
+    event(f"overdue waiting steps checked > 0: {checked > 0}")
+
+
+def _check_bounded_wait_ranking(wl, k, cfg):
+    """On the model's run of ``wl`` under ``cfg``, for every request r waiting overdue (``k``
+    steps since its admission) and not scheduled in a step: V (the running work plus C times the
+    queued requests admitted before r) drops by >= 1, and an admission is preceded by an older one."""
+    C = cfg.max_num_seqs * cfg.max_context_tokens + 1
+    bound_steps = guard_wait_bound_steps(guard_config(k))
+    assert bound_steps == k + 96 + 97 * 2 + 1
+    trs = list(run_workload(cfg, wl, max_steps=600))
+    assert not any(e.kind == "preempted" for tr in trs for e in tr.output.events), "the scope: no eviction"
+    checked = 0
+    for tr in trs:
+        k_now = tr.output.step_index
+        for r in (s for t in tr.prev.tenants for s in t.queue):
+            if k_now - r.admitted_step < k or not r.never_scheduled:
+                continue
+            def V(state):  # noqa: E306
+                older = sum(1 for t in state.tenants for s in t.queue if s.arrival_seq < r.arrival_seq)
+                return _mu(state) + C * older
+            scheduled = [e.request_id for e in tr.output.events if e.kind == "scheduled"]
+            if r.request_id in scheduled:
+                continue
+            # cancelled / rejected in the step: its wait ended otherwise
+            if not any(s.request_id == r.request_id for t in tr.state.tenants for s in t.queue):
+                continue
+            checked += 1
+            assert V(tr.state) <= V(tr.prev) - 1, f"V did not drop in step {k_now} for request {r.request_id}"
+            if scheduled:  # the obligation 'first': an unreserved step's first admission is older than r
+                assert tr.output.reserved is None
+                seq = {s.request_id: s for s in tr.state.sequences()}
+                first = seq.get(scheduled[0])
+                if first is not None:  # (unless it finished within the step)
+                    assert first.arrival_seq < r.arrival_seq, "the first pick of an unreserved step is not older"
+    for tr in trs:
+        for s in tr.state.sequences():
+            if s.first_scheduled_s is not None:
+                assert s.first_scheduled_s - s.request.arrival_s <= bound_steps * cfg.cost.unit_step_s
+    return checked
+
+
+def test_the_ranking_check_fails_without_the_guard():
+    # the twin's workload (8.12's pool-pressure) without the guard: lo's head is passed over unpaid
+    with pytest.raises(AssertionError, match="V did not drop in step 6 for request 1"):
+        _check_bounded_wait_ranking(pressure_workload(30.0), 3, guard_config(None))
+    assert _check_bounded_wait_ranking(pressure_workload(30.0), 3, guard_config(3)) > 0
+
+
+def test_bounded_wait_under_the_guard_is_proved_and_its_twin_replays():
+    out = run_proof(BOUNDED_WAIT_GUARD)
+    assert out.verdict == PROVED, out
+    tw = run_twin(BOUNDED_WAIT_GUARD, BOUNDED_WAIT_GUARD.twins[0])
+    assert tw.ok, tw
+    waited, bound = guard_held(3)
+    assert bound == 294.0 and waited <= bound
