@@ -556,7 +556,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             plotted: dict[tuple[str, str], list[str]] = {}
             note = (lambda m: print(f"tenantry {kind}: {m}", file=sys.stderr, flush=True)) if progress else None
             if outp is not None and plots == "findings" and note and any(c["finding"] for c in cells.values()):
-                note(f"plotting the {sum(1 for c in cells.values() if c['finding'])} cells with a finding...")
+                note(f"plotting the {sum(1 for c in cells.values() if c['finding'])} cells where the victims were hurt...")
             if outp is not None and plots == "findings":
                 for (s, p), c in sorted(cells.items()):
                     if c["finding"]:

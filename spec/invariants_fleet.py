@@ -63,6 +63,10 @@ def _read(history: History) -> FleetView:
                           "with replicas (SPEC.md 6.2)", "history header")
     configs = tuple(config_from_dict(d, f"history header: fleet.replicas[{r}]") for r, d in enumerate(fleet["replicas"]))
     n = len(configs)
+    for q in history.requests:
+        if q.replica is not None and not 0 <= q.replica < n:
+            raise ConfigError("replica", q.replica, f"request {q.request_id} names a replica this fleet does not have "
+                              f"(replicas 0..{n - 1})", f"request {q.request_id}")
     queues: list[list[StepRecord]] = [[] for _ in range(n)]
     for s in history.steps:
         if s.replica is None or not 0 <= s.replica < n:
@@ -350,9 +354,24 @@ class FleetInvariant:
     source: str = ""
 
 
+def _vtc_gap_why_not(fleet: dict[str, Any], configs: tuple[Config, ...]) -> str | None:
+    """Why FLEET-VTC-GAP is not claimed on this fleet (SPEC.md 7.9), or None when it is."""
+    if fleet.get("accounting") != "fleet":
+        return f"per-replica accounting (accounting={fleet.get('accounting')!r}); it needs fleet accounting"
+    if not fleet.get("lift"):
+        return "the fleet lift is off (lift=false)"
+    for r, c in enumerate(configs):
+        if c.order.policy != "vtc":
+            return f"replica {r} runs order policy {c.order.policy!r}, not 'vtc'"
+        if not ample_kv(c):
+            need = c.max_num_seqs * c.blocks_for(c.max_context_tokens)
+            return (f"replica {r} is not ample KV (SPEC.md 7.0: num_blocks={c.num_blocks} against max_num_seqs x "
+                    f"blocks of the context = {need}, or a cap, priority preemption or strict tiers)")
+    return None
+
+
 def _vtc_gap_applies(fleet: dict[str, Any], configs: tuple[Config, ...]) -> bool:
-    return (fleet.get("accounting") == "fleet" and bool(fleet.get("lift"))
-            and all(c.order.policy == "vtc" and ample_kv(c) for c in configs))
+    return _vtc_gap_why_not(fleet, configs) is None
 
 
 #: The fleet invariants by id.
@@ -399,5 +418,8 @@ def check_fleet_history(history: History, ids: Iterable[str] | None = None, *, r
 def fleet_coverage(history: History) -> dict[str, str]:
     """For every fleet invariant, ``checked`` or why not (what a report prints)."""
     v = _read(history)
-    return {i.id: "checked" if i.applies(v.fleet, v.configs) else "not applicable to this fleet"
+    why = {"ROUTE-LOAD-BOUND": lambda: f"skipped: the router {v.fleet.get('router')!r} is not load-bounded "
+                                       f"(load-bounded: {', '.join(sorted(LOAD_BOUNDED))})",
+           "FLEET-VTC-GAP": lambda: f"skipped: {_vtc_gap_why_not(v.fleet, v.configs)}"}
+    return {i.id: "checked" if i.applies(v.fleet, v.configs) else why.get(i.id, lambda: "skipped: not applicable")()
             for i in FLEET_INVARIANTS.values()}

@@ -103,3 +103,31 @@ def test_verify_history_judges_a_fleet_history(tmp_path, capsys):
     code, out, err = run_cli(["verify", "--history", str(good), "--config", str(EXAMPLE), "--out",
                               str(tmp_path / "r3")], capsys)
     assert code == 2 and "--config=" in err and len(err.strip().splitlines()) == 1
+
+
+def test_replicas_below_one_names_the_same_limit(capsys, workload):
+    for bad in ("-1", "0"):
+        with pytest.raises(SystemExit) as e:
+            main(["simulate", "--workload", str(workload), "--replicas", bad])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"'{bad}': must be >= 1" in err and len(err.strip().splitlines()) == 1
+
+
+def test_verify_says_why_a_fleet_invariant_is_not_checked_and_refuses_a_replica_the_fleet_lacks(tmp_path, capsys,
+                                                                                              workload):
+    hist = tmp_path / "f.jsonl"
+    code, out, err = run_cli(["simulate", "--workload", str(workload), "--replicas", "2", "--accounting", "fleet",
+                              "--policy", "vtc", "--history", str(hist)], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["verify", "--history", str(hist), "--out", str(tmp_path / "r1")], capsys)
+    assert code == 0, err
+    # the default replica is not ample KV: FLEET-VTC-GAP is skipped, and the report says which replica and why
+    assert "not checked: FLEET-VTC-GAP: skipped: replica 0 is not ample KV (SPEC.md 7.0: num_blocks=" in out
+    assert "not checked: ROUTE-LOAD-BOUND: skipped: the router 'round_robin' is not load-bounded" in out
+    lines = hist.read_text().splitlines()
+    i = next(k for k, l in enumerate(lines) if '"kind":"request"' in l.replace(" ", "") and '"replica":1' in l)
+    lines[i] = lines[i].replace('"replica":1', '"replica":9').replace('"replica": 1', '"replica": 9')
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    code, out, err = run_cli(["verify", "--history", str(bad), "--out", str(tmp_path / "r2")], capsys)
+    assert code == 2 and "replica=9" in err and "replicas 0..1" in err and len(err.strip().splitlines()) == 1

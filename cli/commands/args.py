@@ -31,7 +31,10 @@ def non_negative_int(text: str) -> int:
 
 def positive_int(text: str) -> int:
     """An integer >= 1 (row limits, worker counts)."""
-    x = non_negative_int(text)
+    try:
+        x = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if x < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
     return x

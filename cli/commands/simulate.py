@@ -131,7 +131,8 @@ def history_paths(template: Path, names: list[str]) -> dict[str, Path]:
     if "{policy}" not in text:
         if len(names) > 1:
             raise ConfigError("--history", text, f"{len(names)} policies ({', '.join(names)}) would each write a "
-                              "history: put {policy} in the path, e.g. out/h.{policy}.jsonl, or run one --policy")
+                              "history: put {policy} in the path, e.g. out/h.{policy}.jsonl, or run one --policy "
+                              "(and, for a fleet, one --router)")
         return {names[0]: template}
     try:
         return {n: Path(text.format(policy=n.split(" ")[0])) for n in names}
