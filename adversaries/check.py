@@ -40,7 +40,7 @@ from tqdm import tqdm
 from tenantry.model.config import ConfigError
 from tenantry.model.history import History
 
-from .outdir import Interrupted, report_folder, shielded
+from .outdir import Interrupted, report_folder, shielded, stop_if_requested
 from tenantry.model.setups import SETUPS, get_setup
 from .evaluate import System, Task, evaluate_batch, run_scenario, scenario_of, shrink_scenario
 from .patterns import PATTERNS, Scenario, get_pattern
@@ -403,6 +403,7 @@ def _cells_in_threads(keys: list, fn: Callable[[Any], dict], n_threads: int,
     """
     if n_threads <= 1 or len(keys) <= 1:
         for k in keys:
+            stop_if_requested()
             on_done(k, fn(k))
         return
     todo: queue.SimpleQueue = queue.SimpleQueue()
@@ -426,6 +427,7 @@ def _cells_in_threads(keys: list, fn: Callable[[Any], dict], n_threads: int,
         threading.Thread(target=worker, name="tenantry-cell", daemon=True).start()
     for _ in keys:
         while True:
+            stop_if_requested()
             try:
                 k, rec, err = done.get(timeout=0.5)
                 break

@@ -89,6 +89,19 @@ def ordinary_modes(root: str | os.PathLike) -> None:
 
 # --- signals ------------------------------------------------------------------------
 
+#: Set by the command line's SIGINT / SIGTERM handler (cleared when a command starts).  The
+#: handler raises KeyboardInterrupt too, but Python drops an exception raised while a finaliser
+#: runs (a ``__del__``, such as Z3's, that the signal happens to land in): long loops call
+#: :func:`stop_if_requested` as well, so such a stop is not lost.
+STOP_REQUESTED = threading.Event()
+
+
+def stop_if_requested() -> None:
+    """Raise KeyboardInterrupt if a stop was asked for (:data:`STOP_REQUESTED`)."""
+    if STOP_REQUESTED.is_set():
+        raise KeyboardInterrupt
+
+
 @contextmanager
 def shielded() -> Iterator[None]:
     """Defer SIGINT and SIGTERM for the block (main thread only; elsewhere a no-op).

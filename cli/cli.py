@@ -63,7 +63,10 @@ def _install_signals() -> tuple[dict, list[int]]:
 
     Returns the previous handlers (to restore) and the list the signals are recorded in.
     """
+    from tenantry.adversaries.outdir import STOP_REQUESTED
+
     got: list[int] = []
+    STOP_REQUESTED.clear()
     if threading.current_thread() is not threading.main_thread():
         return {}, got
 
@@ -71,6 +74,7 @@ def _install_signals() -> tuple[dict, list[int]]:
 
     def on_signal(signum, frame):
         got.append(signum)
+        STOP_REQUESTED.set()
         now = time.monotonic()
         if first and now - first[0] < SIGNAL_GRACE_S:
             return  # the stop under way is cleaning up (`timeout` and a terminal may send the signal twice)
@@ -122,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        from tenantry.adversaries.outdir import STOP_REQUESTED
+
+        STOP_REQUESTED.clear()
 
 
 if __name__ == "__main__":

@@ -290,3 +290,28 @@ def test_two_runs_on_one_out_the_second_is_refused(tmp_path):
     assert second.returncode == 2 and err2.count("\n") == 1 and "another tenantry run is writing" in err2, err2
     assert json.loads((tmp_path / "rep" / ".tenantry-report").read_text())["kind"] == "check"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]  # no lock, no staging folder left
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_stop_whose_keyboard_interrupt_was_lost_still_stops_the_matrix(threads):
+    """A signal that lands inside a finaliser (a __del__) loses its KeyboardInterrupt; the
+    handler's flag still stops the cells' loop at its next poll, before the next cell is begun
+    (one thread) or within half a second (threads)."""
+    from tenantry.adversaries.check import _cells_in_threads
+    from tenantry.adversaries.outdir import STOP_REQUESTED
+
+    ran: list[int] = []
+
+    def cell(k):
+        ran.append(k)
+        if k == 1:
+            STOP_REQUESTED.set()  # what the handler does; its raise is the part that was lost
+        time.sleep(0.05)
+        return {}
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _cells_in_threads(list(range(40)), cell, threads, lambda k, rec: None)
+    finally:
+        STOP_REQUESTED.clear()
+    assert len(ran) < 10
