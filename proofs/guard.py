@@ -191,6 +191,14 @@ def _no_guard_twin():
     return formula, replay
 
 
+def lo_wait_s(config: Config, requests: list[Request]) -> float:
+    """Seconds lo's request (id 1) of a pressure workload waits from its arrival to its first
+    scheduling on ``config`` (at most 4 steps per request, plus 50)."""
+    h = simulate(config, requests, max_steps=4 * len(requests) + 50)
+    r = next(x for x in h.requests if x.request_id == 1)
+    return r.first_scheduled_s - r.arrival_s
+
+
 def held_with_guard(k: int = 3) -> tuple[float, float]:
     """(lo's wait, the bound) on the twin's workload with the guard on: the run the proof promises."""
     ref = guard_config(k)
@@ -198,9 +206,7 @@ def held_with_guard(k: int = 3) -> tuple[float, float]:
     n = int(2 * bound / 3) + 4
     reqs = [Request(0, "hi", 0.0, 17, 6), Request(1, "lo", 0.0, 47, 1)] + \
         [Request(2 + j, "hi", 1.0 + 3.0 * j, 17, 6) for j in range(n)]
-    h = simulate(guard_config(k, bound), reqs, max_steps=4 * n + 50)
-    r = next(x for x in h.requests if x.request_id == 1)
-    return r.first_scheduled_s - r.arrival_s, bound
+    return lo_wait_s(guard_config(k, bound), reqs), bound
 
 
 _tf, _tr = _no_guard_twin()
