@@ -24,11 +24,12 @@ history and hold on the model's.
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import z3
-from z3 import And, Int, Real
+from z3 import And, Int, Real, ToReal
 
-from .core import Domain, Proof, Replay, Twin, implies_all, int_array, val
+from .core import Domain, Proof, Replay, Twin, bool_array, implies_all, int_array, real_array, val, zmax
 
 FAMILY = "fleet"
 
@@ -119,3 +120,270 @@ PROOFS = (
            Twin("load-factor-below-1", "c >= 1", limit_formula, limit_replay, kind="limit", scope="one routing")),
           ("c >= 1 (FleetConfig.load_factor)", "loads are the replicas' outstanding requests, integers >= 0")),
 )
+
+
+# --- FLEET-VTC-GAP (SPEC.md 7.9, 8.15) ---------------------------------------------------------------------------
+#
+# State after fleet step k - 1, over a tenant domain (N) and a replica domain (R), both symbolic:
+#   c[f]      the fleet counter (FleetRecord.counters),
+#   G[f]      what f's running sequences on every replica still owe its counter (a ghost:
+#             w_out / w_f per output token to go, summed over the replicas; proofs.agree.owed),
+#   q[r][g]   g queued on replica r,
+#   sn[r][g]  the first fleet step of g's current queued run on r,
+#   lp[f]     the fleet step of f's last pick (-1: none); P[f][r]: f was picked on r in that step,
+#   ll        the fleet's last-left counter, k the next fleet step's index.
+# sn, lp and P are the spread's relation, kept as spec.invariants_fleet.SpreadRelation keeps it.
+
+
+def arr2(name: str, sort: z3.SortRef) -> z3.ArrayRef:
+    """A symbolic two-index array ``a[x][y]`` (replica x tenant, or tenant x replica)."""
+    return z3.Array(name, z3.IntSort(), z3.ArraySort(z3.IntSort(), sort))
+
+
+def fstate(tag: str) -> dict:
+    """Fresh symbolic fleet state named after ``tag``."""
+    return {"c": real_array(f"c_{tag}"), "G": real_array(f"G_{tag}"), "q": arr2(f"q_{tag}", z3.BoolSort()),
+            "sn": arr2(f"sn_{tag}", z3.IntSort()), "lp": int_array(f"lp_{tag}"), "P": arr2(f"P_{tag}", z3.BoolSort()),
+            "ll": Real(f"ll_{tag}"), "k": Int(f"k_{tag}")}
+
+
+def related(s: dict, f: Any, g: Any, r: Any) -> z3.BoolRef:
+    """The pairs FLEET-VTC-GAP's spread ranges over: f's last pick (fleet step lp[f]) was on
+    replica r, and g has been queued on r at the end of every fleet step since then."""
+    return And(f != g, s["lp"][f] >= 0, s["P"][f][r], s["q"][r][g], s["sn"][r][g] <= s["lp"][f])
+
+
+def gap_invariant(dt: Domain, dr: Domain, s: dict, U: z3.ArrayRef) -> z3.BoolRef:
+    """FLEET-VTC-GAP's inductive invariant: for every related (f, g, r),
+    ``c[f] + G[f] <= c[g] + U[f]`` (U[f] = D_F / w_f); ``0 <= G[f] <= U[f]``; picks are
+    of past steps.  With G >= 0 it gives the checked spread ``c[f] - c[g] <= D_F / w_f``."""
+    c, G = s["c"], s["G"]
+    spread = dr.forall(lambda r: dt.forall(lambda f, g: z3.Implies(related(s, f, g, r), c[f] + G[f] <= c[g] + U[f]),
+                                           arity=2))
+    owed = dt.forall(lambda f: And(G[f] >= 0, G[f] <= U[f], s["lp"][f] < s["k"], s["lp"][f] >= -1))
+    return And(spread, owed, s["k"] >= 0)
+
+
+def fleet_step(dt: Domain, dr: Domain, s: dict, U: z3.ArrayRef, tag: str, shared: bool = True,
+               plant: str | None = None) -> tuple[z3.BoolRef, dict, dict]:
+    """One fleet step (``Fleet.step``, SPEC.md 5.3) over the fleet state ``s``.
+
+    Parameters (per tenant i, replica r): ``A[i]`` an arrival of i in this step, ``Q[i]`` / ``Q2[i]``
+    i queued on some replica at the step's start / end, ``D[r][i] >= 0`` r's charges to i over
+    w_i, ``dt[i]`` their sum over the replicas, ``pk[r][i]`` i picked on r (a ``scheduled``
+    event), ``pa[i]`` picked anywhere, ``q2`` the queues at the end, ``G2`` the owed at the end.
+
+    1. Lift (the fleet's, ``Fleet._lift``): ``c0[i] = max(c[i], lo)`` for i with an arrival and
+       nothing queued anywhere; lo the least counter of the tenants queued somewhere, or ll.
+    2. Replica steps: every replica reads c0.  H1 per replica (ample KV): a tenant f picked on r had
+       the least counter r saw, c0 plus r's own charges so far, among the tenants queued on r;
+       one queued on r at the step's end was queued throughout r's waiting phase; so
+       ``c0[f] <= c0[g] + D[r][g]``.  With ``shared=False`` (the refuted twin, per-replica
+       accounting) r reads its own counters ``cr0[r]`` instead, by the same rule, and c is the
+       fleet service ``sum_r S^r / w`` (no fleet lift): what the spread is asked of there.
+    3. Charges: ``c'[i] = c0[i] + dt[i]``.  The sum lemmas (:func:`sum_obligations`) turn the
+       replicas' facts into the fleet's: ``D[r][i] <= dt[i]``; H2 per replica, ``D[r][i] +
+       G2_r[i] <= D_r / w_i`` (the sequences of i charged on r in a step are all in r's batch
+       after its waiting phase: at most M_r tokens, charged at most max(w_in, w_out) each), gives
+       ``dt[i] + G2[i] <= U[i]``; a tenant picked nowhere is charged only what it owed:
+       ``dt[i] + G2[i] <= G[i]``.
+    4. The relation (``SpreadRelation.advance``): a run on r starts at k when g is queued on r at
+       the end of k and was not at the end of k - 1; a tenant picked in k has ``lp = k`` and ``P``
+       the replicas it was picked on.  ll: the largest new counter of the tenants that left the
+       fleet's backlog in this step, if any.
+
+    ``plant`` names an encoding error for the encoding tests to catch (tests/test_proofs_encoding_fleet.py):
+    ``picks_accumulate`` (P keeps the replicas of earlier picks), ``unweighted`` (charges not over w).
+
+    Returns (guard, post-state, parameters).
+    """
+    c, G, q, sn, lp, P, ll, k = (s[x] for x in ("c", "G", "q", "sn", "lp", "P", "ll", "k"))
+    p = {"A": bool_array(f"A_{tag}"), "Q": bool_array(f"Q_{tag}"), "Q2": bool_array(f"Q2_{tag}"),
+         "D": arr2(f"D_{tag}", z3.RealSort()), "dt": real_array(f"dt_{tag}"), "pk": arr2(f"pk_{tag}", z3.BoolSort()),
+         "pa": bool_array(f"pa_{tag}"), "q2": arr2(f"q2_{tag}", z3.BoolSort()), "G2": real_array(f"G2_{tag}"),
+         "w": Int(f"w_{tag}"), "lo": Real(f"lo_{tag}"), "other": z3.Bool(f"o_{tag}"), "m": Int(f"m_{tag}"),
+         "left": z3.Bool(f"left_{tag}"), "ll2": Real(f"ll2_{tag}"), "wt": real_array(f"wt_{tag}"),
+         "cr0": arr2(f"cr0_{tag}", z3.RealSort())}
+    A, Q, Q2, D, dsum, pk, pa, q2, G2 = (p[x] for x in ("A", "Q", "Q2", "D", "dt", "pk", "pa", "q2", "G2"))
+    i_ = Int(f"i_{tag}")
+    guard = []
+    # backlogs: queued somewhere, at the start and at the end
+    for qq, QQ in ((q, Q), (q2, Q2)):
+        guard.append(dr.forall(lambda r: dt.forall(lambda i: z3.Implies(qq[r][i], QQ[i]))))
+        guard.append(dt.forall(lambda i: z3.Implies(QQ[i], dr.exists(lambda r: qq[r][i]))))
+    # 1. the lift's level: the least counter queued somewhere (witness w), else ll
+    least = And(dt.has(p["w"]), Q[p["w"]], p["lo"] == c[p["w"]],
+                dt.forall(lambda j: z3.Implies(Q[j], c[p["w"]] <= c[j])))
+    alone = And(dt.forall(lambda j: z3.Not(Q[j])), p["lo"] == ll)
+    guard.append(z3.If(p["other"], least, alone))
+    if shared:
+        c0 = z3.Lambda([i_], z3.If(And(A[i_], z3.Not(Q[i_])), zmax(c[i_], p["lo"]), c[i_]))
+    else:  # per-replica accounting: no fleet lift; c is the fleet service, sum_r S^r / w
+        c0 = c
+    # 2. picks: by the counters the replica read (H1 per replica)
+    guard.append(dt.forall(lambda i: pa[i] == dr.exists(lambda r: pk[r][i])))
+    if shared:
+        pick = lambda r, f, g: z3.Implies(And(pk[r][f], q2[r][g]), c0[f] <= c0[g] + D[r][g])  # noqa: E731
+    else:
+        cr0 = p["cr0"]
+        pick = lambda r, f, g: z3.Implies(And(pk[r][f], q2[r][g]), cr0[r][f] <= cr0[r][g] + D[r][g])  # noqa: E731
+    guard.append(dr.forall(lambda r: dt.forall(lambda f, g: pick(r, f, g), arity=2)))
+    # 3. charges, and the replicas' facts summed (the sum lemmas)
+    guard.append(dr.forall(lambda r: dt.forall(lambda i: And(D[r][i] >= 0, D[r][i] <= dsum[i]))))
+    guard.append(dt.forall(lambda i: And(G2[i] >= 0, dsum[i] >= 0, dsum[i] + G2[i] <= U[i],
+                                         z3.Implies(z3.Not(pa[i]), dsum[i] + G2[i] <= G[i]))))
+    charge = (lambda i: dsum[i] * p["wt"][i]) if plant == "unweighted" else (lambda i: dsum[i])  # noqa: E731
+    c2 = z3.Lambda([i_], c0[i_] + charge(i_))
+    # ll: the largest new counter among the tenants that left the fleet's backlog (witness m)
+    lv = lambda i: And(Q[i], z3.Not(Q2[i]))  # noqa: E731
+    guard.append(z3.If(p["left"],
+                       And(dt.has(p["m"]), lv(p["m"]), p["ll2"] == c2[p["m"]],
+                           dt.forall(lambda i: z3.Implies(lv(i), c2[i] <= c2[p["m"]]))),
+                       And(dt.forall(lambda i: z3.Not(lv(i))), p["ll2"] == ll)))
+    # 4. the relation
+    r_, g_ = Int(f"r_{tag}"), Int(f"g_{tag}")
+    sn2 = z3.Lambda([r_], z3.Lambda([g_], z3.If(q2[r_][g_], z3.If(q[r_][g_], sn[r_][g_], k), -1)))
+    lp2 = z3.Lambda([i_], z3.If(pa[i_], k, lp[i_]))
+    if plant == "picks_accumulate":
+        P2 = z3.Lambda([i_], z3.Lambda([r_], z3.If(pa[i_], z3.Or(pk[r_][i_], P[i_][r_]), P[i_][r_])))
+    else:
+        P2 = z3.Lambda([i_], z3.Lambda([r_], z3.If(pa[i_], pk[r_][i_], P[i_][r_])))
+    post = {"c": c2, "G": G2, "q": q2, "sn": sn2, "lp": lp2, "P": P2, "ll": p["ll2"], "k": k + 1}
+    return And(*guard), post, {**p, "c0": c0}
+
+
+def _fsetup(dt: Domain, dr: Domain, U: z3.ArrayRef) -> z3.BoolRef:
+    return And(dt.size >= 1, dr.size >= 1, dt.forall(lambda f: U[f] >= 0))
+
+
+def gap_fleet_obligations() -> list[tuple[str, z3.BoolRef]]:
+    """Initiation, consecution of a fleet step (the spread at a free (f, g, r), the owed
+    bound at a free f), the checked spread as a corollary, and the sum lemmas."""
+    dt, dr, U = Domain("N"), Domain("R"), real_array("U")
+    out = []
+    s0 = fstate("init")
+    init = And(s0["k"] == 0, s0["ll"] == 0,
+               dt.forall(lambda f: And(s0["c"][f] == 0, s0["G"][f] == 0, s0["lp"][f] == -1)),
+               dr.forall(lambda r: dt.forall(lambda g: z3.Not(s0["q"][r][g]))))
+    out.append(("init", implies_all([_fsetup(dt, dr, U), init], gap_invariant(dt, dr, s0, U))))
+    s = fstate("st")
+    guard, post, _ = fleet_step(dt, dr, s, U, "st")
+    hyps = [_fsetup(dt, dr, U), gap_invariant(dt, dr, s, U), guard]
+    f, g, r = Int("f_st"), Int("g_st"), Int("r_st")
+    pc, pG = post["c"], post["G"]
+    out.append(("step-spread", implies_all(hyps + [dt.has(f), dt.has(g), dr.has(r), related(post, f, g, r)],
+                                           pc[f] + pG[f] <= pc[g] + U[f])))
+    out.append(("step-owed", implies_all(hyps + [dt.has(f)], And(pG[f] >= 0, pG[f] <= U[f], post["lp"][f] < post["k"],
+                                                                  post["lp"][f] >= -1, post["k"] >= 0))))
+    s1 = fstate("cor")
+    out.append(("spread", implies_all([_fsetup(dt, dr, U), gap_invariant(dt, dr, s1, U), dt.has(f), dt.has(g),
+                                       dr.has(r), related(s1, f, g, r)], s1["c"][f] - s1["c"][g] <= U[f])))
+    return out + sum_obligations()
+
+
+def sum_obligations() -> list[tuple[str, z3.BoolRef]]:
+    """Two lemmas over the replica index, by induction on k, for any R: prefix sums
+    ``S[0] = 0``, ``S[k + 1] = S[k] + a[k]``.  ``sum-le``: if ``a[r] <= b[r]`` for every r then
+    ``Sa[k] <= Sb[k]`` (H2 and the no-pick rule summed over the replicas: a[r] = D[r][i] +
+    G2_r[i], b[r] = D_r / w_i, so that Sb[R] = D_F / w_i, or b[r] = G_r[i]).  ``part``: if every
+    ``a[r] >= 0`` then ``S[k] >= a[r0]`` once k > r0 (one replica's charge is at most the fleet's)."""
+    a, b, Sa, Sb = real_array("a_sum"), real_array("b_sum"), real_array("Sa_sum"), real_array("Sb_sum")
+    j, r0 = Int("j_sum"), Int("r0_sum")
+    step = lambda S, x: S[j + 1] == S[j] + x[j]  # noqa: E731
+    part = lambda kk: Sa[kk] >= z3.If(r0 < kk, a[r0], 0)  # noqa: E731
+    return [
+        ("sum-le-base", implies_all([Sa[0] == 0, Sb[0] == 0], Sa[0] <= Sb[0])),
+        ("sum-le-step", implies_all([j >= 0, Sa[j] <= Sb[j], a[j] <= b[j], step(Sa, a), step(Sb, b)],
+                                    Sa[j + 1] <= Sb[j + 1])),
+        ("part-base", implies_all([Sa[0] == 0, r0 >= 0], part(0))),
+        ("part-step", implies_all([j >= 0, r0 >= 0, a[j] >= 0, a[r0] >= 0, part(j), step(Sa, a)], part(j + 1))),
+    ]
+
+
+def _gap_twin_formula() -> tuple[z3.BoolRef, dict]:
+    """Per-replica accounting (``shared=False``), 2 replicas, 2 unit-weight tenants, one batch
+    slot, w_in = 1, w_out = 2, requests of p prompt and o output tokens (charge u = p + 2 o,
+    T = p + o, so D_F = 2 * 2 * T): tenant 0 has been served n0 requests alone on replica 0
+    (fleet counter n0 u, nothing queued or running anywhere; replica 1's counters are 0), then
+    both tenants arrive and replica 1 picks tenant 0 by its own counters while tenant 1 waits
+    there.  The shape is one fleet step of the encoding from a state that keeps the invariant."""
+    dt, dr = Domain("N", 2), Domain("R", 2)
+    s = fstate("tw")
+    n0, pp, oo = Int("n0_tw"), Int("p_tw"), Int("o_tw")
+    u, t = ToReal(pp + 2 * oo), ToReal(pp + oo)
+    U = z3.K(z3.IntSort(), 4 * t)
+    guard, post, p = fleet_step(dt, dr, s, U, "tw", shared=False)
+    cr0 = p["cr0"]
+    shape = And(n0 >= 1, n0 <= 8, pp >= 1, oo >= 1, pp + oo <= 8,
+                s["c"][0] == ToReal(n0) * u, s["c"][1] == 0, s["G"][0] == 0, s["G"][1] == 0,
+                dr.forall(lambda r: dt.forall(lambda i: z3.Not(s["q"][r][i]))),
+                s["lp"][0] >= 0, s["P"][0][0], z3.Not(s["P"][0][1]), s["lp"][1] == -1, s["k"] > s["lp"][0],
+                s["ll"] == s["c"][0],
+                p["A"][0], p["A"][1], cr0[0][0] == ToReal(n0) * u, cr0[0][1] == 0, cr0[1][0] == 0, cr0[1][1] == 0,
+                p["pk"][1][0], z3.Not(p["pk"][1][1]), p["q2"][1][1])
+    bad = And(related(post, 0, 1, 1), post["c"][0] - post["c"][1] > U[0])
+    f = And(gap_invariant(dt, dr, s, U), guard, shape, bad)
+    return f, {"n0": n0, "p": pp, "o": oo, "U": U[0], "c_after": (post["c"][0], post["c"][1])}
+
+
+def _gap_twin_replay(model: z3.ModelRef, sym: dict) -> Replay:
+    """Replay on the model: tenant_affinity with t0 on both replicas and t1 on replica 1,
+    least outstanding within the subset, ties to replica 0.  t0 sends n0 requests 20 s apart
+    (each alone: both replicas empty, so replica 0), then t0 sends two and t1 one at once
+    (t0's first to replica 0, its second to replica 1, t1's to replica 1, where the tie of
+    the counters goes to t0's older head).  The catalog's spread over the fleet service
+    (:func:`~tenantry.spec.invariants_fleet.spread_findings` on
+    :func:`~tenantry.spec.invariants_fleet.fleet_service_counters`) must flag t0 against t1 under
+    per-replica accounting, and FLEET-VTC-GAP must hold on the same workload under fleet
+    accounting."""
+    from tenantry.model.fleet import FleetConfig, simulate_fleet
+    from tenantry.model.workload import Request
+    from tenantry.spec.invariants_fleet import _read, check_fleet_history, fleet_charge_bound, \
+        fleet_service_counters, spread_findings
+
+    from .vtc import replay_config
+
+    n0, pp, oo = val(model, sym["n0"]), val(model, sym["p"]), val(model, sym["o"])
+    cfg = replay_config(2, lift=True, max_num_seqs=1)
+    wl = [Request(i, "t0", 20.0 * i, pp, oo) for i in range(n0)]
+    t = 20.0 * n0
+    wl += [Request(n0, "t0", t, pp, oo), Request(n0 + 1, "t0", t, pp, oo), Request(n0 + 2, "t1", t, pp, oo)]
+    subsets = {"t0": (0, 1), "t1": (1,)}
+    hist = {acc: simulate_fleet(FleetConfig((cfg, cfg), router="tenant_affinity", accounting=acc,
+                                            tenant_replicas=subsets), wl) for acc in ("replica", "fleet")}
+    h = hist["replica"]
+    d_f = fleet_charge_bound(_read(h))
+    counters = fleet_service_counters(h)
+    k = next(j for j, f in enumerate(h.fleet_steps) if any(rid == n0 for rid, _ in f.routed))
+    pre = counters[k - 1] if k else {"t0": 0.0, "t1": 0.0}
+    routed = dict(h.fleet_steps[k].routed)
+    facts = {"served_alone": n0, "prompt": pp, "output": oo, "D_F": d_f, "fleet_service_before": pre,
+             "routed": routed}
+    want_pre = {"t0": float(n0 * (pp + 2 * oo)), "t1": 0.0}
+    if d_f != val(model, sym["U"]) or pre != want_pre or routed != {n0: 0, n0 + 1: 1, n0 + 2: 1}:
+        return Replay(False, f"the run did not reach the decoded state: D_F {d_f} against {val(model, sym['U'])}, "
+                      f"fleet service {pre} against {want_pre}, routing {routed}", facts)
+    bad = [x for x in spread_findings(h, counters) if x.tenants == ("t0", "t1")]
+    good = check_fleet_history(hist["fleet"], ["FLEET-VTC-GAP"], replicas=False)
+    ok = bool(bad) and not good
+    detail = (f"t0 served {n0} requests of {pp}/{oo} tokens alone on replica 0, then picked on replica 1 by its own "
+              "counters over t1: " + (bad[0].render() if bad else "no finding under per-replica accounting")
+              + ("; fleet accounting keeps it" if not good else f"; but fleet accounting breaks it: {good[0].render()}"))
+    return Replay(ok, detail, facts)
+
+
+FLEET_VTC_GAP = Proof(
+    "FLEET-VTC-GAP", FAMILY,
+    "with fleet accounting, c_f + owed_f <= c_g + D_F/w_f whenever f's last pick was on a replica where g has been "
+    "queued since; so such a tenant runs at most D_F/w_f ahead of g (D_F = sum_r max(w_in, w_out) M_r)",
+    "any N (tenants), any R (replicas)",
+    gap_fleet_obligations,
+    (Twin("per-replica", "fleet accounting (accounting='replica': each replica picks by its own counters) under "
+          "tenant affinity", _gap_twin_formula, _gap_twin_replay, scope="n0 requests, then one fleet step"),),
+    ("H1 on every replica (ample KV, vtc): a tenant picked on r had the least counter r saw among those queued "
+     "there, and one queued at the step's end was queued through r's waiting phase",
+     "H2 on every replica: in a step, r's charges to f plus what f's sequences on r still owe after it are at most "
+     "max(w_in, w_out) M_r / w_f; a tenant picked nowhere is charged only what it owed"),
+)
+
+PROOFS = PROOFS + (FLEET_VTC_GAP,)
