@@ -18,6 +18,7 @@ Public surface::
 
     FLEET_INVARIANTS: dict[str, FleetInvariant]
     fleet_parts(history) -> list[History]
+    SpreadRelation(replicas)        # FLEET-VTC-GAP's pairs, fleet step by fleet step
     check_fleet_history(history, ids=None) -> list[Finding]
 """
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -252,42 +253,75 @@ def fleet_service_counters(history: History) -> list[dict[str, float]]:
     return out
 
 
+class SpreadRelation:
+    """The pairs FLEET-VTC-GAP's spread ranges over, kept fleet step by fleet step (SPEC.md 7.9):
+    ``since[r][g]``, the first fleet step of tenant g's current queued run on replica r (queued
+    at the end of every fleet step from it on), and ``last_pick[f] = (j, replicas)``, the fleet
+    step of f's last pick (an entry of one of its requests into a batch) and the replicas it was
+    picked on in that step.  The proof's encoding (``proofs.fleet.fleet_step``) updates its
+    ``sn``, ``lp`` and ``P`` by the same rule, and the encoding test holds them to this.
+
+    Args:
+        replicas: the number of replicas.
+    """
+
+    def __init__(self, replicas: int) -> None:
+        self.since: list[dict[str, int]] = [{} for _ in range(replicas)]
+        self.last_pick: dict[str, tuple[int, frozenset[int]]] = {}
+
+    def advance(self, k: int, picked: Sequence[Iterable[str]], queued: Sequence[Mapping[str, int]]) -> None:
+        """Fold fleet step k: ``picked[r]`` the tenants picked on replica r in it, ``queued[r]``
+        tenant -> requests queued on r at its end."""
+        for r, names in enumerate(picked):
+            for i in sorted(set(names)):
+                at = self.last_pick.get(i)
+                self.last_pick[i] = (k, (at[1] if at and at[0] == k else frozenset()) | {r})
+        for r, qs in enumerate(queued):
+            for i, q in qs.items():
+                if q > 0:
+                    self.since[r].setdefault(i, k)
+                else:
+                    self.since[r].pop(i, None)
+
+    def pairs(self) -> Iterator[tuple[str, str, int, int]]:
+        """Every related ``(f, g, r, j)``: f's last pick was in fleet step j, on replica r, and g
+        has been queued on r since a step at or before j (sorted, deterministic)."""
+        for f in sorted(self.last_pick):
+            j, reps = self.last_pick[f]
+            for r in sorted(reps):
+                for g in sorted(self.since[r]):
+                    if g != f and self.since[r][g] <= j:
+                        yield f, g, r, j
+
+
+def picked_tenants(step: StepRecord | None, tenant_of: Mapping[int, str]) -> set[str]:
+    """The tenants with a ``scheduled`` event in a replica's step record (none for a replica that waited)."""
+    if step is None:
+        return set()
+    return {tenant_of[e.request_id] for e in step.events if e.kind == "scheduled" and e.request_id in tenant_of}
+
+
 def spread_findings(history: History, counters: list[dict[str, float]]) -> list[Finding]:
-    """FLEET-VTC-GAP's spread over the given counters per fleet step: a tenant f whose
-    last pick (anywhere) was in fleet step j on replica r, against every tenant g
-    queued on r at the end of every fleet step from j on: ``c_f - c_g <= D_F / w_f``."""
+    """FLEET-VTC-GAP's spread over the given counters per fleet step: for every pair of
+    :class:`SpreadRelation` at the end of each fleet step, ``c_f - c_g <= D_F / w_f``."""
     v = _read(history)
     out: list[Finding] = []
     n = len(v.configs)
     w = {t.name: t.weight for t in v.configs[0].tenants}
     tenant_of = {q.request_id: q.tenant for q in v.history.requests}
     d_f = fleet_charge_bound(v)
-    since: list[dict[str, int]] = [{} for _ in range(n)]  # replica -> tenant -> first fleet step of its backlog run
-    queued: list[dict[str, int]] = [{} for _ in range(n)]
-    last_pick: dict[str, tuple[int, frozenset[int]]] = {}
+    rel = SpreadRelation(n)
+    queued: list[Mapping[str, int]] = [{} for _ in range(n)]
     for k, (row, c) in enumerate(zip(v.steps, counters)):
         for r, s in enumerate(row):
-            if s is None:
-                continue
-            queued[r] = s.queued
-            for i in sorted({tenant_of[e.request_id] for e in s.events
-                             if e.kind == "scheduled" and e.request_id in tenant_of}):
-                at = last_pick.get(i)
-                last_pick[i] = (k, (at[1] if at and at[0] == k else frozenset()) | {r})
-        for r in range(n):
-            for i, q in queued[r].items():
-                if q > 0:
-                    since[r].setdefault(i, k)
-                else:
-                    since[r].pop(i, None)
-        for fi in sorted(last_pick):
-            j, reps = last_pick[fi]
-            for r in sorted(reps):
-                for g in sorted(since[r]):
-                    if g != fi and since[r][g] <= j and c[fi] - c[g] > d_f / w[fi] * (1 + 1e-9):
-                        out.append(Finding("FLEET-VTC-GAP", k, (fi, g), (), c[fi] - c[g], d_f / w[fi],
-                                           f"tenant {fi}, last picked on replica {r} at fleet step {j}, runs ahead of "
-                                           f"{g}, waiting there since, by more than D_F / w"))
+            if s is not None:
+                queued[r] = s.queued
+        rel.advance(k, [picked_tenants(s, tenant_of) for s in row], queued)
+        for fi, g, r, j in rel.pairs():
+            if c[fi] - c[g] > d_f / w[fi] * (1 + 1e-9):
+                out.append(Finding("FLEET-VTC-GAP", k, (fi, g), (), c[fi] - c[g], d_f / w[fi],
+                                   f"tenant {fi}, last picked on replica {r} at fleet step {j}, runs ahead of "
+                                   f"{g}, waiting there since, by more than D_F / w"))
     return out
 
 
