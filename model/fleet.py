@@ -421,50 +421,80 @@ def run_fleet(config: FleetConfig, workload: Workload | Iterable[Request], *, ho
         yield fleet.last, fleet
 
 
+class FleetRecorder:
+    """Builds a fleet history (SPEC.md 6.2) from a fleet's transitions, as they happen: one
+    :class:`~tenantry.model.simulate.Recorder` per replica (``replica`` set on its step and
+    request records) and one ``fleet_step`` record per fleet step.  What :func:`simulate_fleet`
+    and the stateful machine (:mod:`tenantry.testing.stateful`) record with.
+
+    Args:
+        config: the fleet; detail: as :class:`~tenantry.model.simulate.Recorder`'s.
+    """
+
+    def __init__(self, config: FleetConfig, detail: bool = False) -> None:
+        self.config = config
+        self.recs = [Recorder(c, True, detail) for c in config.run_configs]
+        self.offered: dict[int, Request] = {}
+        self.steps: list[Any] = []
+        self.fleet_steps: list[FleetStepRecord] = []
+
+    def offer(self, request: Request) -> None:
+        """A request of the workload (routed or not, it gets a record)."""
+        self.offered[request.request_id] = request
+
+    def observe(self, tr: FleetTransition) -> None:
+        """Fold one fleet step."""
+        for rid, r in tr.record.routed:
+            self.recs[r].offered(self.offered[rid])
+        for r, t in enumerate(tr.replicas):
+            if t is not None:
+                self.recs[r].observe(t.state, t.output)
+                self.steps.append(attrs.evolve(self.recs[r].steps[-1], replica=r))
+        self.fleet_steps.append(tr.record)
+
+    def history(self, fleet: Fleet | None, header: dict[str, Any] | None = None) -> History:
+        """The fleet history so far (``fleet`` the fleet run, None when it never stepped): every
+        offered request has a record, ``unfinished`` on no replica when it was never routed."""
+        from .history import RequestRecord
+        requests = []
+        routed = fleet.where if fleet is not None else {}
+        if fleet is not None:
+            for r, rec in enumerate(self.recs):
+                part = rec.history(fleet.replicas[r].state, {})
+                requests += [attrs.evolve(q, replica=r) for q in part.requests]
+        seen = {q.request_id for q in requests}
+        for q in self.offered.values():  # never routed (the run stopped before its arrival)
+            if q.request_id not in seen and q.request_id not in routed:
+                requests.append(RequestRecord(request_id=q.request_id, tenant=q.tenant, arrival_s=q.arrival_s,
+                                              prompt_tokens=q.prompt_tokens, output_tokens=q.output_tokens,
+                                              outcome="unfinished", prefix_ids=q.prefix_ids))
+        hdr = {"config": config_to_dict(self.config.run_configs[0]), "fleet": self.config.to_dict(),
+               "requests": len(self.offered), **(header or {})}
+        return History(header=hdr, steps=tuple(self.steps), requests=tuple(sorted(requests, key=lambda q: q.request_id)),
+                       fleet_steps=tuple(self.fleet_steps))
+
+
 def simulate_fleet(config: FleetConfig, workload: Workload | Iterable[Request], *, horizon_s: float | None = None,
                    max_steps: int | None = None, header: dict[str, Any] | None = None,
                    variant: type[Fleet] | None = None, step_variant: type[Step] | None = None,
                    detail: bool = False) -> History:
     """Run ``workload`` on the fleet and return its fleet history (SPEC.md 6.2): every
     replica's step records (``replica`` set), one ``fleet_step`` record per fleet step,
-    and every request record with the replica it was routed to.  Deterministic: the
-    same fleet and workload give the same bytes.
+    and every request record with the replica it was routed to (:class:`FleetRecorder`).
+    Deterministic: the same fleet and workload give the same bytes.
 
     Raises:
         ConfigError: if a request names an unknown tenant.
     """
     wl = as_workload(workload)
-    recs = [Recorder(c, True, detail) for c in config.run_configs]
-    offered = {r.request_id: r for r in wl.requests}
-    steps, fleet_steps = [], []
+    rec = FleetRecorder(config, detail)
+    for q in wl.requests:
+        rec.offer(q)
     fleet = None
     for tr, fleet in run_fleet(config, wl, horizon_s=horizon_s, max_steps=max_steps, variant=variant,
                                step_variant=step_variant):
-        for rid, r in tr.record.routed:
-            recs[r].offered(offered[rid])
-        for r, t in enumerate(tr.replicas):
-            if t is not None:
-                recs[r].observe(t.state, t.output)
-                steps.append(attrs.evolve(recs[r].steps[-1], replica=r))
-        fleet_steps.append(tr.record)
-    requests = []
-    states = [rep.state for rep in fleet.replicas] if fleet is not None else [None] * len(recs)
-    routed = fleet.where if fleet is not None else {}
-    for r, rec in enumerate(recs):
-        if states[r] is not None:
-            part = rec.history(states[r], {})
-            requests += [attrs.evolve(q, replica=r) for q in part.requests]
-    seen = {q.request_id for q in requests}
-    from .history import RequestRecord
-    for q in wl.requests:  # never routed (the run stopped before its arrival)
-        if q.request_id not in seen and q.request_id not in routed:
-            requests.append(RequestRecord(request_id=q.request_id, tenant=q.tenant, arrival_s=q.arrival_s,
-                                          prompt_tokens=q.prompt_tokens, output_tokens=q.output_tokens,
-                                          outcome="unfinished", prefix_ids=q.prefix_ids))
-    hdr = {"config": config_to_dict(config.run_configs[0]), "fleet": config.to_dict(), "requests": len(wl),
-           **(header or {})}
-    return History(header=hdr, steps=tuple(steps), requests=tuple(sorted(requests, key=lambda q: q.request_id)),
-                   fleet_steps=tuple(fleet_steps))
+        rec.observe(tr)
+    return rec.history(fleet, {"requests": len(wl), **(header or {})})
 
 
 # --- Measurements of a fleet history (``tenantry simulate --replicas``) ----------------------------------------
