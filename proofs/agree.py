@@ -16,6 +16,8 @@ from typing import Any, Iterable, Mapping
 
 import z3
 
+from tenantry.spec.invariants_core import owed  # noqa: F401  (the VTC ghost G, re-exported for the encodings' tests)
+
 from .core import val
 
 
@@ -75,14 +77,3 @@ def apply(guard: z3.BoolRef, binds: Iterable[z3.BoolRef], post: Mapping[str, Any
 def exact(x: float) -> Fraction:
     """A float as the exact rational it is."""
     return Fraction(x)
-
-
-def owed(cfg: Any, running: Iterable[Any], n: int) -> list[Fraction]:
-    """The VTC encodings' ghost G per tenant 0..n-1: what the running sequences still owe
-    their tenant's counter, ``w_out / weight`` per output token not yet generated
-    (``cfg`` a :class:`~tenantry.model.config.Config`, ``running`` its sequences)."""
-    g = [Fraction(0)] * n
-    for s in running:
-        g[s.tenant] += Fraction(cfg.order.w_out) * (s.request.output_tokens - s.output_done) / \
-            Fraction(cfg.tenants[s.tenant].weight)
-    return g

@@ -10,6 +10,7 @@ and a state form, a history form and/or a two-run form.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any, Callable, Iterable
 
 import attrs
@@ -340,3 +341,14 @@ def tier_share(config: Config, tier: int) -> float:
     """The floor share of ``tier`` under policy ``floors`` (last floor for tiers past the end)."""
     f = config.order.tier_floors
     return f[min(tier, len(f) - 1)]
+
+
+def owed(cfg: Any, running: Iterable[Any], n: int) -> list[Fraction]:
+    """The VTC encodings' ghost G per tenant 0..n-1 (SPEC.md 8.3): what the running sequences
+    still owe their tenant's counter, ``w_out / weight`` per output token not yet generated
+    (``cfg`` a :class:`~tenantry.model.config.Config`, ``running`` its sequences; exact)."""
+    g = [Fraction(0)] * n
+    for s in running:
+        g[s.tenant] += Fraction(cfg.order.w_out) * (s.request.output_tokens - s.output_done) / \
+            Fraction(cfg.tenants[s.tenant].weight)
+    return g

@@ -20,6 +20,7 @@ Public surface::
     fleet_parts(history) -> list[History]
     SpreadRelation(replicas)        # FLEET-VTC-GAP's pairs, fleet step by fleet step
     check_fleet_history(history, ids=None) -> list[Finding]
+    check_fleet_step(ctx, before, transition, fleet) -> list[Finding]   # the state forms
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from tenantry.model.fleet import LOAD_BOUNDED, load_bound
 from tenantry.model.history import History, StepRecord
 from tenantry.model.setups import config_from_dict
 
-from .invariants_core import Finding, ample_kv, batch_token_capacity
+from .invariants_core import Finding, ample_kv, batch_token_capacity, owed
 
 _TERMINAL = ("finished", "cancelled", "rejected")
 
@@ -375,17 +376,125 @@ def h_fleet_vtc_gap(v: FleetView) -> list[Finding]:
     return out + spread_findings(h, [f.counters for f in h.fleet_steps])
 
 
+# --- State forms: one fleet step, judged as it happens (the stateful machine) -------------------------------------
+
+class FleetStepContext:
+    """What the fleet's state forms carry from one fleet step to the next: the
+    :class:`SpreadRelation` and the longest request routed so far (T of D_F).
+
+    Args:
+        config: the :class:`~tenantry.model.fleet.FleetConfig` the fleet runs.
+    """
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.fleet = config.to_dict()
+        self.configs = tuple(config.run_configs)
+        self.names = [t.name for t in self.configs[0].tenants]
+        self.relation = SpreadRelation(len(self.configs))
+        self.longest = 1
+
+
+def _state_no_loss(ctx: FleetStepContext, before: Sequence[Any], tr: Any, fleet: Any) -> list[Finding]:
+    """FLEET-NO-LOSS, state form: every request routed in the step is answered (queued or
+    refused) by its replica in that step."""
+    out = []
+    for rid, r in tr.record.routed:
+        t = tr.replicas[r] if 0 <= r < len(tr.replicas) else None
+        if t is None or not any(e.request_id == rid and e.kind in ("queued", "rejected") for e in t.output.events):
+            out.append(Finding("FLEET-NO-LOSS", tr.record.fleet_step, (), (rid,), "no answer",
+                               "queued or rejected on its replica in the fleet step it was routed in",
+                               f"replica {r} did not answer a request routed to it (lost)"))
+    return out
+
+
+def _state_load_bound(ctx: FleetStepContext, before: Sequence[Any], tr: Any, fleet: Any) -> list[Finding]:
+    """ROUTE-LOAD-BOUND, state form: the loads the routing met, recomputed from the replicas'
+    states before the step (running plus queued) and the requests routed earlier in it."""
+    from tenantry.model.fleet import outstanding
+    load = [outstanding(st) for st in before]
+    c, n, out = float(ctx.fleet.get("load_factor", 1.0)), len(load), []
+    for rid, r in tr.record.routed:
+        bound = load_bound(c, sum(load), n)
+        if load[r] + 1 > bound:
+            out.append(Finding("ROUTE-LOAD-BOUND", tr.record.fleet_step, (), (rid,), load[r] + 1, bound,
+                               f"routed to replica {r}, which then holds more outstanding requests than the load "
+                               f"bound ceil({c:g} * (m + 1) / {n}) allows"))
+        load[r] += 1
+    return out
+
+
+def _state_vtc_gap(ctx: FleetStepContext, before: Sequence[Any], tr: Any, fleet: Any) -> list[Finding]:
+    """FLEET-VTC-GAP, state form: every replica that stepped read the fleet counters, the
+    counters moved by exactly the replicas' charges over the weight, and the proved invariant
+    (SPEC.md 8.15) holds on every pair of the :class:`SpreadRelation`: ``c_f + owed_f <= c_g +
+    D_F / w_f``, owed_f what f's running sequences on every replica still owe (a strengthening
+    of the history form's spread; D_F with T the longest request routed so far)."""
+    k, names, cfgs = tr.record.fleet_step, ctx.names, ctx.configs
+    w = [t.weight for t in cfgs[0].tenants]
+    out = []
+    c0, c1 = tr.counters_before, tr.counters_after
+    for r, t in enumerate(tr.replicas):
+        if t is not None and any(not _close(a.counter, b) for a, b in zip(t.prev.tenants, c0)):
+            out.append(Finding("FLEET-VTC-GAP", k, (), (), [a.counter for a in t.prev.tenants], list(c0),
+                               f"replica {r} did not read the fleet counters at the fleet step's start"))
+    for i, name in enumerate(names):
+        charge = sum(rep.state.tenants[i].service - st.tenants[i].service
+                     for rep, st in zip(fleet.replicas, before)) / w[i]
+        if not _close(c1[i], c0[i] + charge):
+            out.append(Finding("FLEET-VTC-GAP", k, (name,), (), c1[i] - c0[i], charge,
+                               "a fleet counter moved by other than the replicas' charges over the weight"))
+    g = [0.0] * len(names)
+    for c, rep in zip(cfgs, fleet.replicas):
+        g = [a + float(b) for a, b in zip(g, owed(c, rep.state.running, len(names)))]
+    d_f = sum(max(c.order.w_in, c.order.w_out) * batch_token_capacity(c, ctx.longest) for c in cfgs)
+    ix = {x: i for i, x in enumerate(names)}
+    for f, gname, r, j in ctx.relation.pairs():
+        a, b = ix[f], ix[gname]
+        if c1[a] + g[a] > c1[b] + d_f / w[a] + 1e-9 * max(1.0, abs(c1[b])):
+            out.append(Finding("FLEET-VTC-GAP", k, (f, gname), (), c1[a] + g[a] - c1[b], d_f / w[a],
+                               f"tenant {f}, last picked on replica {r} at fleet step {j}, with what it still owes, "
+                               f"runs ahead of {gname}, waiting there since, by more than D_F / w"))
+    return out
+
+
+def check_fleet_step(ctx: FleetStepContext, before: Sequence[Any], tr: Any, fleet: Any) -> list[Finding]:
+    """Judge one fleet step as it happens: the state form of every applicable fleet invariant
+    (``before``: the replicas' states before the step; ``tr``: the fleet's
+    :class:`~tenantry.model.fleet.FleetTransition`; ``fleet``: the fleet after it).  Advances
+    ``ctx`` (the spread's relation, T).  The per-replica state forms are the caller's
+    (:func:`tenantry.spec.invariants.check_state` on each replica's transition)."""
+    tenant_of = {}
+    for t in tr.replicas:
+        if t is not None:
+            for q in t.inputs.arrivals:
+                tenant_of[q.request_id] = q.tenant
+                ctx.longest = max(ctx.longest, q.prompt_tokens + q.output_tokens)
+    names = ctx.names
+    picked = [set() if t is None else {names[e.tenant] for e in t.output.events if e.kind == "scheduled"}
+              for t in tr.replicas]
+    queued = [{x: len(q.queue) for x, q in zip(names, rep.state.tenants)} for rep in fleet.replicas]
+    ctx.relation.advance(tr.record.fleet_step, picked, queued)
+    out = []
+    for inv in FLEET_INVARIANTS.values():
+        if inv.check_state is not None and inv.applies(ctx.fleet, ctx.configs):
+            out += inv.check_state(ctx, before, tr, fleet)
+    return out
+
+
 @attrs.frozen
 class FleetInvariant:
     """A fleet invariant (SPEC.md 7.9): its id, one line, when it is claimed
     (``applies(fleet_header) -> bool``, the header's ``fleet`` object with its replica
-    configurations) and its history form ``check(view) -> list[Finding]``."""
+    configurations), its history form ``check(view) -> list[Finding]`` and its state form
+    ``check_state(ctx, before, transition, fleet)`` (:func:`check_fleet_step`)."""
 
     id: str
     summary: str
     applies: Callable[[dict[str, Any], tuple[Config, ...]], bool]
     check: Callable[[FleetView], list[Finding]]
     source: str = ""
+    check_state: Callable[..., list[Finding]] | None = None
 
 
 def _vtc_gap_why_not(fleet: dict[str, Any], configs: tuple[Config, ...]) -> str | None:
@@ -411,13 +520,14 @@ def _vtc_gap_applies(fleet: dict[str, Any], configs: tuple[Config, ...]) -> bool
 #: The fleet invariants by id.
 FLEET_INVARIANTS: dict[str, FleetInvariant] = {i.id: i for i in (
     FleetInvariant("FLEET-NO-LOSS", "every request is routed to exactly one replica, at its arrival, and is answered "
-                   "and ends there", lambda f, c: True, h_no_loss),
+                   "and ends there", lambda f, c: True, h_no_loss, check_state=_state_no_loss),
     FleetInvariant("ROUTE-LOAD-BOUND", "a load-bounded router keeps each receiving replica within ceil(c (m+1) / R) "
                    "outstanding requests", lambda f, c: f.get("router") in LOAD_BOUNDED, h_load_bound,
-                   "Mirrokni, Thorup and Zadimoghaddam, Consistent Hashing with Bounded Loads, SODA 2018"),
+                   "Mirrokni, Thorup and Zadimoghaddam, Consistent Hashing with Bounded Loads, SODA 2018",
+                   _state_load_bound),
     FleetInvariant("FLEET-VTC-GAP", "fleet VTC counters move by the fleet's charges, and a tenant picked on a replica "
                    "stays within D_F / w of those waiting there", _vtc_gap_applies, h_fleet_vtc_gap,
-                   "Sheng et al., OSDI 2024, Algorithm 2 and Theorem 4.4, over shared counters"),
+                   "Sheng et al., OSDI 2024, Algorithm 2 and Theorem 4.4, over shared counters", _state_vtc_gap),
 )}
 
 

@@ -3,7 +3,10 @@
 One Hypothesis :class:`~hypothesis.stateful.RuleBasedStateMachine` for every
 replica the driver loop can feed (:class:`tenantry.model.simulate.Replica`):
 the reference model (:class:`ModelMachine`, judged by the catalog's state
-forms after every step and its history forms at the end) and a scheduler
+forms after every step and its history forms at the end), a fleet of it behind a
+router (:class:`FleetMachine`: the same rules drive the fleet; every replica's state
+forms and the fleet invariants' state forms after every fleet step, the fleet
+history at the end), and a scheduler
 under test behind the harness (built by :func:`tenantry.verify.suite.stateful_check`,
 judged by the harness's findings).  Its rules are the environment's actions
 of SPEC.md 5.1, one to one: a tenant sends a request (of any size, from one
@@ -26,10 +29,12 @@ from hypothesis import event, strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, precondition, rule
 
 from tenantry.model.config import Config
+from tenantry.model.fleet import Fleet, FleetConfig, FleetRecorder
 from tenantry.model.simulate import ModelReplica, Recorder, Replica, config_to_dict
 from tenantry.model.workload import Request, StepInput, Workload
 from tenantry.spec.invariants import INVARIANTS, check_history, check_state
 from tenantry.spec.invariants_core import Finding
+from tenantry.spec.invariants_fleet import FLEET_INVARIANTS, FleetStepContext, check_fleet_history, check_fleet_step
 
 #: Steps the teardown runs at most to let every request end.
 DRAIN_STEPS = 2000
@@ -229,3 +234,66 @@ def model_machine(configs: Any, variant: Any = None, name: str = "ModelMachine")
     """A :class:`ModelMachine` class over ``configs`` (a strategy, or one Config)."""
     strat = configs if isinstance(configs, st.SearchStrategy) else st.just(configs)
     return type(name, (ModelMachine,), {"configs": strat, "variant": variant})
+
+
+class FleetMachine(ReplicaMachine):
+    """A fleet of the reference model (SPEC.md 5.3) drawn per example from :attr:`fleets`
+    (1 to 3 replicas, any router, either accounting): the machine's rules drive it as they
+    drive one replica (the router spreads what a tenant sends).  After every fleet step, every
+    applicable per-replica state form on each replica that stepped (a finding's message begins
+    ``replica r:``) and every applicable fleet invariant's state form
+    (:func:`~tenantry.spec.invariants_fleet.check_fleet_step`: FLEET-NO-LOSS, ROUTE-LOAD-BOUND,
+    FLEET-VTC-GAP's premise and its proved invariant); at the end the fleet history by
+    :func:`~tenantry.spec.invariants_fleet.check_fleet_history` (each replica's part by every
+    history form, and the fleet invariants).  :attr:`variant` (a fleet mutant, a
+    :class:`~tenantry.model.fleet.Fleet` subclass) and :attr:`step_variant` (a replica mutant)
+    run when set."""
+
+    #: A strategy of :class:`FleetConfig` (set by :func:`fleet_machine`).
+    fleets: Any = None
+    variant: Any = None
+    step_variant: Any = None
+
+    def build(self, data: st.DataObject) -> tuple[Replica, tuple[str, ...]]:
+        fc: FleetConfig = data.draw(self.fleets, label="fleet")
+        self.fc = fc
+        event(f"fleet {len(fc.replicas)} x {fc.router}, {fc.accounting} accounting")
+        self.ctx = FleetStepContext(fc)
+        for inv_id, inv in FLEET_INVARIANTS.items():
+            if inv.applies(self.ctx.fleet, self.ctx.configs):
+                event(f"checks {inv_id}")
+        self.rec = FleetRecorder(fc, detail=True)
+        ctx_tokens = min(c.max_context_tokens for c in fc.replicas)
+        self.max_prompt_tokens = ctx_tokens - 1
+        self.max_output_tokens = max(1, min(40, ctx_tokens // 8))
+        fleet = (self.variant or Fleet)(fc, self.step_variant)
+        return fleet, tuple(t.name for t in fc.replicas[0].tenants)
+
+    def _send(self, tenant: int, prompt: int, output: int, prefix: list[int]) -> int:
+        rid = super()._send(tenant, prompt, output, prefix)
+        self.rec.offer(self.requests[rid])
+        return rid
+
+    def _step(self) -> None:
+        self.before = [rep.state for rep in self.replica.replicas]
+        super()._step()
+
+    def judge_step(self) -> list[Finding]:
+        tr = self.replica.last
+        self.rec.observe(tr)
+        out: list[Finding] = []
+        for r, t in enumerate(tr.replicas):
+            if t is not None:
+                out += [attrs.evolve(x, message=f"replica {r}: {x.message}")
+                        for x in check_state(self.ctx.configs[r], t.prev, t.state, t.output, t.inputs)]
+        return out + check_fleet_step(self.ctx, self.before, tr, self.replica)
+
+    def judge_end(self) -> list[Finding]:
+        return check_fleet_history(self.rec.history(self.replica))
+
+
+def fleet_machine(fleets: Any, variant: Any = None, step_variant: Any = None,
+                  name: str = "FleetMachine") -> type[FleetMachine]:
+    """A :class:`FleetMachine` class over ``fleets`` (a strategy, or one FleetConfig)."""
+    strat = fleets if isinstance(fleets, st.SearchStrategy) else st.just(fleets)
+    return type(name, (FleetMachine,), {"fleets": strat, "variant": variant, "step_variant": step_variant})

@@ -122,3 +122,30 @@ def configs(draw, policy: str | None = None, lanes: bool = True):
         eviction=eviction, cost=CostConfig(mode="unit", unit_step_s=0.01),
         prefix_cache=draw(st.sampled_from(PREFIX_CACHE_MODES)),
     )
+
+
+@st.composite
+def fleets(draw, accounting: str | None = None):
+    """A small fleet (SPEC.md 5.3): 1-3 replicas of one drawn replica (:func:`configs`), pools
+    that may differ (one may be twice the others'), any router, load factor 1 to 2, hashed or
+    explicit affinity subsets, and either accounting (or ``accounting``).  Fleet accounting runs
+    ``vtc``; half of those fleets are plain (no cap, no strict tiers, every pool ample), so that
+    FLEET-VTC-GAP is claimed."""
+    from tenantry.model.fleet import ACCOUNTING, ROUTERS, FleetConfig
+
+    acc = accounting or draw(st.sampled_from(ACCOUNTING))
+    base = draw(configs("vtc" if acc == "fleet" else None))
+    if acc == "fleet" and draw(st.booleans()):
+        base = attrs.evolve(base, tenants=tuple(attrs.evolve(t, kv_block_cap=None, max_running_seqs=None)
+                                                for t in base.tenants),
+                            num_blocks=base.max_num_seqs * base.blocks_for(base.max_context_tokens),
+                            order=attrs.evolve(base.order, strict_tiers=False),
+                            admission=attrs.evolve(base.admission, tier_slot_caps=()))
+    n = draw(st.integers(1, 3))
+    pools = [draw(st.sampled_from((base.num_blocks, base.num_blocks, 2 * base.num_blocks))) for _ in range(n)]
+    names = [t.name for t in base.tenants]
+    pinned = draw(st.dictionaries(st.sampled_from(names), st.lists(st.integers(0, n - 1), min_size=1, max_size=n),
+                                  max_size=2))
+    return FleetConfig(tuple(attrs.evolve(base, num_blocks=b) for b in pools), router=draw(st.sampled_from(sorted(ROUTERS))),
+                       accounting=acc, load_factor=draw(st.sampled_from((1.0, 1.25, 2.0))),
+                       affinity_replicas=draw(st.one_of(st.none(), st.integers(1, n))), tenant_replicas=pinned)

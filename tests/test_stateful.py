@@ -7,6 +7,7 @@ is checked after every step and its history form at the end
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import settings
 
 from tenantry.testing.stateful import model_machine
@@ -54,3 +55,43 @@ def test_a_mutant_fails_the_machine_with_a_replayable_workload():
         assert again.findings and again.findings[0].invariant == "KV-CONSERVE"
     else:
         raise AssertionError("the stateful machine missed the cancel_leaks_blocks mutant")
+
+
+def _fleet_case():
+    from tenantry.testing.stateful import fleet_machine
+    from tenantry.testing.strategies import fleets
+    case = fleet_machine(fleets(), name="Machine_fleet").TestCase
+    case.settings = settings(case.settings, max_examples=max(10, settings.default.max_examples // 2),
+                             stateful_step_count=40)
+    return case
+
+
+TestFleet = _fleet_case()
+
+
+@pytest.mark.parametrize("name", ["route_loses", "affinity_unbounded", "counters_unread", "fleet_no_lift"])
+def test_every_fleet_mutant_fails_the_machine(name):
+    """The fleet rules are not vacuous: each fleet mutant (``FLEET_MUTANTS``) on its fleet is caught by one of its
+    killers (a state form after a fleet step, or the fleet history at the end: ``fleet_no_lift``'s banked credit),
+    and the failure carries a workload that replays it on the mutant and not on the model."""
+    from hypothesis import HealthCheck, Phase
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from tenantry.model.fleet import simulate_fleet
+    from tenantry.spec.invariants_fleet import check_fleet_history
+    from tenantry.testing.mutants import FLEET_MUTANTS
+    from tenantry.testing.stateful import StatefulFinding, fleet_machine
+
+    m = FLEET_MUTANTS[name]
+    machine = fleet_machine(m.fleet(), variant=m.variant, name=name)
+    try:
+        run_state_machine_as_test(machine, settings=settings(max_examples=200, database=None, derandomize=True,
+                                                             phases=(Phase.generate,), deadline=None,
+                                                             suppress_health_check=list(HealthCheck)))
+    except StatefulFinding as e:
+        assert e.findings[0].invariant in m.killers, e
+        again = check_fleet_history(simulate_fleet(m.fleet(), e.workload, variant=m.variant), m.killers)
+        assert again and again[0].invariant in m.killers
+        assert not check_fleet_history(simulate_fleet(m.fleet(), e.workload), m.killers)
+    else:
+        raise AssertionError(f"the stateful machine missed the {name} fleet mutant")
