@@ -208,13 +208,18 @@ def h_load_bound(v: FleetView) -> list[Finding]:
     return out
 
 
+def fleet_largest_charge(configs: Sequence[Config], max_total_tokens: int) -> float:
+    """D_F: the most weighted tokens a tenant can be charged across the fleet after its last
+    pick: the sum over replicas of ``max(w_in, w_out) * M_r`` (SPEC.md 7.9), M_r the batch
+    token capacity (:func:`~tenantry.spec.invariants_core.batch_token_capacity`) with T =
+    ``max_total_tokens``, the longest request."""
+    return sum(max(c.order.w_in, c.order.w_out) * batch_token_capacity(c, max_total_tokens) for c in configs)
+
+
 def fleet_charge_bound(v: FleetView) -> float:
-    """D_F: the most weighted tokens a tenant can be charged across the fleet after its
-    last pick: the sum over replicas of ``max(w_in, w_out) * M_r`` (SPEC.md 7.9), M_r
-    the batch token capacity with T the longest request of the records."""
+    """D_F of a fleet history (:func:`fleet_largest_charge`), T the longest request of its records."""
     rs = v.history.requests
-    t = max((q.prompt_tokens + q.output_tokens for q in rs), default=1)
-    return sum(max(c.order.w_in, c.order.w_out) * batch_token_capacity(c, t) for c in v.configs)
+    return fleet_largest_charge(v.configs, max((q.prompt_tokens + q.output_tokens for q in rs), default=1))
 
 
 def _close(a: float, b: float) -> bool:
@@ -447,7 +452,7 @@ def _state_vtc_gap(ctx: FleetStepContext, before: Sequence[Any], tr: Any, fleet:
     g = [0.0] * len(names)
     for c, rep in zip(cfgs, fleet.replicas):
         g = [a + float(b) for a, b in zip(g, owed(c, rep.state.running, len(names)))]
-    d_f = sum(max(c.order.w_in, c.order.w_out) * batch_token_capacity(c, ctx.longest) for c in cfgs)
+    d_f = fleet_largest_charge(cfgs, ctx.longest)
     ix = {x: i for i, x in enumerate(names)}
     for f, gname, r, j in ctx.relation.pairs():
         a, b = ix[f], ix[gname]

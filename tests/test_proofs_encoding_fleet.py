@@ -28,7 +28,7 @@ from tenantry.proofs import fleet as pf
 from tenantry.proofs.agree import apply, arr, holds, owed
 from tenantry.proofs.core import Domain
 from tenantry.spec.invariants_core import ample_kv, batch_token_capacity
-from tenantry.spec.invariants_fleet import SpreadRelation
+from tenantry.spec.invariants_fleet import SpreadRelation, fleet_largest_charge
 
 WEIGHTS = (0.5, 1.0, 2.0)
 
@@ -73,13 +73,15 @@ class Observer:
                 "ll": z3.RealVal(Fraction(fl.last_left)), "k": z3.IntVal(fl.fleet_step)}
 
     def raw(self, fl) -> dict:
+        n = len(self.names)
         return {"service": [[t.service for t in rep.state.tenants] for rep in fl.replicas],
-                "queued": [[bool(t.queue) for t in rep.state.tenants] for rep in fl.replicas]}
+                "queued": [[bool(t.queue) for t in rep.state.tenants] for rep in fl.replicas],
+                "owed": [owed(c, rep.state.running, n) for c, rep in zip(fl.configs, fl.replicas)]}
 
 
 def u_bound(fc: FleetConfig, longest: int) -> list[Fraction]:
     """U[f] = D_F / w_f (``fleet_charge_bound``: T the longest request of the workload)."""
-    d_f = sum(Fraction(max(c.order.w_in, c.order.w_out)) * batch_token_capacity(c, longest) for c in fc.replicas)
+    d_f = Fraction(fleet_largest_charge(fc.replicas, longest))
     return [d_f / Fraction(t.weight) for t in fc.replicas[0].tenants]
 
 
@@ -90,7 +92,8 @@ def check_run(fc: FleetConfig, wl: list[Request], plant: str | None = None, max_
     n, R = len(names), len(fc.replicas)
     dt, dr = Domain("N", n), Domain("R", R)
     weights = [Fraction(t.weight) for t in fc.replicas[0].tenants]
-    U = arr(u_bound(fc, max(q.prompt_tokens + q.output_tokens for q in wl)))
+    longest = max(q.prompt_tokens + q.output_tokens for q in wl)
+    U = arr(u_bound(fc, longest))
     tenant_of = {q.request_id: q.tenant for q in wl}
     obs = Observer(fc)
     pre_state, pre_raw = obs.state(Fleet(fc)), obs.raw(Fleet(fc))  # the empty fleet
@@ -104,6 +107,12 @@ def check_run(fc: FleetConfig, wl: list[Request], plant: str | None = None, max_
         dlt = [[(Fraction(b) - Fraction(a)) / weights[i] for i, (a, b) in enumerate(zip(sa, sb))]
                for sa, sb in zip(pre_raw["service"], post_raw["service"])]
         arriving = {names.index(tenant_of[rid]) for rid, _ in tr.record.routed}
+        for r, c in enumerate(fc.replicas):  # the replicas' facts the sum lemmas take (H2 per replica)
+            d_r = Fraction(max(c.order.w_in, c.order.w_out) * batch_token_capacity(c, longest))
+            for i in range(n):
+                left = dlt[r][i] + post_raw["owed"][r][i]
+                if left > d_r / weights[i] or (not picked[r][i] and left > pre_raw["owed"][r][i]):
+                    return f"fleet step {k}: H2 fails on replica {r} for t{i}: charged {dlt[r][i]}, owes {left - dlt[r][i]}"
         g2 = [Fraction(0)] * n
         for c, rep in zip(fl.configs, fl.replicas):
             g2 = [a + b for a, b in zip(g2, owed(c, rep.state.running, n))]
@@ -185,3 +194,19 @@ def test_planted_unweighted_charge_is_caught():
     fc, wl = _picks_on_two_replicas()
     msg = check_run(fc, wl, plant="unweighted")
     assert msg is not None and msg.split(": ")[1].startswith("c"), msg
+
+
+def test_the_step_obligation_is_not_vacuous():
+    """On 2 tenants and 2 replicas (the quantifiers expanded) the step's hypotheses with a
+    related pair after it have a model, its goal cannot fail, and with per-replica picks
+    (``shared=False``) it can."""
+    from tenantry.proofs.core import real_array, solve
+    dt, dr, U = Domain("N", 2), Domain("R", 2), real_array("U")
+    s = pf.fstate("v")
+    for shared, want in ((True, "unsat"), (False, "sat")):
+        guard, post, _ = pf.fleet_step(dt, dr, s, U, "v", shared=shared)
+        f, g, r = z3.Int("f"), z3.Int("g"), z3.Int("r")
+        hyps = [pf._fsetup(dt, dr, U), pf.gap_invariant(dt, dr, s, U), guard, dt.has(f), dt.has(g), dr.has(r),
+                pf.related(post, f, g, r)]
+        assert solve(z3.And(*hyps), 20000).status == "sat"
+        assert solve(z3.And(*hyps, post["c"][f] + post["G"][f] > post["c"][g] + U[f]), 20000).status == want
