@@ -470,7 +470,8 @@ class FleetRecorder:
                                               outcome="unfinished", prefix_ids=q.prefix_ids))
         hdr = {"config": config_to_dict(self.config.run_configs[0]), "fleet": self.config.to_dict(),
                "requests": len(self.offered), **(header or {})}
-        return History(header=hdr, steps=tuple(self.steps), requests=tuple(sorted(requests, key=lambda q: q.request_id)),
+        requests.sort(key=lambda q: q.request_id)
+        return History(header=hdr, steps=tuple(self.steps), requests=tuple(requests),
                        fleet_steps=tuple(self.fleet_steps))
 
 

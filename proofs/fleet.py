@@ -368,7 +368,8 @@ def _gap_twin_replay(model: z3.ModelRef, sym: dict) -> Replay:
     ok = bool(bad) and not good
     detail = (f"t0 served {n0} requests of {pp}/{oo} tokens alone on replica 0, then picked on replica 1 by its own "
               "counters over t1: " + (bad[0].render() if bad else "no finding under per-replica accounting")
-              + ("; fleet accounting keeps it" if not good else f"; but fleet accounting breaks it: {good[0].render()}"))
+              + ("; fleet accounting keeps it" if not good
+                 else f"; but fleet accounting breaks it: {good[0].render()}"))
     return Replay(ok, detail, facts)
 
 

@@ -469,11 +469,9 @@ def check_fleet_step(ctx: FleetStepContext, before: Sequence[Any], tr: Any, flee
     :class:`~tenantry.model.fleet.FleetTransition`; ``fleet``: the fleet after it).  Advances
     ``ctx`` (the spread's relation, T).  The per-replica state forms are the caller's
     (:func:`tenantry.spec.invariants.check_state` on each replica's transition)."""
-    tenant_of = {}
     for t in tr.replicas:
         if t is not None:
             for q in t.inputs.arrivals:
-                tenant_of[q.request_id] = q.tenant
                 ctx.longest = max(ctx.longest, q.prompt_tokens + q.output_tokens)
     names = ctx.names
     picked = [set() if t is None else {names[e.tenant] for e in t.output.events if e.kind == "scheduled"}

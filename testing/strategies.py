@@ -146,6 +146,7 @@ def fleets(draw, accounting: str | None = None):
     names = [t.name for t in base.tenants]
     pinned = draw(st.dictionaries(st.sampled_from(names), st.lists(st.integers(0, n - 1), min_size=1, max_size=n),
                                   max_size=2))
-    return FleetConfig(tuple(attrs.evolve(base, num_blocks=b) for b in pools), router=draw(st.sampled_from(sorted(ROUTERS))),
+    return FleetConfig(tuple(attrs.evolve(base, num_blocks=b) for b in pools),
+                       router=draw(st.sampled_from(sorted(ROUTERS))),
                        accounting=acc, load_factor=draw(st.sampled_from((1.0, 1.25, 2.0))),
                        affinity_replicas=draw(st.one_of(st.none(), st.integers(1, n))), tenant_replicas=pinned)

@@ -44,7 +44,8 @@ def replica(weights, max_num_seqs: int) -> Config:
 def arr2(rows, sort: str = "real") -> z3.ArrayRef:
     """A concrete two-index array from a list of rows."""
     inner = {"bool": z3.BoolSort(), "int": z3.IntSort()}.get(sort, z3.RealSort())
-    a = z3.K(z3.IntSort(), z3.K(z3.IntSort(), {"bool": z3.BoolVal(False), "int": z3.IntVal(0)}.get(sort, z3.RealVal(0))))
+    zero = {"bool": z3.BoolVal(False), "int": z3.IntVal(0)}.get(sort, z3.RealVal(0))
+    a = z3.K(z3.IntSort(), z3.K(z3.IntSort(), zero))
     assert a.sort() == z3.ArraySort(z3.IntSort(), z3.ArraySort(z3.IntSort(), inner))
     for x, row in enumerate(rows):
         a = z3.Store(a, x, arr(row, sort))
@@ -69,7 +70,8 @@ class Observer:
         return {"c": arr(Fraction(x) for x in fl.counters), "G": arr(g),
                 "q": arr2([[bool(t.queue) for t in rep.state.tenants] for rep in fl.replicas], "bool"),
                 "sn": arr2([[self.rel.since[r].get(f, -1) for f in self.names] for r in range(R)], "int"),
-                "lp": arr((j for j, _ in lp), "int"), "P": arr2([[r in reps for r in range(R)] for _, reps in lp], "bool"),
+                "lp": arr((j for j, _ in lp), "int"),
+                "P": arr2([[r in reps for r in range(R)] for _, reps in lp], "bool"),
                 "ll": z3.RealVal(Fraction(fl.last_left)), "k": z3.IntVal(fl.fleet_step)}
 
     def raw(self, fl) -> dict:
@@ -112,7 +114,8 @@ def check_run(fc: FleetConfig, wl: list[Request], plant: str | None = None, max_
             for i in range(n):
                 left = dlt[r][i] + post_raw["owed"][r][i]
                 if left > d_r / weights[i] or (not picked[r][i] and left > pre_raw["owed"][r][i]):
-                    return f"fleet step {k}: H2 fails on replica {r} for t{i}: charged {dlt[r][i]}, owes {left - dlt[r][i]}"
+                    return (f"fleet step {k}: H2 fails on replica {r} for t{i}: charged {dlt[r][i]}, "
+                            f"owes {left - dlt[r][i]}")
         g2 = [Fraction(0)] * n
         for c, rep in zip(fl.configs, fl.replicas):
             g2 = [a + b for a, b in zip(g2, owed(c, rep.state.running, n))]
