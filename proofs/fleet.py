@@ -302,40 +302,52 @@ def sum_obligations() -> list[tuple[str, z3.BoolRef]]:
 
 def _gap_twin_formula() -> tuple[z3.BoolRef, dict]:
     """Per-replica accounting (``shared=False``), 2 replicas, 2 unit-weight tenants, one batch
-    slot, w_in = 1, w_out = 2, requests of p prompt and o output tokens (charge u = p + 2 o,
-    T = p + o, so D_F = 2 * 2 * T): tenant 0 has been served n0 requests alone on replica 0
-    (fleet counter n0 u, nothing queued or running anywhere; replica 1's counters are 0), then
-    both tenants arrive and replica 1 picks tenant 0 by its own counters while tenant 1 waits
-    there.  The shape is one fleet step of the encoding from a state that keeps the invariant."""
+    slot each, w_in = 1, w_out = 2, requests of p prompt and o output tokens (charge u = p + 2 o,
+    one request per o steps; T = p + o, so D_F = 2 * 2 * T).  Tenant 1 (g) is queued on replica 1
+    only, tenant 0 (f) on both, both since fleet step 0 (so no lift ever applies to g, and the
+    fleet service is what any counter of g would be).  Replica 1 alternates g, f, g, ... by its
+    own counters while replica 0 serves f alone.  The pre-state is the end of fleet step
+    (2 n - 1) o - 1: replica 0 has served f 2 n - 1 requests, replica 1 g n and f n - 1, nothing
+    runs, f and g were last picked in fleet step (2 n - 2) o (f on replica 0, g on replica 1).
+    In the step f is picked on both replicas (replica 1's own counters: (n - 1) u against n u),
+    charged p + 2 on each (its prompt and first token), while g waits on replica 1.  The shape
+    is one fleet step of the encoding from a state that keeps the invariant."""
     dt, dr = Domain("N", 2), Domain("R", 2)
     s = fstate("tw")
-    n0, pp, oo = Int("n0_tw"), Int("p_tw"), Int("o_tw")
+    n, pp, oo = Int("n_tw"), Int("p_tw"), Int("o_tw")
     u, t = ToReal(pp + 2 * oo), ToReal(pp + oo)
     U = z3.K(z3.IntSort(), 4 * t)
     guard, post, p = fleet_step(dt, dr, s, U, "tw", shared=False)
-    cr0 = p["cr0"]
-    shape = And(n0 >= 1, n0 <= 8, pp >= 1, oo >= 1, pp + oo <= 8,
-                s["c"][0] == ToReal(n0) * u, s["c"][1] == 0, s["G"][0] == 0, s["G"][1] == 0,
-                dr.forall(lambda r: dt.forall(lambda i: z3.Not(s["q"][r][i]))),
-                s["lp"][0] >= 0, s["P"][0][0], z3.Not(s["P"][0][1]), s["lp"][1] == -1, s["k"] > s["lp"][0],
-                s["ll"] == s["c"][0],
-                p["A"][0], p["A"][1], cr0[0][0] == ToReal(n0) * u, cr0[0][1] == 0, cr0[1][0] == 0, cr0[1][1] == 0,
-                p["pk"][1][0], z3.Not(p["pk"][1][1]), p["q2"][1][1])
+    q, q2, pk, cr0, D = s["q"], p["q2"], p["pk"], p["cr0"], p["D"]
+    last = (2 * n - 2) * oo
+    shape = And(n >= 1, n <= 6, pp >= 1, oo >= 1, pp + oo <= 8,
+                s["c"][0] == ToReal(3 * n - 2) * u, s["c"][1] == ToReal(n) * u, s["G"][0] == 0, s["G"][1] == 0,
+                q[0][0], z3.Not(q[0][1]), q[1][0], q[1][1], s["sn"][0][0] == 0, s["sn"][1][0] == 0, s["sn"][1][1] == 0,
+                s["lp"][0] == last, s["lp"][1] == last, s["P"][0][0], z3.Not(s["P"][0][1]), s["P"][1][1],
+                z3.Not(s["P"][1][0]), s["k"] == last + oo, s["ll"] == 0,
+                dt.forall(lambda i: z3.Not(p["A"][i])),
+                cr0[0][0] == ToReal(2 * n - 1) * u, cr0[0][1] == 0, cr0[1][0] == ToReal(n - 1) * u,
+                cr0[1][1] == ToReal(n) * u,
+                pk[0][0], pk[1][0], z3.Not(pk[0][1]), z3.Not(pk[1][1]),
+                q2[0][0], z3.Not(q2[0][1]), z3.Not(q2[1][0]), q2[1][1],
+                D[0][0] == ToReal(pp + 2), D[1][0] == ToReal(pp + 2), D[0][1] == 0, D[1][1] == 0,
+                dt.forall(lambda i: p["dt"][i] == D[0][i] + D[1][i]))
     bad = And(related(post, 0, 1, 1), post["c"][0] - post["c"][1] > U[0])
     f = And(gap_invariant(dt, dr, s, U), guard, shape, bad)
-    return f, {"n0": n0, "p": pp, "o": oo, "U": U[0], "c_after": (post["c"][0], post["c"][1])}
+    return f, {"n": n, "p": pp, "o": oo, "U": U[0], "k": s["k"], "pre": (s["c"][0], s["c"][1]),
+               "gap": post["c"][0] - post["c"][1]}
 
 
 def _gap_twin_replay(model: z3.ModelRef, sym: dict) -> Replay:
-    """Replay on the model: tenant_affinity with t0 on both replicas and t1 on replica 1,
-    least outstanding within the subset, ties to replica 0.  t0 sends n0 requests 20 s apart
-    (each alone: both replicas empty, so replica 0), then t0 sends two and t1 one at once
-    (t0's first to replica 0, its second to replica 1, t1's to replica 1, where the tie of
-    the counters goes to t0's older head).  The catalog's spread over the fleet service
-    (:func:`~tenantry.spec.invariants_fleet.spread_findings` on
-    :func:`~tenantry.spec.invariants_fleet.fleet_service_counters`) must flag t0 against t1 under
-    per-replica accounting, and FLEET-VTC-GAP must hold on the same workload under fleet
-    accounting."""
+    """Replay on the model: ``tenant_affinity`` with t0 on both replicas and t1 on replica 1,
+    least outstanding within the subset, ties to replica 0.  At 0 s t1 sends n + 1 requests
+    (all to replica 1), then t0 sends 3 n + 1 (the first n + 2 to replica 0, then alternately
+    to 1 and 0: n on replica 1, 2 n + 1 on replica 0).  The run must reach the decoded state
+    (the fleet service of both tenants before fleet step (2 n - 1) o, D_F), and the catalog's
+    spread over the fleet service (:func:`~tenantry.spec.invariants_fleet.spread_findings` on
+    :func:`~tenantry.spec.invariants_fleet.fleet_service_counters`) must flag t0 against t1 at
+    that step with the decoded gap (it may flag earlier rounds too: every round from the second
+    breaks it); FLEET-VTC-GAP must hold on the same workload under fleet accounting."""
     from tenantry.model.fleet import FleetConfig, simulate_fleet
     from tenantry.model.workload import Request
     from tenantry.spec.invariants_fleet import _read, check_fleet_history, fleet_charge_bound, \
@@ -343,31 +355,35 @@ def _gap_twin_replay(model: z3.ModelRef, sym: dict) -> Replay:
 
     from .vtc import replay_config
 
-    n0, pp, oo = val(model, sym["n0"]), val(model, sym["p"]), val(model, sym["o"])
+    n, pp, oo = val(model, sym["n"]), val(model, sym["p"]), val(model, sym["o"])
+    k, gap = val(model, sym["k"]), val(model, sym["gap"])
     cfg = replay_config(2, lift=True, max_num_seqs=1)
-    wl = [Request(i, "t0", 20.0 * i, pp, oo) for i in range(n0)]
-    t = 20.0 * n0
-    wl += [Request(n0, "t0", t, pp, oo), Request(n0 + 1, "t0", t, pp, oo), Request(n0 + 2, "t1", t, pp, oo)]
+    wl = [Request(i, "t1", 0.0, pp, oo) for i in range(n + 1)]
+    wl += [Request(n + 1 + i, "t0", 0.0, pp, oo) for i in range(3 * n + 1)]
     subsets = {"t0": (0, 1), "t1": (1,)}
     hist = {acc: simulate_fleet(FleetConfig((cfg, cfg), router="tenant_affinity", accounting=acc,
                                             tenant_replicas=subsets), wl) for acc in ("replica", "fleet")}
     h = hist["replica"]
     d_f = fleet_charge_bound(_read(h))
     counters = fleet_service_counters(h)
-    k = next(j for j, f in enumerate(h.fleet_steps) if any(rid == n0 for rid, _ in f.routed))
-    pre = counters[k - 1] if k else {"t0": 0.0, "t1": 0.0}
-    routed = dict(h.fleet_steps[k].routed)
-    facts = {"served_alone": n0, "prompt": pp, "output": oo, "D_F": d_f, "fleet_service_before": pre,
-             "routed": routed}
-    want_pre = {"t0": float(n0 * (pp + 2 * oo)), "t1": 0.0}
-    if d_f != val(model, sym["U"]) or pre != want_pre or routed != {n0: 0, n0 + 1: 1, n0 + 2: 1}:
+    want_pre = {"t0": float(val(model, sym["pre"][0])), "t1": float(val(model, sym["pre"][1]))}
+    pre = counters[k - 1] if 0 < k <= len(counters) else None
+    on = [sum(1 for q in h.requests if q.tenant == "t0" and q.replica == r) for r in (0, 1)]
+    facts = {"rounds": n, "prompt": pp, "output": oo, "D_F": d_f, "step": k, "fleet_service_before": pre,
+             "t0_per_replica": on, "decoded_gap": gap}
+    if d_f != val(model, sym["U"]) or pre != want_pre or on != [2 * n + 1, n]:
         return Replay(False, f"the run did not reach the decoded state: D_F {d_f} against {val(model, sym['U'])}, "
-                      f"fleet service {pre} against {want_pre}, routing {routed}", facts)
-    bad = [x for x in spread_findings(h, counters) if x.tenants == ("t0", "t1")]
+                      f"fleet service before step {k} {pre} against {want_pre}, t0 per replica {on}", facts)
+    found = [x for x in spread_findings(h, counters) if x.tenants == ("t0", "t1")]
+    bad = [x for x in found if x.step == k and x.observed == gap]
+    facts["first_finding_step"] = found[0].step if found else None
+    if found and not bad:
+        return Replay(False, f"the model flags t0 against t1 ({found[0].render()}) but not at the decoded step {k} "
+                      f"with the decoded gap {gap}", facts)
     good = check_fleet_history(hist["fleet"], ["FLEET-VTC-GAP"], replicas=False)
     ok = bool(bad) and not good
-    detail = (f"t0 served {n0} requests of {pp}/{oo} tokens alone on replica 0, then picked on replica 1 by its own "
-              "counters over t1: " + (bad[0].render() if bad else "no finding under per-replica accounting")
+    detail = (f"t1 queued on replica 1 from 0 s, t0 on both; replica 0 serves t0 alone, replica 1 alternates by its "
+              f"own counters ({pp}/{oo}-token requests): " + (bad[0].render() if bad else "no finding")
               + ("; fleet accounting keeps it" if not good
                  else f"; but fleet accounting breaks it: {good[0].render()}"))
     return Replay(ok, detail, facts)
@@ -380,7 +396,7 @@ FLEET_VTC_GAP = Proof(
     "any N (tenants), any R (replicas)",
     gap_fleet_obligations,
     (Twin("per-replica", "fleet accounting (accounting='replica': each replica picks by its own counters) under "
-          "tenant affinity", _gap_twin_formula, _gap_twin_replay, scope="n0 requests, then one fleet step"),),
+          "tenant affinity", _gap_twin_formula, _gap_twin_replay, scope="one fleet step of a run from 0 s"),),
     ("H1 on every replica (ample KV, vtc): a tenant picked on r had the least counter r saw among those queued "
      "there, and one queued at the step's end was queued through r's waiting phase",
      "H2 on every replica: in a step, r's charges to f plus what f's sequences on r still owe after it are at most "

