@@ -1,4 +1,8 @@
-"""ROUTE-LOAD-BOUND (SPEC.md 8.15): prefix affinity with its load bound never sends a
+"""The fleet's proofs (SPEC.md 8.15): ROUTE-LOAD-BOUND, for any number of replicas, and
+FLEET-VTC-GAP, for any number of tenants and replicas (its encoding is below
+:func:`fleet_step`; the invariant :func:`gap_invariant`; twin ``per-replica``).
+
+ROUTE-LOAD-BOUND: prefix affinity with its load bound never sends a
 request to a replica that would then hold more than ``B = ceil(c * (m + 1) / R)``
 outstanding requests, for any number R of replicas and any loads, because some
 replica is always within the bound (the router is total): for c >= 1 the
