@@ -469,7 +469,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         spread_seeds: extra victim seeds for verdicts near the hurt level (see :func:`run_cell`).
         executor: use this executor instead of making one.
         executor_kind: the executor to make (:func:`~tenantry.adversaries.evaluate.make_executor`:
-            ``process``, ``ray`` or ``ray:ADDRESS``); results do not depend on it.
+            ``process``, ``ray``, ``ray:ADDRESS``, ``dask`` or ``dask:ADDRESS``); results do not depend on it.
 
     Returns:
         {"summary": ..., "cells": {(setup, pattern): record}, "claimed_broken": bool,
