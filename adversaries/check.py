@@ -268,11 +268,11 @@ def _proofs(timeout_s: float) -> tuple[str, bool]:
     from tenantry.proofs.registry import PROOFS
 
     outs = run_all(PROOFS, twins=True, timeout_ms=int(timeout_s * 1000))
-    proofs = [o for o in outs if o.kind == "proof"]
-    twins = [o for o in outs if o.kind != "proof"]
+    of = {k: [o for o in outs if o.kind == k] for k in ("proof", "twin", "limit")}
     bad = [o.id for o in outs if not o.ok]
-    text = (f"{sum(o.ok for o in proofs)}/{len(proofs)} proved, {sum(o.ok for o in twins)}/{len(twins)} twins "
-            f"refuted and replayed (timeout {timeout_s:g} s per obligation)" + (f"; not ok: {', '.join(bad)}" if bad else ""))
+    count = lambda k: f"{sum(o.ok for o in of[k])}/{len(of[k])}"  # noqa: E731
+    text = (f"{count('proof')} proved, {count('twin')} twins and {count('limit')} limits refuted and replayed "
+            f"(at most {timeout_s:g} s per obligation)" + (f"; not ok: {', '.join(bad)}" if bad else ""))
     return text, not bad
 
 
@@ -469,7 +469,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         spread_seeds: extra victim seeds for verdicts near the hurt level (see :func:`run_cell`).
         executor: use this executor instead of making one.
         executor_kind: the executor to make (:func:`~tenantry.adversaries.evaluate.make_executor`:
-            ``process``, ``ray`` or ``ray:ADDRESS``); results do not depend on it.
+            ``process``, ``ray``, ``ray:ADDRESS``, ``dask`` or ``dask:ADDRESS``); results do not depend on it.
 
     Returns:
         {"summary": ..., "cells": {(setup, pattern): record}, "claimed_broken": bool,

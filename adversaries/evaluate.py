@@ -268,19 +268,23 @@ def make_executor(workers: int | None = None, kind: str = "process") -> cf.Execu
             the CPUs it may use; with ``ray:ADDRESS`` ignored (the cluster's CPUs).
         kind: ``process`` (a process pool on this machine), ``ray`` (a local Ray
             instance) or ``ray:ADDRESS`` (an existing Ray cluster, e.g.
-            ``ray:auto`` or ``ray:10.0.0.5:6379``; see :class:`RayExecutor`).
+            ``ray:auto`` or ``ray:10.0.0.5:6379``; see :class:`RayExecutor`),
+            ``dask`` (a local Dask cluster) or ``dask:ADDRESS`` (a running Dask
+            scheduler, e.g. ``dask:tcp://10.0.0.5:8786``; see :class:`DaskExecutor`).
 
     The pool's workers are started at once, from the calling thread (the
     parent-death signal is tied to the thread that starts a process): call it
     from the main thread.
 
     Raises:
-        ConfigError: on an unknown kind, or ``ray`` when Ray is not installed.
+        ConfigError: on an unknown kind, or ``ray`` / ``dask`` when that library is not installed.
     """
     if kind == "ray" or kind.startswith("ray:"):
         return RayExecutor(address=kind[4:] or None, num_cpus=workers)
+    if kind == "dask" or kind.startswith("dask:"):
+        return DaskExecutor(address=kind[5:] or None, num_workers=workers)
     if kind != "process":
-        raise ConfigError("--executor", kind, "unknown executor; choose process, ray or ray:ADDRESS")
+        raise ConfigError("--executor", kind, "unknown executor; choose process, ray, ray:ADDRESS, dask or dask:ADDRESS")
     n = (os.cpu_count() or 1) if workers is None else workers
     if n <= 1:
         return InlineExecutor()
@@ -368,6 +372,87 @@ class RayExecutor(cf.Executor):
         if self._own and self._ray.is_initialized():
             self._ray.shutdown()
             self._own = False
+
+
+class DaskExecutor(cf.Executor):
+    """Runs each call as a Dask task (``dask.distributed``): on a local cluster it
+    starts, or on a running scheduler.
+
+    Like :class:`RayExecutor`, results are the values a process pool gives (pure
+    :func:`evaluate` calls on picklable tasks, gathered in task order), so the
+    same seed gives the same ``matrix.json`` bytes.  Every worker needs tenantry
+    installed (the same version) and, for ``verify --target``, the target's module.
+
+    Args:
+        address: a scheduler to join (``tcp://HOST:8786``, or ``HOST:8786``); None
+            starts a local cluster of ``num_workers`` single-threaded worker
+            processes that :meth:`shutdown` stops.
+        num_workers: workers of the local cluster (default: the CPU count).
+
+    Raises:
+        ConfigError: when ``distributed`` is not installed (``pip install 'tenantry[dask]'``),
+            or the scheduler at ``address`` cannot be reached within 10 seconds.
+    """
+
+    def __init__(self, address: str | None = None, num_workers: int | None = None) -> None:
+        where = "dask" if address is None else f"dask:{address}"
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise ConfigError("--executor", where, "Dask is not installed: pip install 'tenantry[dask]'") from None
+        self._cluster = None
+        try:
+            if address is None:
+                self._cluster = LocalCluster(n_workers=num_workers or os.cpu_count() or 1, threads_per_worker=1,
+                                             processes=True, dashboard_address=None)
+                self._client = Client(self._cluster)
+            else:
+                self._client = Client(address, timeout=10)
+        except OSError as e:
+            if self._cluster is not None:
+                self._cluster.close()
+            raise ConfigError("--executor", where, f"cannot reach the Dask scheduler: {e}") from None
+        self.slots = max(1, sum(self._client.nthreads().values()))
+        self._futures: set = set()
+        self._lock = threading.Lock()
+
+    def submit(self, fn, /, *args, **kwargs):  # noqa: D102
+        f = self._client.submit(_call, fn, args, kwargs, pure=False, retries=0)
+        with self._lock:
+            self._futures.add(f)
+        out: cf.Future = cf.Future()
+
+        def done(g, out=out) -> None:
+            self._forget(g)
+            if g.cancelled():
+                out.cancel()
+                out.set_running_or_notify_cancel()
+            elif g.status == "error":
+                out.set_exception(g.exception())
+            else:
+                out.set_result(g.result())
+
+        f.add_done_callback(done)
+        return out
+
+    def _forget(self, f) -> None:
+        with self._lock:
+            self._futures.discard(f)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Cancel what is left when asked, and stop the local cluster this executor
+        started (a joined scheduler keeps running)."""
+        with self._lock:
+            futures, self._futures = list(self._futures), set()
+        if cancel_futures and futures:
+            try:
+                self._client.cancel(futures, force=True)
+            except Exception:  # the client is already closing
+                pass
+        self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
 
 
 def terminate_executor(executor: cf.Executor, timeout_s: float = 3.0) -> None:

@@ -35,6 +35,22 @@ from .workload import Request, StepInput, Workload, as_workload
 ACCOUNTING = ("replica", "fleet")
 
 
+def _subsets(d: Any) -> dict[str, tuple[Any, ...]]:
+    """``tenant_replicas`` as tenant -> tuple (checked in :class:`FleetConfig`).
+
+    Raises:
+        ConfigError: when it is not a table of tenant -> list of replica numbers.
+    """
+    if not isinstance(d, dict):
+        raise ConfigError("tenant_replicas", d, "give a table of tenant = [replica numbers]")
+    out = {}
+    for k, v in d.items():
+        if not isinstance(v, (list, tuple)):
+            raise ConfigError("tenant_replicas", f"{k} = {v!r}", "give a list of replica numbers")
+        out[str(k)] = tuple(v)
+    return out
+
+
 @attrs.frozen
 class FleetConfig:
     """A fleet: its replicas, its router and its accounting.
@@ -65,8 +81,7 @@ class FleetConfig:
     accounting: str = "replica"
     load_factor: float = 1.25
     affinity_replicas: int | None = None
-    tenant_replicas: dict[str, tuple[int, ...]] = attrs.field(
-        factory=dict, converter=lambda d: {k: tuple(v) for k, v in dict(d).items()})
+    tenant_replicas: dict[str, tuple[int, ...]] = attrs.field(factory=dict, converter=lambda d: _subsets(d))
 
     def __attrs_post_init__(self) -> None:
         if not self.replicas:
@@ -85,7 +100,8 @@ class FleetConfig:
         names = {t.name for t in self.replicas[0].tenants}
         for tenant, reps in self.tenant_replicas.items():
             if tenant not in names:
-                raise ConfigError("tenant_replicas", tenant, "names a tenant the replicas do not have")
+                raise ConfigError("tenant_replicas", tenant, "names a tenant the replicas do not have; they have "
+                                  + ", ".join(t.name for t in self.replicas[0].tenants))
             if not reps or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < n for r in reps):
                 raise ConfigError("tenant_replicas", f"{tenant} = {list(reps)}",
                                   f"give a non-empty list of replica numbers 0..{n - 1}")

@@ -58,6 +58,33 @@ TERMINAL = ("finished", "cancelled", "rejected")
 EVENT_KINDS = ("queued", "rejected", "cancelled", "preempted", "scheduled", "first_token", "finished")
 
 
+@attrs.frozen(slots=True)
+class Event:
+    """Something that happened to one request in a step.
+
+    Attributes:
+        kind: one of :data:`EVENT_KINDS`.
+        request_id, tenant (index): whose.
+        t_s: when (seconds): arrival time for queued/rejected at admission,
+            end of the step for first_token/finished, start of the step for
+            cancelled, preempted and scheduled.
+        reason, retry_after_s: for ``rejected`` (a 429): why and when to retry
+            (seconds, None when retrying cannot help).
+        tokens: ``preempted``: computed tokens discarded; ``scheduled``: tokens
+            already computed at entry (prefix-cache hits); ``finished``: tokens generated.
+        blocks: ``preempted`` (and ``rejected`` evicted_too_often): blocks its eviction released.
+    """
+
+    kind: str
+    request_id: int
+    tenant: int
+    t_s: float
+    reason: str | None = None
+    retry_after_s: float | None = None
+    tokens: int = 0
+    blocks: int = 0
+
+
 @attrs.frozen
 class StepEvent:
     """One thing that happened to one request in a step (an ``events`` entry of a step line).

@@ -2,7 +2,10 @@
 
 ``step(config, state, inputs) -> (state', output)`` is pure: it reads the old
 state, never mutates it, and returns a new state plus what happened in the
-step.  A step is, in order (each phase one method of :class:`Step`):
+step.  A step is, in order (each phase one method of :class:`Step`; phase 3 and
+the lazy decode ledger are inherited from :class:`~tenantry.model.running.RunningPhase`
+in ``model/running.py``, phase 4 from :class:`~tenantry.model.waiting.WaitingPhase`
+in ``model/waiting.py``):
 
 1. cancellations  - the client cancels requests (queued or running);
 2. arrivals       - each arriving request is admitted to its tenant's queue
@@ -36,12 +39,11 @@ from operator import attrgetter, itemgetter
 import attrs
 
 from .config import Config
-from .history import EVENT_KINDS as HISTORY_EVENT_KINDS
-from .policies import (
-    ORDER, VICTIM, GuardView, KeyMemo, PriorityView, SelectView, SkipView, VictimView, guard_reservation,
-    drr_skip_pass, inherited_skips, plan_priority_preemption, skip_pass, slot_room, step_duration_s, tier_skip_pass,
-)
-from .state import KVPool, Running, Sequence, State, TenantState, decoded, prefix_keys, with_private_blocks
+from .history import EVENT_KINDS as HISTORY_EVENT_KINDS, Event
+from .policies import ORDER, VICTIM, KeyMemo, inherited_skips, step_duration_s
+from .running import RunningPhase
+from .state import KVPool, Running, Sequence, State, TenantState, prefix_keys
+from .waiting import WaitingPhase
 from .workload import Request, StepInput
 
 _tenant_of = itemgetter(1)  # Sequence.tenant
@@ -55,33 +57,6 @@ _new_tuple = tuple.__new__
 #: (:data:`tenantry.model.history.EVENT_KINDS`).  Every request ends in exactly
 #: one of finished / rejected / cancelled (or is still in flight).
 EVENT_KINDS = HISTORY_EVENT_KINDS
-
-
-@attrs.frozen(slots=True)
-class Event:
-    """Something that happened to one request in a step.
-
-    Attributes:
-        kind: one of :data:`EVENT_KINDS`.
-        request_id, tenant (index): whose.
-        t_s: when (seconds): arrival time for queued/rejected at admission,
-            end of the step for first_token/finished, start of the step for
-            cancelled, preempted and scheduled.
-        reason, retry_after_s: for ``rejected`` (a 429): why and when to retry
-            (seconds, None when retrying cannot help).
-        tokens: ``preempted``: computed tokens discarded; ``scheduled``: tokens
-            already computed at entry (prefix-cache hits); ``finished``: tokens generated.
-        blocks: ``preempted`` (and ``rejected`` evicted_too_often): blocks its eviction released.
-    """
-
-    kind: str
-    request_id: int
-    tenant: int
-    t_s: float
-    reason: str | None = None
-    retry_after_s: float | None = None
-    tokens: int = 0
-    blocks: int = 0
 
 
 @attrs.frozen(slots=True)
@@ -154,13 +129,6 @@ def step(config: Config, state: State, inputs: StepInput = StepInput(),
     return s.result()
 
 
-def strict_tier_candidates(cfg: Config, avail: set[int]) -> set[int]:
-    """The tenants of ``avail`` in its best (lowest-numbered) tier: with
-    ``order.strict_tiers`` the order policy picks among these only, and a lower tier
-    is served only when none of them can go in this step (SPEC.md 4.3)."""
-    best = min(cfg.tenants[j].tier for j in avail)
-    return {j for j in avail if cfg.tenants[j].tier == best}
-
 
 def queued_blocks(cfg: Config, tenants: list[TenantState], tier: int) -> int:
     """KV blocks (``blocks_for(prompt + output)`` each) of the never-scheduled requests
@@ -183,7 +151,7 @@ def estimated_wait_s(cfg: Config, tenants: list[TenantState], tier: int) -> floa
     return pending / cfg.admission.wait_service_rate_tokens_per_s
 
 
-class Step:
+class Step(RunningPhase, WaitingPhase):
     """One step in progress: a mutable scratch copy of the state, and the phases.
 
     Built from the state before the step; the phase methods (:meth:`cancel`,
@@ -268,37 +236,6 @@ class Step:
         self.last_left_tier_skips = st.last_left_tier_skips
 
     # --- small helpers ---------------------------------------------------------
-
-    def _materialize(self, rid: int) -> None:
-        """Bring running sequence ``rid`` up to date if it is lazy (it stops being lazy)."""
-        mark = self.lazy.pop(rid, None)
-        if mark is not None:
-            self.running[rid] = decoded(self.running[rid], self.k - mark)
-
-    def _materialize_all(self) -> None:
-        """Bring every lazy running sequence up to date (before anything compares them)."""
-        if self.lazy:
-            running, k = self.running, self.k
-            for rid, mark in self.lazy.items():
-                running[rid] = decoded(running[rid], k - mark)
-            self.lazy.clear()
-        self.due = {}
-
-    def _due_at(self, s: Sequence, mark: int) -> int:
-        """The first step at which sequence ``s``, exact at the start of step ``mark`` and
-        decoding one token a step, needs a new KV block or generates its last token."""
-        blocks_at = mark + (len(s.shared_keys) + s.private_blocks) * self.cfg.block_size_tokens - s.computed_tokens
-        last_at = mark + s.request.output_tokens - 1 - s.output_done
-        return blocks_at if blocks_at < last_at else last_at
-
-    def _lazify(self, rid: int, s: Sequence) -> None:
-        """Sequence ``s`` (up to date after this step, in steady decode) becomes lazy
-        from the next step on, unless it needs a KV block or finishes there already."""
-        mark = self.k + 1
-        due = self._due_at(s, mark)
-        if due > mark:
-            self.lazy[rid] = mark
-            self.due[due] = self.due.get(due, ()) + (rid,)
 
     def _kv_write(self) -> None:
         if not self._kv_copied:
@@ -563,335 +500,6 @@ class Step:
         self.events.append(Event("queued", r.request_id, i, t_s))
         if was_empty:
             self._on_backlogged(i)
-
-    # --- 3. running sequences ------------------------------------------------------
-
-    def schedule_running(self) -> None:
-        """Each running sequence, in batch order, gets its next chunk or token.
-
-        A lazy sequence (steady decode, no KV block due in this step: the ones
-        due were brought up to date first) gets its one token without being
-        read: the runs of lazy sequences between the others are planned whole."""
-        bs = self.cfg.block_size_tokens
-        running, planned, lazy, k = self.running, self.planned, self.lazy, self.k
-        grow = set()  # lazy sequences whose next token needs a KV block in this step (and is not their last)
-        for rid in self.due.pop(k, ()):
-            mark = lazy.get(rid)
-            if mark is None:
-                continue
-            s, d = running[rid], k - mark
-            if s.output_done + d + 1 < s.request.output_tokens and \
-                    s.computed_tokens + d >= (len(s.shared_keys) + s.private_blocks) * bs:
-                grow.add(rid)
-            else:
-                self._materialize(rid)  # its last token (or it was listed early): treated alone
-        get = running.get
-        order = list(running)
-        end = len(order)
-        if not lazy:
-            spots: list[int] | range = range(end)
-        elif end - len(lazy) + len(grow) <= 8:  # positions of the sequences not lazy or growing, ascending
-            spots = sorted(map(order.index, (running.keys() - lazy.keys()) | grow))
-        else:
-            spots = [j for j, rid in enumerate(order) if rid not in lazy or rid in grow]
-        budget = self.budget  # kept in step with self.budget around anything that may evict
-        p = 0
-        for q in (*spots, end):
-            if p < q:  # order[p:q]: lazy sequences, one token each (up to date and due nothing if evictions came)
-                run = order[p:q] if len(running) == end else [rid for rid in order[p:q] if rid in running]
-                if len(run) > budget:
-                    run = run[:max(budget, 0)]
-                planned.update(dict.fromkeys(run, 1))
-                budget -= len(run)
-            if q == end or budget <= 0:
-                break
-            rid = order[q]
-            p = q + 1
-            if rid in lazy:  # growing by one block: stays lazy when no eviction is needed
-                grow.discard(rid)
-                s = running[rid]
-                i = s.tenant
-                t, cap = self.tenants[i], self._cap(i)
-                if self.used < self.cfg.num_blocks and (cap is None or t.blocks < cap):
-                    self._reclaim(1)
-                    self.used += 1
-                    self._set(i, blocks=t.blocks + 1)
-                    running[rid] = s = with_private_blocks(s, s.private_blocks + 1)  # as of its mark
-                    due = self._due_at(s, lazy[rid])
-                    self.due[due] = self.due.get(due, ()) + (rid,)
-                    planned[rid] = 1
-                    budget -= 1
-                    continue
-                self._materialize(rid)
-            s = get(rid)
-            if s is None:  # evicted earlier in this loop
-                continue
-            computed = s.computed_tokens
-            n = s.request.prompt_tokens + s.output_done - computed
-            if n > budget:
-                n = budget
-            need = -(-(computed + n) // bs) - len(s.shared_keys) - s.private_blocks
-            if need > 0:
-                self.budget = budget
-                room = self._make_room(s, need)
-                budget = self.budget  # an eviction gives back what its victim had planned
-                if not room:
-                    continue
-                self._reclaim(need)
-                self.used += need
-                t = self.tenants[s.tenant]
-                self._set(s.tenant, blocks=t.blocks + need)
-                running[rid] = with_private_blocks(s, s.private_blocks + need)
-            planned[rid] = n
-            budget -= n
-        self.budget = budget
-        for rid in grow:  # left out by the budget: treated alone from the next step on
-            self._materialize(rid)
-
-    def _make_room(self, s: Sequence, need: int) -> bool:
-        """Evict victims until s can allocate ``need`` blocks.  False if s stalls or is evicted itself."""
-        cfg, cap = self.cfg, self._cap(s.tenant)
-        key = self.VICTIM[cfg.eviction.victim]
-        while True:
-            pool_short = need - (cfg.num_blocks - self.used)
-            cap_short = 0 if cap is None else self.tenants[s.tenant].blocks + need - cap
-            if pool_short <= 0 and cap_short <= 0:
-                return True
-            self._materialize_all()  # the victim policy compares every running sequence
-            view = VictimView(cfg, self.tenants)
-            cands = [
-                c for c in self.running.values()
-                if (cap_short <= 0 or c.tenant == s.tenant)
-                and (c is s or self._freeable(c) >= cfg.eviction.min_free_blocks)
-            ]
-            victim = min(cands, key=lambda c: key(view, c))
-            self._evict(victim)
-            if victim.request_id == s.request_id:
-                return False
-
-    def _evict(self, v: Sequence, reason: str | None = None) -> None:
-        """Sequence v is preempted by recompute (or rejected if evicted too often).
-        ``reason``: None when evicted to make room for a running sequence,
-        ``priority`` when for a waiting higher tier (recorded on the event)."""
-        rid = v.request_id
-        del self.running[rid]
-        if rid in self.planned:
-            self.budget += self.planned.pop(rid)
-        freed = self._release(v)
-        k_max = self.cfg.eviction.max_evictions
-        if k_max is not None and v.preemptions >= k_max:
-            self._drop(v, "rejected", reason="evicted_too_often", blocks=freed)
-            return
-        self.preempted.append(rid)
-        self.events.append(Event("preempted", rid, v.tenant, self.t, reason=reason, tokens=v.computed_tokens,
-                                 blocks=freed))
-        back = v._replace(computed_tokens=0, shared_keys=(), private_blocks=0, preemptions=v.preemptions + 1,
-            wasted_tokens=v.wasted_tokens + v.computed_tokens,
-            ready_step=self.k + 1 + self.cfg.eviction.cooldown_steps,
-        )
-        t = self.tenants[v.tenant]
-        self._set(v.tenant, queue=(back,) + t.queue)
-        if not t.queue:
-            self._on_backlogged(v.tenant)
-
-    # --- 4. waiting sequences ------------------------------------------------------
-
-    def schedule_waiting(self) -> None:
-        """The order policy picks tenants whose first ready request joins the batch."""
-        cfg, policy = self.cfg, self.policy
-        if cfg.eviction.preempt_for_priority and self.backlogged:
-            self._preempt_for_priority()
-        if len(self.running) >= cfg.max_num_seqs or self.budget <= 0 or not self.backlogged:
-            return
-        if (cfg.order.guard_steps is not None or cfg.order.guard_wait_s is not None) and self._guard():
-            return
-        avail = set(self.backlogged)  # backlogged and not blocked in this step
-        while avail and len(self.running) < cfg.max_num_seqs and self.budget > 0:
-            cands = strict_tier_candidates(cfg, avail) if cfg.order.strict_tiers else avail
-            memo = cands is avail  # the key memo needs a candidate set that only shrinks (KeyMemo)
-            view = self._view(cands, memo)
-            i = policy.select(view)
-            if i is None and policy.refill is not None:
-                refilled = ()
-                if cfg.order.guard_skips is not None and cands:
-                    stop, refilled = self._skip_guard(-1, avail, cands)
-                    if stop:
-                        return
-                for j, d in policy.refill(view).items():
-                    self._set(j, deficit=d)
-                for g in refilled:
-                    self._set(g, skips=self.tenants[g].skips + 1)
-                i = policy.select(self._view(cands, memo))
-            if i is None:
-                if cands is avail:
-                    return
-                avail -= cands  # nothing of this tier can go: the next tier's turn
-                continue
-            passed = ()
-            if cfg.order.guard_skips is not None and policy.refill is None:
-                stop, passed = self._skip_guard(i, avail)
-                if stop:
-                    return
-            admitted = self._admit_head(i)
-            if admitted and policy.refill is not None and self.tenants[i].skips \
-                    and self.tenants[i].deficit <= cfg.order.drr_quantum * cfg.tenants[i].weight:
-                self._set(i, skips=0)  # DRR: back within one round, the count starts again
-            for g in passed if admitted else ():
-                if self._tier_skips_on:
-                    self.tier_skips[g] += 1
-                else:
-                    self._set(g, skips=self.tenants[g].skips + 1)
-            if not admitted or not self.tenants[i].queue:
-                avail.discard(i)
-
-    def _preempt_for_priority(self) -> None:
-        """Evict lower-tier running sequences so that waiting higher-tier requests fit
-        (``eviction.preempt_for_priority``; the plan is
-        :func:`~tenantry.model.policies.plan_priority_preemption`).  Each victim is
-        evicted as in 4.5 (back to its queue's front, cooldown) with reason ``priority``."""
-        ready = [(i, q) for i in self.backlogged for q in self.tenants[i].queue if q.ready_step <= self.k]
-        if not ready:
-            return
-        self._materialize_all()
-        view = PriorityView(self.cfg, self.tenants, ready, tuple(self.running.values()),
-                            {rid: self._freeable(s) for rid, s in self.running.items()},
-                            self.cfg.num_blocks - self.used)
-        for rid in plan_priority_preemption(view):
-            self._evict(self.running[rid], reason="priority")
-
-    def _ready_heads(self) -> list[tuple[int, Sequence]]:
-        """Each backlogged tenant's first ready queued sequence, as (tenant, sequence)."""
-        heads = []
-        for i in self.backlogged:
-            h = next((q for q in self.tenants[i].queue if q.ready_step <= self.k), None)
-            if h is not None:
-                heads.append((i, h))
-        return heads
-
-    def _guard(self) -> bool:
-        """The starvation guard (``guard_steps`` / ``guard_wait_s``): True, and the
-        request recorded in :attr:`reserved`, when an overdue head does not fit and
-        the waiting phase must admit nothing (:func:`~tenantry.model.policies.guard_reservation`)."""
-        view = GuardView(self.cfg, self.tenants, self._ready_heads(), self.cfg.num_blocks - self.used, self.k, self.t)
-        self.reserved = guard_reservation(view)
-        return self.reserved is not None
-
-    def _skip_guard(self, i: int, avail: set[int], cands: set[int] | None = None) -> tuple[bool, tuple[int, ...]]:
-        """The skip budget (``guard_skips``) on the pick of tenant i, ``avail`` the tenants
-        not blocked in this step (a lower tier waiting its strict-tier turn is not passed over):
-        (True, ()) and the reservation recorded, when the pick would pass over a tenant
-        whose budget is spent (the waiting phase stops filling); else (False, the
-        tenants the pick passes over) (:func:`~tenantry.model.policies.skip_pass`).  Under DRR
-        it runs before a refill (``i`` = -1, ``cands`` the refill's candidates)."""
-        if self.policy.refill is not None:  # DRR: a refill past blocked tenants (drr_skip_pass)
-            tried = self.backlogged - (avail - cands)  # a lower tier waiting its strict-tier turn was not tried
-            view = SkipView(self.cfg, self.tenants, tried, cands, self.capped, i, provisional=self.provisional)
-            g, passed = drr_skip_pass(view)
-        else:
-            view = SkipView(self.cfg, self.tenants, self.backlogged, avail, self.capped, i, self.tier_counters,
-                            self.tier_skips)
-            g, passed = (tier_skip_pass if self._tier_skips_on else skip_pass)(view)
-        if g is None:
-            return False, passed
-        q = self.tenants[g].queue
-        self.reserved = next((s for s in q if s.ready_step <= self.k), q[0]).request_id
-        self.reserved_reason = "skips"
-        return True, ()
-
-    def _view(self, cands: set[int], memo: bool = True) -> SelectView:
-        return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional,
-                          self.backlogged, self._keys if memo else None, self.k)
-
-    def _admit_head(self, i: int) -> bool:
-        """Move tenant i's first ready sequence into the batch; False if none is ready or it does not fit."""
-        cfg, t = self.cfg, self.tenants[i]
-        idx = next((j for j, q in enumerate(t.queue) if q.ready_step <= self.k), None)
-        if idx is None:
-            return False
-        if not slot_room(cfg, self.tenants, i):
-            self.capped.add(i)
-            return False
-        s = t.queue[idx]
-        B = cfg.block_size_tokens
-        hit = self._lookup(s.prefix_keys)
-        hit = hit[: (s.target_tokens - 1) // B]
-        computed0 = len(hit) * B
-        n = min(s.target_tokens - computed0, self.budget)
-        total = cfg.blocks_for(computed0 + n)
-        private = total - len(hit)
-        revived = sum(1 for key in hit if key not in self.refs)
-        cap = self._cap(i)
-        if cap is not None and t.blocks + total > cap:
-            self.capped.add(i)
-            return False
-        if private + revived > cfg.num_blocks - self.used:
-            return False
-        if hit:
-            self._kv_write()
-            for key in hit:
-                if key in self.refs:
-                    self.refs[key] += 1
-                else:
-                    del self.retained[key]
-                    self.refs[key] = 1
-            self.used += revived
-        self._reclaim(private)
-        self.used += private
-        first = s.never_scheduled
-        s = s._replace(computed_tokens=computed0, shared_keys=hit, private_blocks=private,
-            cached_tokens=s.cached_tokens + min(computed0, s.request.prompt_tokens),
-            first_scheduled_s=self.t if first else s.first_scheduled_s,
-        )
-        changes = {
-            "queue": t.queue[:idx] + t.queue[idx + 1:],
-            "running": t.running + 1,
-            "blocks": t.blocks + total,
-            "fresh_queued": t.fresh_queued - (1 if first else 0),
-        }
-        if first:
-            s = self._charge_prompt(i, s, changes)
-        if self.policy.deficit_unit == "block_seconds":
-            self.provisional[i] = self.provisional.get(i, 0.0) + total * self.st.last_step_s
-        t = self._set(i, **changes)
-        if not t.queue:  # i leaves the backlog by being served: its counter is the lift (Algorithm 2's l)
-            self.last_left = t.counter
-            self.last_left_skips = t.skips
-            tier = cfg.tenants[i].tier
-            if all(cfg.tenants[j].tier != tier for j in self.backlogged):
-                self.last_left_tier = self.tier_counters[tier]
-                if self._tier_skips_on:
-                    self.last_left_tier_skips = self.tier_skips[tier]
-        self.running[s.request_id] = s
-        self.planned[s.request_id] = n
-        self.budget -= n
-        self.rr_next = (i + 1) % len(self.tenants)
-        self.events.append(Event("scheduled", s.request_id, i, self.t, tokens=computed0))
-        return True
-
-    def _charge_prompt(self, i: int, s: Sequence, changes: dict) -> Sequence:
-        """Charge a sequence's prompt to its tenant when it is first scheduled (SPEC.md 4.4)."""
-        cfg, t, tc = self.cfg, self.tenants[i], self.cfg.tenants[i]
-        o = cfg.order
-        cost = o.w_in * s.request.prompt_tokens
-        predicted = (s.request.predicted_output_tokens or 0) if self.policy.charge_predicted else 0
-        changes["counter"] = t.counter + (cost + o.w_out * predicted) / tc.weight
-        changes["service"] = t.service + cost
-        if self.policy.deficit_unit == "tokens":
-            changes["deficit"] = t.deficit - cost
-        self.tier_counters[tc.tier] += cost / o.tier_floors[min(tc.tier, len(o.tier_floors) - 1)]
-        if s.charged_prompt_tokens and s.charged_prompt_tokens != s.request.prompt_tokens:
-            changes["bucket_tokens"] = t.bucket_tokens - (s.request.prompt_tokens - s.charged_prompt_tokens)
-        return s._replace(predicted_charge=predicted, charged_prompt_tokens=s.request.prompt_tokens)
-
-    def _lookup(self, keys: tuple[int, ...]) -> tuple[int, ...]:
-        """The longest prefix of ``keys`` present in the cache (referenced or retained)."""
-        n = 0
-        for key in keys:
-            if key in self.refs or key in self.retained:
-                n += 1
-            else:
-                break
-        return keys[:n]
 
     # --- 5. execution -----------------------------------------------------------------
 

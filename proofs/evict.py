@@ -6,7 +6,7 @@ Per sequence (Z3 arrays over any number of sequences): ``pre`` preemptions,
 ``alive``, ``waste`` (recomputed tokens), ``B`` (a ghost budget growing by
 ``m = prompt + output - 1`` per eviction), ``ready`` and ``ev`` (the step of
 its last eviction, -1 for none), ``freeable`` blocks.  Transitions follow
-``_make_room`` / ``_evict`` (``model/step.py``):
+``_make_room`` / ``_evict`` (``model/running.py``):
 
 * ``evict(v)``: a victim already evicted ``max_evictions`` times is rejected;
   else ``pre += 1``, ``waste += computed`` (``computed <= m``: a running

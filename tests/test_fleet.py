@@ -55,13 +55,20 @@ def test_the_least_loaded_replica_is_always_within_the_load_bound(loads, c):
 @pytest.mark.parametrize("kw, field", [
     (dict(router="random"), "router"), (dict(accounting="global"), "accounting"), (dict(load_factor=0.5), "load_factor"),
     (dict(affinity_replicas=3), "affinity_replicas"), (dict(tenant_replicas={"zz": [0]}), "tenant_replicas"),
-    (dict(tenant_replicas={"a": [5]}), "tenant_replicas"),
+    (dict(tenant_replicas={"a": [5]}), "tenant_replicas"), (dict(tenant_replicas=[0, 1]), "tenant_replicas"),
+    (dict(tenant_replicas={"a": 1}), "tenant_replicas"),
 ])
 def test_bad_fleet_fields_are_one_line_errors_naming_the_field(kw, field):
     cfg = build_config("vtc", ROLES)
     with pytest.raises(ConfigError) as e:
         FleetConfig((cfg, cfg), **kw)
     assert e.value.field == field and "\n" not in str(e.value)
+
+
+def test_an_unknown_tenant_in_tenant_replicas_lists_the_tenants_there_are():
+    cfg = build_config("vtc", ROLES)
+    with pytest.raises(ConfigError, match="they have " + ", ".join(t.name for t in cfg.tenants) + "$"):
+        FleetConfig((cfg, cfg), tenant_replicas={"zz": [0]})
 
 
 def test_fleet_accounting_needs_vtc_and_equal_tenants():

@@ -58,13 +58,18 @@ def budget(text: str):
 
 
 def executor(text: str) -> str:
-    """An executor kind for the searches: ``process``, ``ray`` (a local Ray instance) or
-    ``ray:ADDRESS`` (an existing cluster); ``ray`` only when Ray is installed."""
+    """An executor kind for the searches: ``process``, ``ray`` (a local Ray instance),
+    ``ray:ADDRESS`` (an existing cluster), ``dask`` (a local Dask cluster) or
+    ``dask:ADDRESS`` (a running Dask scheduler); ``ray`` / ``dask`` only when installed."""
     import importlib.util
 
-    if text != "process" and text != "ray" and not (text.startswith("ray:") and len(text) > 4):
-        raise argparse.ArgumentTypeError(f"{text!r}: write process, ray (a local Ray instance) or ray:ADDRESS "
-                                         "(an existing cluster, e.g. ray:auto or ray:10.0.0.5:6379)")
-    if text.startswith("ray") and importlib.util.find_spec("ray") is None:
-        raise argparse.ArgumentTypeError(f"{text}: Ray is not installed; pip install 'tenantry[ray]'")
+    lib = next((k for k in ("ray", "dask") if text == k or (text.startswith(k + ":") and len(text) > len(k) + 1)), None)
+    if text != "process" and lib is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: write process, ray (a local Ray instance), ray:ADDRESS "
+                                         "(an existing cluster, e.g. ray:auto or ray:10.0.0.5:6379), dask (a local "
+                                         "Dask cluster) or dask:ADDRESS (a scheduler, e.g. dask:tcp://10.0.0.5:8786)")
+    module = {"ray": "ray", "dask": "distributed"}.get(lib)
+    if module and importlib.util.find_spec(module) is None:
+        raise argparse.ArgumentTypeError(f"{text}: {'Ray' if lib == 'ray' else 'Dask'} is not installed; "
+                                         f"pip install 'tenantry[{lib}]'")
     return text

@@ -61,7 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=positive_int, default=None, help="worker processes (default: CPU count; 1 runs inline)")
     p.add_argument("--executor", type=executor, default="process", metavar="KIND",
                    help="where evaluations run: process (a process pool here, default), ray (a local Ray instance "
-                        "of --workers CPUs) or ray:ADDRESS (an existing Ray cluster, e.g. ray:auto); same results")
+                        "of --workers CPUs), ray:ADDRESS (an existing Ray cluster, e.g. ray:auto), dask (a local Dask cluster of "
+                        "--workers processes) or dask:ADDRESS (a Dask scheduler, e.g. dask:tcp://10.0.0.5:8786); same results")
     p.add_argument("--shrink", type=non_negative_int, default=None, metavar="N", help="evaluations per shrink of a finding (default 16; 0: off)")
     p.add_argument("--plots", choices=("findings", "all", "none"), default="findings", help="which cells get plots")
     p.add_argument("--no-extras", action="store_true", help="skip the short run of the proofs and the stateful suite")

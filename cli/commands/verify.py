@@ -84,8 +84,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=positive_int, default=None,
                    help="target mode: worker processes (default: CPU count; 1 runs inline)")
     p.add_argument("--executor", type=executor, default="process", metavar="KIND",
-                   help="target mode: where evaluations run: process (default), ray (a local Ray instance) or "
-                        "ray:ADDRESS (an existing cluster whose nodes can import the target); same results")
+                   help="target mode: where evaluations run: process (default), ray (a local Ray instance), "
+                        "ray:ADDRESS (an existing cluster whose nodes can import the target), dask or dask:ADDRESS "
+                        "(the same with Dask); same results")
     p.add_argument("--shrink", type=non_negative_int, default=None, metavar="N",
                    help="target mode: evaluations per shrink of a finding (default 16; --quick: 8; 0: off)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="victims' seed of the matrix scenarios (default 0)")
