@@ -239,7 +239,8 @@ def model_machine(configs: Any, variant: Any = None, name: str = "ModelMachine")
 class FleetMachine(ReplicaMachine):
     """A fleet of the reference model (SPEC.md 5.3) drawn per example from :attr:`fleets`
     (1 to 3 replicas, any router, either accounting): the machine's rules drive it as they
-    drive one replica (the router spreads what a tenant sends).  After every fleet step, every
+    drive one replica (the router spreads what a tenant sends), plus :meth:`spread`, one
+    request per replica at once.  After every fleet step, every
     applicable per-replica state form on each replica that stepped (a finding's message begins
     ``replica r:``) and every applicable fleet invariant's state form
     (:func:`~tenantry.spec.invariants_fleet.check_fleet_step`: FLEET-NO-LOSS, ROUTE-LOAD-BOUND,
@@ -277,6 +278,15 @@ class FleetMachine(ReplicaMachine):
     def _step(self) -> None:
         self.before = [rep.state for rep in self.replica.replicas]
         super()._step()
+
+    @rule(tenant=st.integers(0, 2), data=st.data())
+    def spread(self, tenant: int, data: Any) -> None:
+        """Tenant ``tenant`` sends one request per replica at once, each with its own prefix
+        (the spreading pattern of issue 14: a load-balancing or prefix router puts one on every
+        replica, so it can stay under each replica's share)."""
+        prompt, output = self._prompt(data), data.draw(st.integers(1, self.max_output_tokens))
+        for r in range(len(self.replica.replicas)):
+            self._send(tenant, prompt, output, [r + 2] * 4)
 
     def judge_step(self) -> list[Finding]:
         tr = self.replica.last
