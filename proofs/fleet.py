@@ -129,9 +129,9 @@ PROOFS = (
 # --- FLEET-VTC-GAP (SPEC.md 7.9, 8.15) ---------------------------------------------------------------------------
 #
 # State after fleet step k - 1, over a tenant domain (N) and a replica domain (R), both symbolic:
-#   c[f]      the fleet counter (FleetRecord.counters),
+#   c[f]      the fleet counter (FleetStepRecord.counters),
 #   G[f]      what f's running sequences on every replica still owe its counter (a ghost:
-#             w_out / w_f per output token to go, summed over the replicas; proofs.agree.owed),
+#             w_out / w_f per output token to go, summed over the replicas; spec.invariants_core.owed),
 #   q[r][g]   g queued on replica r,
 #   sn[r][g]  the first fleet step of g's current queued run on r,
 #   lp[f]     the fleet step of f's last pick (-1: none); P[f][r]: f was picked on r in that step,
