@@ -545,18 +545,6 @@ DRR_GAP_SKIPS_BS = Proof(
 
 
 GAP_SKIPS = Proof(
-    id="DRR-GAP[skips]", family="drr",
-    claim="drr_tokens with refused heads and the skip budget K: deficits <= q*w*(1 + K*(D/(q*w_min) + 1)); two "
-          "tenants backlogged over a window: |dS_f/w_f - dS_g/w_g| < 2q + D/w_f + D/w_g + 2K*(D/w_min + q)",
-    scope="any N", obligations=drr_obligations,
-    twins=(Twin("no-skip-budget", "the skip budget (guard_skips = None: refills past a blocked tenant uncounted)",
-                _drr_twin_formula, _drr_twin_replay),),
-    hypotheses=("H2: a pick commits at most D (D with M = max_num_seqs * max_context_tokens)",
-                "H3': drr_carry_bound >= q * w * (1 + K*(D/(q*w_min) + 1)) for every tenant, or None",
-                "no enforced KV or slot cap (a head its own cap refuses is not counted)"))
-
-
-GAP_SKIPS = Proof(
     id="VTC-GAP[skips]", family=FAMILY,
     claim="with refused heads and the skip budget K: c_f + owed_f <= c_g + D/w_f + skips_g*D/w_min for every f and "
           "backlogged g; so backlogged counters within D/w_f + K*D/w_min, service gaps within D/w_f + D/w_g + "

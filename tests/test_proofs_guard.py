@@ -154,32 +154,28 @@ def test_bounded_wait_under_the_guard_in_seconds_ranking_drops(wl, w):
     event(f"overdue waiting steps checked > 0: {checked > 0}")
 
 
-def test_the_seconds_ranking_check_fails_without_the_guard():
-    with pytest.raises(AssertionError, match="V did not drop in step 6 for request 1"):
-        _check_bounded_wait_ranking(pressure_workload(30.0), None, wait_config(None), wait_s=3.0)
-    assert _check_bounded_wait_ranking(pressure_workload(30.0), None, wait_config(3.0), wait_s=3.0) > 0
+_MODES = {  # the guard in steps (guard_steps = 3) and in seconds (guard_wait_s = 3 s): on, off, the check's args
+    "steps": (BOUNDED_WAIT_GUARD, lambda: guard_config(3), lambda: guard_config(None), dict(k=3), lambda: guard_held(3)),
+    "seconds": (BOUNDED_WAIT_GUARD_S, lambda: wait_config(3.0), lambda: wait_config(None), dict(k=None, wait_s=3.0),
+                lambda: held_with_wait_guard(3.0)),
+}
 
 
-def test_bounded_wait_under_the_guard_in_seconds_is_proved_and_its_twin_replays():
-    out = run_proof(BOUNDED_WAIT_GUARD_S)
-    assert out.verdict == PROVED, out
-    tw = run_twin(BOUNDED_WAIT_GUARD_S, BOUNDED_WAIT_GUARD_S.twins[0])
-    assert tw.ok, tw
-    waited, bound = held_with_wait_guard(3.0)
-    assert bound == 294.0 and waited <= bound
-
-
-def test_the_ranking_check_fails_without_the_guard():
+@pytest.mark.parametrize("mode", sorted(_MODES))
+def test_the_ranking_check_fails_without_the_guard(mode):
     # the twin's workload (8.12's pool-pressure) without the guard: lo's head is passed over unpaid
+    _, on, off, kw, _ = _MODES[mode]
     with pytest.raises(AssertionError, match="V did not drop in step 6 for request 1"):
-        _check_bounded_wait_ranking(pressure_workload(30.0), 3, guard_config(None))
-    assert _check_bounded_wait_ranking(pressure_workload(30.0), 3, guard_config(3)) > 0
+        _check_bounded_wait_ranking(pressure_workload(30.0), cfg=off(), **kw)
+    assert _check_bounded_wait_ranking(pressure_workload(30.0), cfg=on(), **kw) > 0
 
 
-def test_bounded_wait_under_the_guard_is_proved_and_its_twin_replays():
-    out = run_proof(BOUNDED_WAIT_GUARD)
+@pytest.mark.parametrize("mode", sorted(_MODES))
+def test_bounded_wait_under_the_guard_is_proved_and_its_twin_replays(mode):
+    proof, _, _, _, held = _MODES[mode]
+    out = run_proof(proof)
     assert out.verdict == PROVED, out
-    tw = run_twin(BOUNDED_WAIT_GUARD, BOUNDED_WAIT_GUARD.twins[0])
+    tw = run_twin(proof, proof.twins[0])
     assert tw.ok, tw
-    waited, bound = guard_held(3)
+    waited, bound = held()
     assert bound == 294.0 and waited <= bound
