@@ -368,7 +368,7 @@ def skip_slack(config: Config, d: float) -> float:
         return 0.0
     if config.order.policy == "floors":
         return k * d / min(tier_share(config, t.tier) for t in config.tenants)
-    if config.order.policy == "drr_tokens":  # per side of DRR-GAP: K (D / w_min + q) (SPEC.md 8.4)
+    if config.order.policy in ("drr_tokens", "drr_block_seconds"):  # per side of DRR-GAP: K (D / w_min + q) (8.4)
         return k * (d / min(t.weight for t in config.tenants) + config.order.drr_quantum)
     return k * d / min(t.weight for t in config.tenants)
 

@@ -594,7 +594,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "guard_skips times", SkipBudgetIgnored,
            _cfg("vtc", ample=False, eviction=_TIGHT, order=OrderConfig(policy="vtc", guard_skips=1)),
            dict(big=True, long_outputs=True)),
-    Mutant("skip_budget_ignored_block_seconds", ("GUARD",), "under drr_block_seconds the skip budget never stops "
+    Mutant("skip_budget_ignored_block_seconds", ("GUARD", "DRR-DEFICIT"), "under drr_block_seconds the skip budget never stops "
            "filling for a tenant a refill passed over guard_skips times", SkipBudgetIgnored,
            _cfg("drr_block_seconds", ample=False, eviction=_TIGHT,
                 order=OrderConfig(policy="drr_block_seconds", drr_quantum=64.0, drr_carry_bound=None, guard_skips=1)),
