@@ -52,11 +52,11 @@ from z3 import And, Implies, Int, Lambda, Not, Store, ToReal
 
 from tenantry.model.config import Config, TenantConfig
 from tenantry.model.step import step
-from tenantry.model.workload import StepInput
+from tenantry.model.workload import Request, StepInput
 
 from . import drr, vtc
 from .checks import catalog_state, verdict, vtc_spread
-from .concrete import SeqSpec, TenantSpec, Transition, build_state
+from .concrete import SeqSpec, TenantSpec, Transition, build_state, run_workload
 from .core import Domain, Proof, Replay, Twin, implies_all, int_array, real_array, val, zmax
 
 FAMILY = "vtc"
@@ -524,7 +524,61 @@ DRR_GAP_SKIPS = Proof(
                 "H3': drr_carry_bound >= q * w * (1 + K*(D/(q*w_min) + 1)) for every tenant, or None",
                 "no enforced KV or slot cap (a head its own cap refuses is not counted)"))
 
+def _roofline_limit():
+    """Limit ``roofline`` of DRR-GAP[skips,block_seconds]: H4 dropped, a step's settle may charge
+    less than the step's reservations (``blocks * last_step_s``), as in ``roofline`` mode when a
+    step is shorter than the one before it; replayed from the empty replica."""
+    from tenantry.model.config import CostConfig, OrderConfig, TenantConfig
+    from tenantry.spec.invariants_core import drr_charge_bound, drr_skip_rounds
+
+    def config(mode: str) -> Config:
+        cost = (CostConfig(mode="roofline", weight_read_s=0.0, kv_read_s_per_token=1.0, flop_s_per_token=0.0,
+                           overhead_s=0.01) if mode == "roofline" else CostConfig(mode="unit"))
+        return Config(tenants=(TenantConfig("t0"), TenantConfig("t1")), max_num_seqs=2, token_budget=64,
+                      num_blocks=64, max_context_tokens=8, block_size_tokens=4, cost=cost,
+                      order=OrderConfig(policy="drr_block_seconds", drr_quantum=drr.QUANTUM, drr_carry_bound=None,
+                                        guard_skips=0))
+
+    def formula() -> tuple[z3.BoolRef, dict]:
+        dom, P = Domain("N", 1), drr.params("Prl")  # one tenant suffices
+        Y, K = z3.Real("Yrl"), z3.IntVal(0)
+        s = dstate("rl")
+        i, x = Int("i_rl"), z3.Real("x_rl")
+        # settle without H4: the step charges x < pe (its reservations), x <= G
+        guard = And(dom.has(i), x >= 0, x < s["pe"][i], x <= s["G"][i])
+        post = {**s, "e": Store(s["e"], i, s["e"][i] - x), "G": Store(s["G"], i, s["G"][i] - x),
+                "pe": Store(s["pe"], i, 0)}
+        inv = lambda st: drr_inv(dom, st, P, Y, K, "block_seconds")  # noqa: E731
+        return And(drr_setup(dom, P, Y, K, "block_seconds"), inv(s), guard, Not(inv(post))), {}
+
+    def replay(m: z3.ModelRef, sym: dict) -> Replay:
+        reqs = [Request(0, "t1", 0.0, 7, 1), Request(1, "t1", 0.0, 7, 1)] + \
+            [Request(2 + j, "t0", 1.0, 1, 1) for j in range(3)]
+        out = {}
+        for mode in ("roofline", "unit"):
+            cfg = config(mode)
+            hi = drr.QUANTUM * drr_skip_rounds(cfg, drr_charge_bound(cfg))
+            trs = list(run_workload(cfg, reqs, max_steps=20))
+            out[mode] = (hi, [(tr.output.step_index, t.deficit) for tr in trs for t in tr.state.tenants[:1]],
+                         [tr.output.duration_s for tr in trs])
+        hi, deficits, durs = out["roofline"]
+        local = [f"t0's deficit {d:g} after step {k} is above q * w * (1 + K (D_bs/(q w_min) + 1)) = {hi:g}"
+                 for k, d in deficits if d > hi + 1e-6]
+        facts = {"durations_s": durs, "t0_deficits": [d for _, d in deficits],
+                 "unit_deficits": [d for _, d in out["unit"][1]], "bound": hi}
+        if any(d > out["unit"][0] + 1e-6 for _, d in out["unit"][1]):
+            return Replay(False, "the same workload in unit mode already breaks the bound", facts)
+        ok, detail = verdict(local, None, f"drr_block_seconds, guard_skips = 0, roofline steps of {durs[0]:g} s then "
+                             f"{durs[1]:g} s: t0's two picks reserve 2 blocks * {durs[0]:g} s, a refill tops it up "
+                             f"by the rounds that cover them, and the step charges 2 blocks * {durs[1]:g} s (in "
+                             "unit mode the same workload ends at "
+                             f"{max(d for _, d in out['unit'][1]):g})")
+        return Replay(ok, detail, facts)
+    return formula, replay
+
+
 _bf, _br = _drr_twin("block_seconds")
+_lf, _lr = _roofline_limit()
 DRR_GAP_SKIPS_BS = Proof(
     id="DRR-GAP[skips,block_seconds]", family="drr",
     claim="drr_block_seconds with refused heads and the skip budget K: deficits <= q*w*(1 + K*(D_bs/(q*w_min) + 1)) "
@@ -533,7 +587,9 @@ DRR_GAP_SKIPS_BS = Proof(
           "* unit_step_s)",
     scope="any N", obligations=lambda: drr_obligations(unit="block_seconds"),
     twins=(Twin("no-skip-budget", "the skip budget (guard_skips = None: refills past a blocked tenant uncounted)",
-                _bf, _br),),
+                _bf, _br),
+           Twin("roofline", "H4: unit cost mode (a step's settle charges at least its reservations, blocks * "
+                "last_step_s)", _lf, _lr, kind="limit")),
     hypotheses=("H2: a pick leaves the tenant owing at most D_bs block-seconds (largest_block_seconds: at most "
                 "min(num_blocks, m*blocks_for(ctx)) blocks held per step, for at most ctx + floor((m-1)*ctx/budget) "
                 "steps of unit_step_s)",
