@@ -49,6 +49,14 @@ Twin ``no-guard`` (``guard_steps = None``): without the guard the first pick
 may refuse the oldest head and admit a younger one, unpaid, and V grows;
 replayed on 8.12's pool-pressure workload with ``max_wait_s`` the bound, r
 waits past it and the catalog's BOUNDED-WAIT (history form) flags the run.
+
+BOUNDED-WAIT[guard_wait_s] is the same encoding with the overdue rule in
+seconds (``mode="seconds"``: ``t - arrival_s >= W`` at the step's start;
+``first`` then takes admission order as arrival order) and one more
+obligation, ``clock``: the first step once r has waited W starts less than
+``step_s_max`` later.  So r starts within ``W + (V_max + 1) * step_s_max``
+seconds (:func:`wait_bound_s`); with the cost model's floor ``step_s_min``
+also within ``ceil(W / step_s_min) + V_max + 1`` steps.
 """
 
 from __future__ import annotations

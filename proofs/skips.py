@@ -42,6 +42,12 @@ Twin ``no-skip-budget`` (``guard_skips = None``): with the count at K the pick
 passes over g anyway and the spread exceeds the bound; replayed on the model
 (one step from a decoded state), judged by the catalog's VTC-GAP with the
 budget on.
+
+DRR (``drr_tokens`` and ``drr_block_seconds``, one encoding, :func:`drr_obligations`):
+refills past a blocked tenant count, bounded by the budget; under block-seconds
+with the step's reservations ``pe`` (``0 <= pe <= G``) and H4 (``unit`` cost
+mode), D_bs the block-second constant (SPEC.md 7.0, 8.4).  Limit ``roofline``:
+H4 dropped, replayed from the empty replica.
 """
 
 from __future__ import annotations
