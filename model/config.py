@@ -28,9 +28,9 @@ ORDER_POLICIES = (
     "floors",
 )
 #: Order policies the skip budget (``OrderConfig.guard_skips``) is defined for: it counts
-#: picks past a lower VTC counter, or (``floors``) a lower tier counter, or (``drr_tokens``)
-#: DRR refills past a blocked tenant that needed fewer rounds (SPEC.md 4.3).
-SKIP_POLICIES = ("vtc", "vtc_predict", "floors", "drr_tokens")
+#: picks past a lower VTC counter, or (``floors``) a lower tier counter, or (``drr_tokens``,
+#: ``drr_block_seconds``) DRR refills past a blocked tenant that needed fewer rounds (SPEC.md 4.3).
+SKIP_POLICIES = ("vtc", "vtc_predict", "floors", "drr_tokens", "drr_block_seconds")
 #: Eviction victim policies (SPEC.md 4.5).
 VICTIM_POLICIES = ("largest", "newest", "lowest_priority", "most_over_share")
 #: Prefix-cache modes (SPEC.md 4.6).
@@ -205,11 +205,11 @@ class OrderConfig:
             waiting phase, the step admits nothing (it stops filling and
             reserves the pool for it).  None (both): no guard.
         guard_skips: the skip budget K_skip (SPEC.md 4.3; policies ``vtc``,
-            ``vtc_predict``, ``floors`` and ``drr_tokens``): a backlogged tenant
-            (``floors``: a tier) that is not a candidate of a pick (its head
-            refused by the pool, or none ready) while its counter is below the
-            picked one's (``drr_tokens``: a refill that carries it above one
-            round) is *passed over*; its count of such picks
+            ``vtc_predict``, ``floors``, ``drr_tokens`` and ``drr_block_seconds``):
+            a backlogged tenant (``floors``: a tier) that is not a candidate of a
+            pick (its head refused by the pool, or none ready) while its counter
+            is below the picked one's (DRR: a refill that carries it above one
+            round, the step's reservations counted) is *passed over*; its count of such picks
             (``TenantState.skips``, ``State.tier_skips``) lasts its backlog period,
             across its heads, and once it is K_skip the waiting phase stops
             filling rather than pass it over again.  None: no budget.

@@ -365,6 +365,26 @@ def step_duration_s(config: Config, batched_tokens: int, kv_tokens: int) -> floa
     return max(memory, batched_tokens * c.flop_s_per_token) + c.overhead_s
 
 
+def step_s_max(config: Config) -> float:
+    """The longest step (seconds, SPEC.md 4.7): ``unit_step_s``, or the roofline with every
+    sequence at the context limit and the whole token budget (kv_tokens is at most
+    ``max_num_seqs * max_context_tokens``; an empty step is shorter)."""
+    c = config.cost
+    if c.mode == "unit":
+        return c.unit_step_s
+    memory = c.weight_read_s + config.max_num_seqs * config.max_context_tokens * c.kv_read_s_per_token
+    return max(memory, config.token_budget * c.flop_s_per_token) + c.overhead_s
+
+
+def step_s_min(config: Config) -> float:
+    """The shortest step (seconds, SPEC.md 4.7), the cost model's floor: ``empty_step_s``.
+    In ``unit`` mode every step lasts ``unit_step_s``; in ``roofline`` mode a step with
+    work lasts at least ``weight_read_s + overhead_s`` and an empty one ``overhead_s``
+    (``weight_read_s`` when there is no overhead), so the empty step is the shortest.
+    0 when both are 0 (no floor)."""
+    return config.cost.empty_step_s
+
+
 # --- preemption for priority (SPEC.md 4.5) ---------------------------------------------------
 
 
@@ -562,7 +582,8 @@ class SkipView:
         capped: tenants whose head their own KV cap or slot cap refused in this step.
         picked: the tenant the policy picked.
         tier_counters, tier_skips: per tier (``floors``): counters and skip counts.
-        provisional: provisional DRR charges of the step (``drr_tokens``: none).
+        provisional: provisional DRR charges of the step (``drr_block_seconds``'s
+            reservations, block-seconds; ``drr_tokens``: none).
     """
 
     config: Config
@@ -642,14 +663,16 @@ def tier_skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
 
 
 def drr_skip_pass(view: SkipView) -> tuple[int | None, tuple[int, ...]]:
-    """:func:`skip_pass` for ``drr_tokens``, on a refill (SPEC.md 4.3): (the tenant to
-    reserve for, or None; the tenants the refill passes over).
+    """:func:`skip_pass` for DRR (``drr_tokens`` and ``drr_block_seconds``), on a refill
+    (SPEC.md 4.3): (the tenant to reserve for, or None; the tenants the refill passes over).
 
     The refill gives every backlogged tenant the rounds ``r`` that make the first
     candidate positive (:func:`refill_drr`).  It passes over every backlogged tenant
     that is not a candidate, not refused by its own caps, and would have needed
     fewer rounds (``floor((provisional - deficit) / (q w)) + 1 < r``: it ends above
-    one round).  If one of them was passed over ``guard_skips`` times, the result
+    one round; ``provisional`` is the step's block-second reservations under
+    ``drr_block_seconds``, none under ``drr_tokens``, so one rule serves both units).
+    If one of them was passed over ``guard_skips`` times, the result
     names the one with the fewest rounds needed (then the lowest index) and passes
     nobody.  ``view.picked`` is not read.  Pure.
     """

@@ -79,13 +79,15 @@ def _times_w(x, w):
     return z3.If(w == 1, x, 2 * x)
 
 
-def refill(dom: Domain, s: dict, P: dict, tag: str, capped: bool = True) -> tuple[z3.BoolRef, dict, dict]:
+def refill(dom: Domain, s: dict, P: dict, tag: str, capped: bool = True, need=None) -> tuple[z3.BoolRef, dict, dict]:
     """``refill_drr``: no candidate is positive; r rounds (the least making one
-    positive, witness k) go to every backlogged tenant, capped at Ce."""
+    positive, witness k) go to every backlogged tenant, capped at Ce.  ``need(j)``:
+    the rounds that make j positive, ``floor(pe - e) + 1`` (a test plants another)."""
     e, pe, q = s["e"], s["pe"], s["q"]
     r, k, blk = Int(f"r_{tag}"), Int(f"k_{tag}"), bool_array(f"blk_{tag}")
     cand = lambda j: And(q[j], Not(blk[j]))  # noqa: E731
-    need = lambda j: ToInt(pe[j] - e[j]) + 1  # noqa: E731  floor(pe - e) + 1 rounds make j positive
+    if need is None:
+        need = lambda j: ToInt(pe[j] - e[j]) + 1  # noqa: E731  floor(pe - e) + 1 rounds make j positive
     guard = And(dom.has(k), cand(k), r == need(k), r >= 1,
                 dom.forall(lambda j: Implies(cand(j), And(e[j] - pe[j] <= 0, r <= need(j)))))
     grown = lambda j: zmin(e[j] + ToReal(r), P["Ce"][j]) if capped else e[j] + ToReal(r)  # noqa: E731

@@ -49,14 +49,26 @@ Twin ``no-guard`` (``guard_steps = None``): without the guard the first pick
 may refuse the oldest head and admit a younger one, unpaid, and V grows;
 replayed on 8.12's pool-pressure workload with ``max_wait_s`` the bound, r
 waits past it and the catalog's BOUNDED-WAIT (history form) flags the run.
+
+BOUNDED-WAIT[guard_wait_s] is the same encoding with the overdue rule in
+seconds (``mode="seconds"``: ``t - arrival_s >= W`` at the step's start;
+``first`` then takes admission order as arrival order) and one more
+obligation, ``clock``: the first step once r has waited W starts less than
+``step_s_max`` later.  So r starts within ``W + (V_max + 1) * step_s_max``
+seconds (:func:`wait_bound_s`); with the cost model's floor ``step_s_min``
+also within ``ceil(W / step_s_min) + V_max + 1`` steps.
 """
 
 from __future__ import annotations
 
+import math
+
+import attrs
 import z3
 from z3 import And, If, Implies, Int, Not, Or, Store
 
 from tenantry.model.config import Config
+from tenantry.model.policies import step_s_min
 from tenantry.model.simulate import simulate
 from tenantry.model.workload import Request
 
@@ -77,7 +89,15 @@ def bstate(tag: str) -> dict:
     s.update({n: Int(f"b{n}_{tag}") for n in ("U", "F", "P", "nrun", "mu", "Q", "m", "ctx", "K", "k", "r", "nxt",
                                               "V0", "a", "tok")})
     s["paid"] = z3.Bool(f"bpaid_{tag}")
+    s["arr"] = z3.Array(f"barr_{tag}", z3.IntSort(), z3.RealSort())  # arrival_s per sequence
+    s["t"], s["W"] = z3.Real(f"bt_{tag}"), z3.Real(f"bW_{tag}")  # the step's start; guard_wait_s
     return s
+
+
+def overdue(s: dict, y, mode: str = "steps") -> z3.BoolRef:
+    """Queued fresh sequence y is overdue (``policies.overdue``): ``k - adm >= K`` steps since it
+    became ready (``guard_steps``), or ``t - arrival_s >= W`` seconds (``guard_wait_s``)."""
+    return s["k"] - s["adm"][y] >= s["K"] if mode == "steps" else s["t"] - s["arr"][y] >= s["W"]
 
 
 def big_c(s: dict) -> z3.ArithRef:
@@ -116,9 +136,9 @@ def jstep(s: dict) -> z3.BoolRef:
                s["a"] >= 0, s["a"] <= s["m"], s["tok"] >= 0)
 
 
-def reserving(dom: Domain, s: dict) -> z3.BoolRef:
-    """The guard reserves: some queued head, overdue (``k - adm >= K``), needs more than is free."""
-    return dom.exists(lambda y: And(s["q"][y], s["head"][y], s["k"] - s["adm"][y] >= s["K"], s["nd"][y] > s["F"]))
+def reserving(dom: Domain, s: dict, mode: str = "steps") -> z3.BoolRef:
+    """The guard reserves: some queued head, :func:`overdue`, needs more than is free."""
+    return dom.exists(lambda y: And(s["q"][y], s["head"][y], overdue(s, y, mode), s["nd"][y] > s["F"]))
 
 
 def _sum_facts(s: dict, x) -> list:
@@ -128,7 +148,9 @@ def _sum_facts(s: dict, x) -> list:
             s["mu"] - s["rem"][x] - 1 <= s["ctx"] * (s["nrun"] - 1)]
 
 
-def obligations(guarded: bool = True) -> list[tuple[str, z3.BoolRef]]:
+def obligations(guarded: bool = True, mode: str = "steps") -> list[tuple[str, z3.BoolRef]]:
+    """The obligations of the module docstring; ``mode``: the guard's overdue rule, ``steps``
+    (``guard_steps`` K) or ``seconds`` (``guard_wait_s`` W, with the ``clock`` obligation)."""
     dom = Domain("S")
     out = []
     both = lambda s: [dom.size >= 1, binv(dom, s), jstep(s)]  # noqa: E731
@@ -182,20 +204,29 @@ def obligations(guarded: bool = True) -> list[tuple[str, z3.BoolRef]]:
     # sequence h0 (a head, 8.11); admitted no later than r, it is overdue, so it fits and goes in
     s = bstate("first")
     h0, b = Int("bh0_first"), Int("bb_first")
+    # admission order is the order of admission steps and (the driver feeds arrivals in time order) of arrivals
+    order_of = (lambda u, v: s["adm"][u] <= s["adm"][v]) if mode == "steps" else \
+        (lambda u, v: s["arr"][u] <= s["arr"][v])  # noqa: E731
     admitted_in_order = dom.forall(lambda u, v: Implies(And(alive(s, u), alive(s, v), s["sq"][u] <= s["sq"][v]),
-                                                         s["adm"][u] <= s["adm"][v]), arity=2)
+                                                         order_of(u, v)), arity=2)
     least = dom.forall(lambda u: Implies(s["q"][u], s["sq"][h0] <= s["sq"][u]))
     distinct = dom.forall(lambda u, v: Implies(And(u != v, alive(s, u), alive(s, v)), s["sq"][u] != s["sq"][v]),
                           arity=2)  # admission numbers are distinct (the queue invariant, 8.11)
-    hyps = [dom.size >= 1, binv(dom, s), s["k"] - s["adm"][s["r"]] >= s["K"], admitted_in_order, distinct,
+    hyps = [dom.size >= 1, binv(dom, s), overdue(s, s["r"], mode), admitted_in_order, distinct,
             dom.has(h0), s["q"][h0], s["head"][h0], least, b >= 1, b <= s["nd"][h0]]
     if guarded:
-        hyps.append(Not(reserving(dom, s)))
+        hyps.append(Not(reserving(dom, s, mode)))
     out.append(("first", implies_all(hyps, And(b <= s["F"], Or(h0 == s["r"], old(s, h0))))))
     # drained: nothing running, no block held (KV-CONSERVE), the pool is free: the guard does not reserve
     s = bstate("drained")
     out.append(("drained", implies_all([dom.size >= 1, binv(dom, s), s["nrun"] == 0, s["U"] == 0],
-                                       Not(reserving(dom, s)))))
+                                       Not(reserving(dom, s, mode)))))
+    if mode == "seconds":
+        # clock: while r waits the steps run back to back (r is work), each lasting at most S (step_s_max);
+        # the first step that starts once r has waited W seconds starts less than W + S after its arrival
+        t0, t1, dur, S, ar, W = z3.Reals("bc_t0 bc_t1 bc_dur bc_S bc_ar bc_W")
+        out.append(("clock", implies_all([t0 - ar < W, dur > 0, dur <= S, t1 == t0 + dur, t1 - ar >= W],
+                                         t1 - ar < W + S)))
     # progress: the first running sequence's chunk min(rem + 1, budget) >= 1 (no eviction, so no stall)
     s = bstate("prog")
     y, M = Int("by_prog"), Int("bM_prog")
@@ -222,23 +253,45 @@ def obligations(guarded: bool = True) -> list[tuple[str, z3.BoolRef]]:
     return out
 
 
-def wait_bound_steps(config: Config) -> int | None:
-    """Steps within which a request is first scheduled under fcfs and the guard (K = ``guard_steps``),
-    counting its arrival step: ``K + m * ctx + (m * ctx + 1) * (QB - 1) + 1``; None when a queue is
-    unbounded or the guard is off."""
+def v_max(config: Config) -> int | None:
+    """The ranking's bound ``m * ctx + (m * ctx + 1) * (QB - 1)``; None when a queue is unbounded."""
     bounds = [t.queue_bound for t in config.tenants]
-    K = config.order.guard_steps
-    if K is None or not config.admission.queue_bound or any(b is None for b in bounds):
+    if not config.admission.queue_bound or any(b is None for b in bounds):
         return None
     mc = config.max_num_seqs * config.max_context_tokens
-    return K + mc + (mc + 1) * (sum(bounds) - 1) + 1
+    return mc + (mc + 1) * (sum(bounds) - 1)
+
+
+def wait_bound_steps(config: Config) -> int | None:
+    """Steps within which a request is first scheduled under fcfs and the guard, counting its
+    arrival step: ``K + V_max + 1`` with K = ``guard_steps``; under ``guard_wait_s`` W alone,
+    ``ceil(W / step_s_min) + V_max + 1`` (the cost model's floor: a step lasts at least
+    ``step_s_min``, so ``ceil(W / step_s_min)`` steps after its admission r is overdue); None
+    when a queue is unbounded, the guard is off, or (W alone) the floor is 0."""
+    vm, o = v_max(config), config.order
+    if vm is None:
+        return None
+    if o.guard_steps is not None:
+        return o.guard_steps + vm + 1
+    if o.guard_wait_s is not None and step_s_min(config) > 0:
+        return math.ceil(o.guard_wait_s / step_s_min(config) - 1e-9) + vm + 1
+    return None
 
 
 def wait_bound_s(config: Config) -> float | None:
     """The wait (seconds) BOUNDED-WAIT can promise under fcfs with the guard: ``wait_bound_steps``
-    steps of at most ``step_s_max`` seconds."""
-    n = wait_bound_steps(config)
-    return None if n is None else n * step_s_max(config)
+    steps of at most ``step_s_max`` seconds under ``guard_steps``; under ``guard_wait_s`` W,
+    ``W + (V_max + 1) * step_s_max`` (the obligation ``clock``: the first step once r has waited W
+    starts less than one step later; no floor needed); the smaller when both are set."""
+    vm, o, smax = v_max(config), config.order, step_s_max(config)
+    if vm is None:
+        return None
+    out = []
+    if o.guard_steps is not None:
+        out.append((o.guard_steps + vm + 1) * smax)
+    if o.guard_wait_s is not None:
+        out.append(o.guard_wait_s + (vm + 1) * smax)
+    return min(out) if out else None
 
 
 K_REPLAY = 3
@@ -252,30 +305,43 @@ def pressure_workload(bound_s: float) -> list[Request]:
         [Request(2 + j, "hi", 1.0 + 3.0 * j, 17, 6) for j in range(n)]
 
 
-def _no_guard_twin():
+W_REPLAY = 3.0
+
+
+def wait_config(guard_wait_s: float | None, max_wait_s: float | None = None) -> Config:
+    """8.12's pool-pressure replica with the guard in seconds (``guard_wait_s``) and no ``guard_steps``."""
+    c = guard_config(None, max_wait_s)
+    return attrs.evolve(c, order=attrs.evolve(c.order, guard_wait_s=guard_wait_s))
+
+
+def _no_guard_twin(mode: str = "steps"):
+    on = (lambda b=None: guard_config(K_REPLAY, b)) if mode == "steps" else (lambda b=None: wait_config(W_REPLAY, b))
+    off = (lambda b: guard_config(None, b)) if mode == "steps" else (lambda b: wait_config(None, b))
+    what = f"guard_steps = {K_REPLAY}" if mode == "steps" else f"guard_wait_s = {W_REPLAY:g} s"
+
     def formula() -> tuple[z3.BoolRef, dict]:
         dom = Domain("S", 3)
-        s = bstate("tw")
-        x, b = Int("bx_tw"), Int("bb_tw")
+        s = bstate(f"tw{mode}")
+        x, b = Int(f"bx_tw{mode}"), Int(f"bb_tw{mode}")
         # r (seq 0) is the oldest queued head, overdue, and refused; a younger x fits and is admitted
         # unpaid, so the step ends with V above V0 - 1 (the drop fails)
         post_rank = rank(s) + s["rem"][x] + 1 - s["tok"]
-        return And(binv(dom, s), s["r"] == 0, s["head"][0], s["k"] - s["adm"][0] >= s["K"], s["K"] == K_REPLAY,
+        late = And(s["K"] == K_REPLAY) if mode == "steps" else s["W"] == W_REPLAY
+        return And(binv(dom, s), s["r"] == 0, s["head"][0], overdue(s, 0, mode), late,
                    s["nd"][0] > s["F"], s["P"] == 4, s["nd"][0] == 3, s["F"] == 2, x == 1, s["q"][x],
                    Not(old(s, x)), b >= 1, b <= s["F"], s["tok"] == 1, s["nrun"] == 1, s["V0"] == rank(s),
                    Not(post_rank <= s["V0"] - 1)), {}
 
     def replay(m: z3.ModelRef, sym: dict) -> Replay:
-        bound = wait_bound_s(guard_config(K_REPLAY))
-        ref = guard_config(K_REPLAY, bound)
-        cfg = guard_config(None, bound)
+        bound = wait_bound_s(on())
+        ref, cfg = on(bound), off(bound)
         reqs = pressure_workload(bound)
         steps = 4 * len(reqs) + 50
         trs = list(run_workload(cfg, reqs, max_steps=steps))
         h = simulate(cfg, reqs, max_steps=steps)
         ok, detail = verdict(late_starts(cfg, trs, bound), catalog_history("BOUNDED-WAIT", ref, h),
-                             f"fcfs on a 4-block pool without the guard: lo's 3-block head waits while "
-                             f"{len(reqs) - 2} later 2-block requests of hi keep fitting (the guard's bound "
+                             f"fcfs on a 4-block pool without the guard ({what} removed): lo's 3-block head waits "
+                             f"while {len(reqs) - 2} later 2-block requests of hi keep fitting (the guard's bound "
                              f"{bound:g} s)")
         return Replay(ok, detail, {"bound_s": bound, "hi_requests": len(reqs) - 2})
     return formula, replay
@@ -287,6 +353,17 @@ def held_with_guard(k: int = K_REPLAY) -> tuple[float, float]:
     return lo_wait_s(guard_config(k, bound), pressure_workload(bound)), bound
 
 
+def held_with_wait_guard(w: float = W_REPLAY) -> tuple[float, float]:
+    """:func:`held_with_guard` with the guard in seconds (``guard_wait_s`` = w)."""
+    bound = wait_bound_s(wait_config(w))
+    return lo_wait_s(wait_config(w, bound), pressure_workload(bound)), bound
+
+
+_HYPS = ("no eviction while r waits and no evicted sequence queued (every queued sequence is fresh and ready); no "
+         "KV cap, no slot caps, no prefix cache",
+         "every tenant's queue bounded (QUEUE-BOUND: at most sum - 1 queued before r at its admission)",
+         "a request that can never fit is refused too_large (every first chunk fits the pool)")
+
 _tf, _tr = _no_guard_twin()
 BOUNDED_WAIT_GUARD = Proof(
     id="BOUNDED-WAIT[guard]", family=FAMILY,
@@ -297,11 +374,23 @@ BOUNDED_WAIT_GUARD = Proof(
     obligations=obligations,
     twins=(Twin("no-guard", "the guard (guard_steps = None: the first pick may pass the refused oldest head)",
                 _tf, _tr),),
-    hypotheses=("policy fcfs, guard_steps K (guard_wait_s may also be set)",
-                "no eviction while r waits (every queued sequence is fresh and ready); no KV cap, no slot caps, "
-                "no prefix cache",
-                "every tenant's queue bounded (QUEUE-BOUND: at most sum - 1 queued before r at its admission)",
-                "a request that can never fit is refused too_large (every first chunk fits the pool)",
-                "max_wait_s >= the bound * step_s_max: the model does not read max_wait_s"))
+    hypotheses=("policy fcfs, guard_steps K (guard_wait_s may also be set)",) + _HYPS
+    + ("max_wait_s >= the bound * step_s_max: the model does not read max_wait_s",))
 
-PROOFS = (BOUNDED_WAIT_GUARD,)
+_wf, _wr = _no_guard_twin("seconds")
+BOUNDED_WAIT_GUARD_S = Proof(
+    id="BOUNDED-WAIT[guard_wait_s]", family=FAMILY,
+    claim="under fcfs with the guard in seconds (W) and KV pressure, the same V drops by >= 1 per step once r has "
+          "waited W seconds, and that step starts < W + step_s_max after r's arrival, so r starts within "
+          "W + (m*ctx + (m*ctx + 1)(sum queue bounds - 1) + 1) * step_s_max seconds",
+    scope="any N (sequences, tenants), one step; fcfs, guard_wait_s, no eviction, no caps, no prefix cache",
+    obligations=lambda: obligations(mode="seconds"),
+    twins=(Twin("no-guard", "the guard (guard_wait_s = None: the first pick may pass the refused oldest head)",
+                _wf, _wr),),
+    hypotheses=("policy fcfs, guard_wait_s W (guard_steps may also be set)",
+                "the driver feeds arrivals in time order (admission order is arrival order) and steps back to back "
+                "while r waits, each at most step_s_max (the cost model's ceiling; its floor step_s_min gives the "
+                "step count ceil(W / step_s_min) + V_max + 1)") + _HYPS
+    + ("max_wait_s >= the bound: the model does not read max_wait_s",))
+
+PROOFS = (BOUNDED_WAIT_GUARD, BOUNDED_WAIT_GUARD_S)

@@ -23,6 +23,7 @@ waits has ``tier + rate * arrival <= tier_r + rate * arrival_r``.
 
 from __future__ import annotations
 
+import attrs
 import z3
 from z3 import And, Implies, Int, Not, Real
 
@@ -202,9 +203,65 @@ def _strict_aging_twin():
     return formula, replay
 
 
+def aging_pressure_config(guard_steps: int | None = None) -> Config:
+    """:func:`floors_config`'s two tiers under ``aging`` on a pool of 3 blocks of 4 tokens with
+    two slots: a running 6-token sequence of hi holds 2 blocks, so lo's 7-token head (2
+    blocks) is refused while hi's 1-4-token head (1 block) fits."""
+    c = floors_config("aging")
+    return attrs.evolve(c, max_num_seqs=2, num_blocks=3, block_size_tokens=4,
+                        order=attrs.evolve(c.order, guard_steps=guard_steps))
+
+
+def _pool_refused_aging_limit():
+    """Limit ``pool-refused`` of AGING: H1 dropped (a backlogged tenant whose head the pool
+    refuses is not a candidate), so the pick is least only among the candidates."""
+    def formula() -> tuple[z3.BoolRef, dict]:
+        dom = Domain("N")
+        guard, p = aging_pick(dom, "pr")
+        j, ai = Int("j_pr"), int_array("ai_pr")
+        # decodable: tier 0 (hi, a candidate) and tier 1 (lo, backlogged, its head refused: not a
+        # candidate); integral arrivals (rate 1/s) in 0..5, now = 6; admission order = arrival order
+        shape = And(dom.size == 2, dom.has(j), Not(p["cand"][j]), p["cand"][p["i"]], p["tier"][p["i"]] == 0,
+                    p["tier"][j] == 1, p["now"] == 6,
+                    dom.forall(lambda x: And(p["a"][x] == z3.ToReal(ai[x]), ai[x] >= 0, ai[x] <= 5, p["seq"][x] == ai[x])))
+        bad = z3.ToReal(p["tier"][p["i"]]) + p["a"][p["i"]] > z3.ToReal(p["tier"][j]) + p["a"][j]
+        return And(guard, shape, bad), {"p": p, "ai": ai, "j": j}
+
+    def replay(m: z3.ModelRef, sym: dict) -> Replay:
+        p, j = sym["p"], val(m, sym["j"])
+        i = val(m, p["i"])
+        a_hi, a_lo = float(val(m, sym["ai"][i])), float(val(m, sym["ai"][j]))
+        facts = {"arrival_hi": a_hi, "arrival_lo": a_lo, "now": 6.0}
+        runs = {}
+        for k in (None, 3):
+            cfg = aging_pressure_config(k)
+            pre = build_state(cfg, [TenantSpec(seqs=(SeqSpec(5, 3, done=1, running=True),
+                                                     SeqSpec(1, 1, arrival_s=a_hi))),
+                                    TenantSpec(seqs=(SeqSpec(7, 1, arrival_s=a_lo),))], t_s=6.0)
+            post, out = step(cfg, pre, StepInput())
+            runs[k] = (cfg, Transition(pre, StepInput(), post, out))
+        cfg, tr = runs[None]
+        hi_head, lo_head = tr.prev.tenants[0].queue[-1], tr.prev.tenants[1].queue[0]
+        batch = dict(tr.output.batch)
+        local = []
+        if hi_head.request_id in batch and lo_head.request_id not in batch:
+            local.append(f"hi's request (tier 0, arrival {a_hi:g}: tier + rate*arrival = {a_hi:g}) entered the batch "
+                         f"while lo's refused head (tier 1, arrival {a_lo:g}: {1 + a_lo:g}) waited")
+        facts["with_guard_steps_3"] = guarded = hi_head.request_id in dict(runs[3][1].output.batch)
+        if not guarded:
+            return Replay(False, "with guard_steps = 3 the model did not admit hi's request past lo's head", facts)
+        ok, detail = verdict(local, catalog_state("AGING", cfg, [tr]),
+                             "aging, rate 1/s, a pool of 3 blocks with 1 free: lo's 7-token head (2 blocks) is "
+                             "refused and hi's younger 1-block request goes in (the same with guard_steps = 3: the "
+                             "head is not overdue yet)")
+        return Replay(ok, detail, facts)
+    return formula, replay
+
+
 def _proofs() -> tuple[Proof, ...]:
     ff, fr = _strict_floor_twin()
     af, ar = _strict_aging_twin()
+    lf, lr = _pool_refused_aging_limit()
     return (
         Proof(id="FLOOR", family=FAMILY,
               claim="tier counters stay within D/floor; while tier k waits, tier j is picked <= D/(f_k delta_j) + 1 "
@@ -216,8 +273,11 @@ def _proofs() -> tuple[Proof, ...]:
         Proof(id="AGING", family=FAMILY,
               claim="a request first scheduled while r waits has tier + rate*arrival <= tier_r + rate*arrival_r",
               scope="any N, one pick", obligations=aging_obligations,
-              twins=(Twin("strict-priority", "aging (policy priority instead of aging)", af, ar),),
-              hypotheses=("queues in arrival order and every candidate's head ready (no preemption: ample KV)",)),
+              twins=(Twin("strict-priority", "aging (policy priority instead of aging)", af, ar),
+                     Twin("pool-refused", "H1: every backlogged tenant is a candidate (no head refused by the "
+                          "pool: ample KV); the starvation guard does not restore the order", lf, lr, kind="limit")),
+              hypotheses=("H1: every backlogged tenant is a candidate (ample KV: no head refused, no preemption)",
+                          "queues in arrival order")),
     )
 
 

@@ -8,7 +8,7 @@ from . import admission, bucket, drr, evict, fleet, guard, guard_wait, kv, order
 from .core import Proof
 
 #: All proofs in the order ``tenantry prove`` runs them.
-PROOFS: tuple[Proof, ...] = (vtc.PROOFS + skips.PROOFS + drr.PROOFS + (skips.DRR_GAP_SKIPS,) + priority.PROOFS
+PROOFS: tuple[Proof, ...] = (vtc.PROOFS + skips.PROOFS + drr.PROOFS + (skips.DRR_GAP_SKIPS, skips.DRR_GAP_SKIPS_BS) + priority.PROOFS
                              + (skips.FLOOR_SKIPS,) + order.PROOFS + wait.PROOFS + bucket.PROOFS
                              + admission.PROOFS + evict.PROOFS + preempt.PROOFS + kv.PROOFS + guard.PROOFS + guard_wait.PROOFS
                              + fleet.PROOFS)

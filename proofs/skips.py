@@ -42,6 +42,12 @@ Twin ``no-skip-budget`` (``guard_skips = None``): with the count at K the pick
 passes over g anyway and the spread exceeds the bound; replayed on the model
 (one step from a decoded state), judged by the catalog's VTC-GAP with the
 budget on.
+
+DRR (``drr_tokens`` and ``drr_block_seconds``, one encoding, :func:`drr_obligations`):
+refills past a blocked tenant count, bounded by the budget; under block-seconds
+with the step's reservations ``pe`` (``0 <= pe <= G``) and H4 (``unit`` cost
+mode), D_bs the block-second constant (SPEC.md 7.0, 8.4).  Limit ``roofline``:
+H4 dropped, replayed from the empty replica.
 """
 
 from __future__ import annotations
@@ -52,11 +58,11 @@ from z3 import And, Implies, Int, Lambda, Not, Store, ToReal
 
 from tenantry.model.config import Config, TenantConfig
 from tenantry.model.step import step
-from tenantry.model.workload import StepInput
+from tenantry.model.workload import Request, StepInput
 
 from . import drr, vtc
 from .checks import catalog_state, verdict, vtc_spread
-from .concrete import SeqSpec, TenantSpec, Transition, build_state
+from .concrete import SeqSpec, TenantSpec, Transition, build_state, run_workload
 from .core import Domain, Proof, Replay, Twin, implies_all, int_array, real_array, val, zmax
 
 FAMILY = "vtc"
@@ -333,7 +339,7 @@ FLOOR_SKIPS = Proof(
                 "decisions are first schedulings (a readmitted preempted sequence is not charged)"))
 
 
-# --- DRR over tokens: refills past a blocked tenant --------------------------------------------
+# --- DRR over tokens and block-seconds: refills past a blocked tenant ----------------------------
 
 
 def dstate(tag: str) -> dict:
@@ -341,12 +347,15 @@ def dstate(tag: str) -> dict:
     return {**drr.gstate(f"s{tag}"), "sig": int_array(f"dsig_{tag}")}
 
 
-def drr_inv(dom: Domain, s: dict, P: dict, Y, K) -> z3.BoolRef:
-    """DRR-GAP[tokens]'s invariant with the budget: ``e <= 1 + sig Y`` (Y rounds per
-    refill past the tenant), the window's books, equal refills, ``0 <= sig <= K``."""
-    e, G = s["e"], s["G"]
+def drr_inv(dom: Domain, s: dict, P: dict, Y, K, unit: str = "tokens") -> z3.BoolRef:
+    """DRR-GAP[tokens]'s invariant with the budget: ``e - pe <= 1 + sig Y`` (Y rounds per
+    refill past the tenant; ``pe`` the step's block-second reservations, 0 under
+    tokens; under block-seconds ``0 <= pe <= G``: a reservation is part of what the
+    tenant owes), the window's books, equal refills, ``0 <= sig <= K``."""
+    e, pe, G = s["e"], s["pe"], s["G"]
+    resv = (lambda f: pe[f] == 0) if unit == "tokens" else (lambda f: And(pe[f] >= 0, pe[f] <= G[f]))
     one = dom.forall(lambda f: And(
-        e[f] <= 1 + ToReal(s["sig"][f]) * Y, s["pe"][f] == 0, e[f] - G[f] > -P["K"][f], G[f] >= 0,
+        e[f] - pe[f] <= 1 + ToReal(s["sig"][f]) * Y, resv(f), e[f] - G[f] > -P["K"][f], G[f] >= 0,
         G[f] <= P["K"][f], Implies(Not(s["run"][f]), G[f] == 0), s["sig"][f] >= 0, s["sig"][f] <= K,
         Implies(s["since"][f], And(s["q"][f], e[f] == s["base"][f] + s["R"][f] - s["S"][f],
                                    s["base"][f] <= 1 + ToReal(K) * Y, s["base"][f] > -P["K"][f]))))
@@ -359,14 +368,34 @@ def drr_need(s: dict, j) -> z3.ArithRef:
     return z3.ToInt(s["pe"][j] - s["e"][j]) + 1
 
 
-def drr_obligations(budget: bool = True) -> list[tuple[str, z3.BoolRef]]:
+def refill_passes(s: dict, p: dict, j) -> z3.BoolRef:
+    """A refill (parameters ``p`` of :func:`tenantry.proofs.drr.refill`) passes over j:
+    backlogged, not a candidate, and needing fewer rounds than the refill gives (``drr_skip_pass``)."""
+    return And(s["q"][j], p["blk"][j], drr_need(s, j) < p["r"])
+
+
+def refill_allowed(dom: Domain, s: dict, p: dict, K) -> z3.BoolRef:
+    """The skip budget lets the refill go: every tenant it passes over has a count below K."""
+    return dom.forall(lambda j: Implies(refill_passes(s, p, j), s["sig"][j] < K))
+
+
+def drr_setup(dom: Domain, P: dict, Y, K, unit: str = "tokens") -> z3.BoolRef:
+    """``K[f] + 1 <= Y`` (Y = D/(q w_min) + 1) and H3': the carry bound holds a tenant
+    passed over K times, ``Ce >= 1 + K Y`` (block-seconds: plus the step's
+    reservations, at most ``K[f]``)."""
+    extra = (lambda f: 0) if unit == "tokens" else (lambda f: P["K"][f])  # noqa: E731
+    return And(dom.size >= 1, K >= 0, dom.forall(lambda f: And(P["K"][f] > 0, P["K"][f] + 1 <= Y,
+                                                              P["Ce"][f] >= 1 + ToReal(K) * Y + extra(f))))
+
+
+def drr_obligations(budget: bool = True, unit: str = "tokens") -> list[tuple[str, z3.BoolRef]]:
     """Window opening, consecution (refill without H1, admit with the reset of the count,
-    charge, move, end) and the corollary."""
+    charge (block-seconds: settle), move, end) and the corollaries."""
     dom, P = Domain("N"), drr.params("Pd")
     Y, K = z3.Real("Yd"), Int("Kd")
-    setup = And(dom.size >= 1, K >= 0,
-                dom.forall(lambda f: And(P["K"][f] > 0, P["K"][f] + 1 <= Y, P["Ce"][f] >= 1 + ToReal(K) * Y)))
-    inv = lambda st: drr_inv(dom, st, P, Y, K)  # noqa: E731
+    bs = unit == "block_seconds"
+    setup = drr_setup(dom, P, Y, K, unit)
+    inv = lambda st: drr_inv(dom, st, P, Y, K, unit)  # noqa: E731
     out = []
     s0 = dstate("w0")
     open_ = dom.forall(lambda f: And(s0["R"][f] == 0, s0["S"][f] == 0, s0["base"][f] == s0["e"][f],
@@ -377,94 +406,118 @@ def drr_obligations(budget: bool = True) -> list[tuple[str, z3.BoolRef]]:
     out.append(("open", implies_all([setup, open_, pre0], inv(s0))))
     s = dstate("rf")
     g, post, p = drr.refill(dom, s, P, "drf")
-    passed = lambda j: And(s["q"][j], p["blk"][j], drr_need(s, j) < p["r"])  # noqa: E731
     jj = Int("jdr")
     got = Lambda([jj], z3.If(s["since"][jj], s["R"][jj] + (post["e"][jj] - s["e"][jj]), s["R"][jj]))
-    sig = Lambda([jj], z3.If(passed(jj), s["sig"][jj] + 1, s["sig"][jj]))
+    sig = Lambda([jj], z3.If(refill_passes(s, p, jj), s["sig"][jj] + 1, s["sig"][jj]))
     hyps = [setup, inv(s), g]
     if budget:
-        hyps.append(dom.forall(lambda j: Implies(passed(j), s["sig"][j] < K)))
+        hyps.append(refill_allowed(dom, s, p, K))
     out.append(("refill", implies_all(hyps, inv({**drr._with_ghosts(s, post, R=got), "sig": sig}))))
     s = dstate("ad")
-    g, post, p = drr.admit(dom, s, "dad", "tokens")
+    g, post, p = drr.admit(dom, s, "dad", unit)
     i = p["i"]
     since = Store(s["since"], i, And(s["since"][i], Not(p["leave"])))
     S = Store(s["S"], i, s["S"][i] + p["pin"])
     sig = Store(s["sig"], i, z3.If(post["e"][i] <= 1, 0, s["sig"][i]))
-    out.append(("admit", implies_all([setup, inv(s), g, drr.hyp_charge(s, p, P)],
-                                     inv({**drr._with_ghosts(s, post, S=S, since=since), "sig": sig}))))
+    hyps = [setup, inv(s), g, drr.hyp_charge(s, p, P)]
+    if bs:  # the reservation (blocks * last_step_s) is part of the new sequence's charges (unit mode)
+        hyps.append(p["pp"] <= p["gout"])
+    out.append(("admit", implies_all(hyps, inv({**drr._with_ghosts(s, post, S=S, since=since), "sig": sig}))))
     s = dstate("ch")
-    g, post, p = drr.charge(dom, s, "dch")
+    g, post, p = drr.settle(dom, s, "dch") if bs else drr.charge(dom, s, "dch")
     S = Store(s["S"], p["i"], s["S"][p["i"]] + p["x"])
-    out.append(("charge", implies_all([setup, inv(s), g], inv({**drr._with_ghosts(s, post, S=S), "sig": s["sig"]}))))
+    out.append(("settle" if bs else "charge",
+                implies_all([setup, inv(s), g], inv({**drr._with_ghosts(s, post, S=S), "sig": s["sig"]}))))
     s = dstate("mv")
     g, post, p = drr.move(dom, s, "dmv")
     since = Store(s["since"], p["i"], And(s["since"][p["i"]], p["qn"]))
-    out.append(("move", implies_all([setup, inv(s), g], inv({**drr._with_ghosts(s, post, since=since),
-                                                             "sig": s["sig"]}))))
+    hyps = [setup, inv(s), g]
+    if bs:  # nothing leaves between a pick and the settle of its step (phases 4 and 5, SPEC.md 5)
+        hyps.append(s["G"][p["i"]] - p["r"] >= s["pe"][p["i"]])
+    out.append(("move", implies_all(hyps, inv({**drr._with_ghosts(s, post, since=since), "sig": s["sig"]}))))
     s = dstate("en")
     g, post, p = drr.end(dom, s, "den")
-    out.append(("end", implies_all([setup, inv(s), g], inv({**drr._with_ghosts(s, post), "sig": s["sig"]}))))
+    settled = dom.forall(lambda f: s["pe"][f] == 0)  # every reservation was settled in execute
+    out.append(("end", implies_all([setup, inv(s), g, settled],
+                                   inv({**drr._with_ghosts(s, post), "sig": s["sig"]}))))
+    s = dstate("dcor")
+    f = Int("f_ddcor")
+    out.append(("deficit", implies_all([setup, inv(s), dom.has(f), s["pe"][f] == 0],
+                                       And(s["e"][f] <= 1 + ToReal(K) * Y, s["e"][f] > -P["K"][f]))))
     s = dstate("cor")
     f, h = Int("f_dcor"), Int("g_dcor")
-    out.append(("gap", implies_all([setup, inv(s), dom.has(f), dom.has(h), s["since"][f], s["since"][h]],
+    out.append(("gap", implies_all([setup, inv(s), dom.has(f), dom.has(h), s["since"][f], s["since"][h],
+                                    s["pe"][f] == 0, s["pe"][h] == 0],
                                    s["S"][f] - s["S"][h] < 2 + 2 * ToReal(K) * Y + P["K"][f] + P["K"][h])))
     return out
 
 
-def drr_config(guard_skips: int | None) -> Config:
-    """:func:`twin_config`'s replica under ``drr_tokens`` (quantum 8, unbounded carry)."""
+def drr_config(guard_skips: int | None, unit: str = "tokens") -> Config:
+    """:func:`twin_config`'s replica under ``drr_tokens`` or ``drr_block_seconds`` (quantum 8,
+    unbounded carry; unit cost, so every step lasts 1 s)."""
     c = twin_config(guard_skips)
-    return attrs.evolve(c, order=attrs.evolve(c.order, policy="drr_tokens", drr_quantum=drr.QUANTUM,
+    return attrs.evolve(c, order=attrs.evolve(c.order, policy=f"drr_{unit}", drr_quantum=drr.QUANTUM,
                                               drr_carry_bound=None))
 
 
-def _drr_twin_formula() -> tuple[z3.BoolRef, dict]:
-    from tenantry.spec.invariants_core import drr_skip_rounds, largest_charge
-    ref = drr_config(K_TWIN)
-    d, q = largest_charge(ref), drr.QUANTUM
-    dom, P = Domain("N"), drr.params("Pdt")
-    Y, K = z3.RealVal(d / q + 1), z3.IntVal(K_TWIN)
-    s = dstate("dtw")
-    g, post, p = drr.refill(dom, s, P, "dtw", capped=False)
-    di, pi = int_array("di_dtw"), Int("p_dtw")
-    # decodable: unit weights; t0 a candidate with deficit d0 <= 0 and a 1..4-token head; t1 blocked (its
-    # 7-token head refused by the pool), deficit d1, passed over K times, one running sequence owing 2.
-    shape = And(dom.size == 2, Not(p["blk"][0]), p["blk"][1], s["q"][0], s["q"][1], s["sig"][1] == K,
-                s["sig"][0] == 0, pi >= 1, pi <= 4, s["G"][0] == 0, s["run"][1], s["G"][1] == z3.Q(2, int(q)),
-                Not(s["run"][0]), dom.forall(lambda f: And(P["K"][f] == d / q, s["e"][f] * q == ToReal(di[f]),
-                                                           s["pe"][f] == 0, Not(s["since"][f]))),
-                di[0] <= 0, di[0] >= -40, di[1] <= 64)
-    bad = post["e"][1] > drr_skip_rounds(ref, d) + z3.Q(2, int(q))  # survives t1's output token
-    f = And(dom.size >= 1, drr_inv(dom, s, P, Y, K), g, shape, bad)
-    return f, {"di": di, "p": pi}
+def _drr_twin(unit: str):
+    """Twin ``no-skip-budget`` of DRR-GAP[skips] (``unit``): a refill past a tenant whose count
+    is K, without the budget check; replayed on :func:`drr_config`."""
+    from tenantry.spec.invariants_core import drr_charge_bound, drr_skip_rounds
+
+    def formula() -> tuple[z3.BoolRef, dict]:
+        ref = drr_config(K_TWIN, unit)
+        d, q = drr_charge_bound(ref), drr.QUANTUM
+        dom, P = Domain("N"), drr.params(f"Pdt{unit}")
+        Y, K = z3.RealVal(d / q + 1), z3.IntVal(K_TWIN)
+        s = dstate(f"dtw{unit}")
+        g, post, p = drr.refill(dom, s, P, f"dtw{unit}", capped=False)
+        di, pi = int_array(f"di_dtw{unit}"), Int(f"p_dtw{unit}")
+        # decodable: unit weights; t0 a candidate with deficit d0 <= 0 and a 1..4-token head; t1 blocked (its
+        # 7-token head refused by the pool), deficit d1, passed over K times, one running sequence owing 2
+        # (tokens: its last output token, w_out = 2; block-seconds: its 2 blocks for its last 1 s step); no
+        # reservation yet in the step.
+        shape = And(dom.size == 2, Not(p["blk"][0]), p["blk"][1], s["q"][0], s["q"][1], s["sig"][1] == K,
+                    s["sig"][0] == 0, pi >= 1, pi <= 4, s["G"][0] == 0, s["run"][1], s["G"][1] == z3.Q(2, int(q)),
+                    Not(s["run"][0]), dom.forall(lambda f: And(P["K"][f] == d / q, s["e"][f] * q == ToReal(di[f]),
+                                                               s["pe"][f] == 0, Not(s["since"][f]))),
+                    di[0] <= 0, di[0] >= -40, di[1] <= 64)
+        bad = post["e"][1] > drr_skip_rounds(ref, d) + z3.Q(2, int(q))  # survives t1's charge of the step
+        f = And(dom.size >= 1, drr_inv(dom, s, P, Y, K, unit), g, shape, bad)
+        return f, {"di": di, "p": pi}
+
+    def replay(m: z3.ModelRef, sym: dict) -> Replay:
+        cfg, ref = drr_config(None, unit), drr_config(K_TWIN, unit)
+        d0, d1, prompt = val(m, sym["di"][0]), val(m, sym["di"][1]), val(m, sym["p"])
+        specs = [TenantSpec(deficit=float(d0), seqs=(SeqSpec(prompt, 1), SeqSpec(1, 1))),
+                 TenantSpec(deficit=float(d1), skips=K_TWIN,
+                            seqs=(SeqSpec(5, 2, done=1, running=True), SeqSpec(7, 1)))]
+        pre = build_state(cfg, specs)
+        post, out = step(cfg, pre, StepInput())
+        tr = Transition(pre, StepInput(), post, out)
+        dd = drr_charge_bound(ref)
+        hi = drr.QUANTUM * drr_skip_rounds(ref, dd)
+        local = lambda st: [f"t{j}'s deficit {t.deficit:g} is above q * w * (1 + K (D/(q w_min) + 1)) = {hi:g}"  # noqa: E731
+                            for j, t in enumerate(st.tenants) if t.deficit > hi + 1e-6]
+        facts = {"deficits": [d0, d1], "prompt": prompt, "skips": K_TWIN, "D": dd, "bound": hi,
+                 "after": [t.deficit for t in post.tenants]}
+        if local(pre):
+            return Replay(False, "the decoded pre-state already violates the claim", facts)
+        held, held_out = step(ref, pre, StepInput())
+        facts["with_budget"] = {"reserved_reason": held_out.reserved_reason,
+                                "deficits": [t.deficit for t in held.tenants]}
+        if held_out.reserved_reason != "skips" or local(held):
+            return Replay(False, f"with guard_skips={K_TWIN} the model did not stop for t1: {facts['with_budget']}",
+                          facts)
+        ok, detail = verdict(local(post), catalog_state("DRR-DEFICIT", ref, [tr]),
+                             f"drr_{unit}, guard_skips=None: t1 (deficit {d1}, passed over {K_TWIN} time(s)) is "
+                             f"refused by the pool; the refill that makes t0 (deficit {d0}) positive carries t1 past "
+                             f"its bound again (D = {dd:g}; with the budget the step stops filling instead)")
+        return Replay(ok, detail, facts)
+    return formula, replay
 
 
-def _drr_twin_replay(m: z3.ModelRef, sym: dict) -> Replay:
-    from tenantry.spec.invariants_core import drr_skip_rounds, largest_charge
-    cfg, ref = drr_config(None), drr_config(K_TWIN)
-    d0, d1, prompt = val(m, sym["di"][0]), val(m, sym["di"][1]), val(m, sym["p"])
-    specs = [TenantSpec(deficit=float(d0), seqs=(SeqSpec(prompt, 1), SeqSpec(1, 1))),
-             TenantSpec(deficit=float(d1), skips=K_TWIN, seqs=(SeqSpec(5, 2, done=1, running=True), SeqSpec(7, 1)))]
-    pre = build_state(cfg, specs)
-    post, out = step(cfg, pre, StepInput())
-    tr = Transition(pre, StepInput(), post, out)
-    hi = drr.QUANTUM * drr_skip_rounds(ref, largest_charge(ref))
-    local = lambda st: [f"t{j}'s deficit {t.deficit:g} is above q * w * (1 + K (D/(q w_min) + 1)) = {hi:g}"  # noqa: E731
-                        for j, t in enumerate(st.tenants) if t.deficit > hi + 1e-6]
-    facts = {"deficits": [d0, d1], "prompt": prompt, "skips": K_TWIN, "bound": hi}
-    if local(pre):
-        return Replay(False, "the decoded pre-state already violates the claim", facts)
-    held, held_out = step(ref, pre, StepInput())
-    facts["with_budget"] = {"reserved_reason": held_out.reserved_reason, "deficits": [t.deficit for t in held.tenants]}
-    if held_out.reserved_reason != "skips" or local(held):
-        return Replay(False, f"with guard_skips={K_TWIN} the model did not stop for t1: {facts['with_budget']}", facts)
-    ok, detail = verdict(local(post), catalog_state("DRR-DEFICIT", ref, [tr]),
-                         f"drr_tokens, guard_skips=None: t1 (deficit {d1}, passed over {K_TWIN} time(s)) is refused by "
-                         f"the pool; the refill that makes t0 (deficit {d0}) positive carries t1 past its bound again "
-                         "(with the budget the step stops filling instead)")
-    return Replay(ok, detail, facts)
-
+_drr_twin_formula, _drr_twin_replay = _drr_twin("tokens")
 
 DRR_GAP_SKIPS = Proof(
     id="DRR-GAP[skips]", family="drr",
@@ -475,6 +528,81 @@ DRR_GAP_SKIPS = Proof(
                 _drr_twin_formula, _drr_twin_replay),),
     hypotheses=("H2: a pick commits at most D (D with M = max_num_seqs * max_context_tokens)",
                 "H3': drr_carry_bound >= q * w * (1 + K*(D/(q*w_min) + 1)) for every tenant, or None",
+                "no enforced KV or slot cap (a head its own cap refuses is not counted)"))
+
+def _roofline_limit():
+    """Limit ``roofline`` of DRR-GAP[skips,block_seconds]: H4 dropped, a step's settle may charge
+    less than the step's reservations (``blocks * last_step_s``), as in ``roofline`` mode when a
+    step is shorter than the one before it; replayed from the empty replica."""
+    from tenantry.model.config import CostConfig, OrderConfig, TenantConfig
+    from tenantry.spec.invariants_core import drr_charge_bound, drr_skip_rounds
+
+    def config(mode: str) -> Config:
+        cost = (CostConfig(mode="roofline", weight_read_s=0.0, kv_read_s_per_token=1.0, flop_s_per_token=0.0,
+                           overhead_s=0.01) if mode == "roofline" else CostConfig(mode="unit"))
+        return Config(tenants=(TenantConfig("t0"), TenantConfig("t1")), max_num_seqs=2, token_budget=64,
+                      num_blocks=64, max_context_tokens=8, block_size_tokens=4, cost=cost,
+                      order=OrderConfig(policy="drr_block_seconds", drr_quantum=drr.QUANTUM, drr_carry_bound=None,
+                                        guard_skips=0))
+
+    def formula() -> tuple[z3.BoolRef, dict]:
+        dom, P = Domain("N", 1), drr.params("Prl")  # one tenant suffices
+        Y, K = z3.Real("Yrl"), z3.IntVal(0)
+        s = dstate("rl")
+        i, x = Int("i_rl"), z3.Real("x_rl")
+        # settle without H4: the step charges x < pe (its reservations), x <= G
+        guard = And(dom.has(i), x >= 0, x < s["pe"][i], x <= s["G"][i])
+        post = {**s, "e": Store(s["e"], i, s["e"][i] - x), "G": Store(s["G"], i, s["G"][i] - x),
+                "pe": Store(s["pe"], i, 0)}
+        inv = lambda st: drr_inv(dom, st, P, Y, K, "block_seconds")  # noqa: E731
+        return And(drr_setup(dom, P, Y, K, "block_seconds"), inv(s), guard, Not(inv(post))), {}
+
+    def replay(m: z3.ModelRef, sym: dict) -> Replay:
+        reqs = [Request(0, "t1", 0.0, 7, 1), Request(1, "t1", 0.0, 7, 1)] + \
+            [Request(2 + j, "t0", 1.0, 1, 1) for j in range(3)]
+        out = {}
+        for mode in ("roofline", "unit"):
+            cfg = config(mode)
+            hi = drr.QUANTUM * drr_skip_rounds(cfg, drr_charge_bound(cfg))
+            trs = list(run_workload(cfg, reqs, max_steps=20))
+            out[mode] = (hi, [(tr.output.step_index, t.deficit) for tr in trs for t in tr.state.tenants[:1]],
+                         [tr.output.duration_s for tr in trs])
+        hi, deficits, durs = out["roofline"]
+        local = [f"t0's deficit {d:g} after step {k} is above q * w * (1 + K (D_bs/(q w_min) + 1)) = {hi:g}"
+                 for k, d in deficits if d > hi + 1e-6]
+        facts = {"durations_s": durs, "t0_deficits": [d for _, d in deficits],
+                 "unit_deficits": [d for _, d in out["unit"][1]], "bound": hi}
+        if any(d > out["unit"][0] + 1e-6 for _, d in out["unit"][1]):
+            return Replay(False, "the same workload in unit mode already breaks the bound", facts)
+        ok, detail = verdict(local, None, f"drr_block_seconds, guard_skips = 0, roofline steps of {durs[0]:g} s then "
+                             f"{durs[1]:g} s: t0's two picks reserve 2 blocks * {durs[0]:g} s, a refill tops it up "
+                             f"by the rounds that cover them, and the step charges 2 blocks * {durs[1]:g} s (in "
+                             "unit mode the same workload ends at "
+                             f"{max(d for _, d in out['unit'][1]):g})")
+        return Replay(ok, detail, facts)
+    return formula, replay
+
+
+_bf, _br = _drr_twin("block_seconds")
+_lf, _lr = _roofline_limit()
+DRR_GAP_SKIPS_BS = Proof(
+    id="DRR-GAP[skips,block_seconds]", family="drr",
+    claim="drr_block_seconds with refused heads and the skip budget K: deficits <= q*w*(1 + K*(D_bs/(q*w_min) + 1)) "
+          "at step ends; two tenants backlogged over a window: |dB_f/w_f - dB_g/w_g| < 2q + D_bs/w_f + D_bs/w_g + "
+          "2K*(D_bs/w_min + q) (B block-seconds; D_bs = min(P, m*blocks_for(ctx)) * (ctx + floor((m-1)*ctx/budget)) "
+          "* unit_step_s)",
+    scope="any N", obligations=lambda: drr_obligations(unit="block_seconds"),
+    twins=(Twin("no-skip-budget", "the skip budget (guard_skips = None: refills past a blocked tenant uncounted)",
+                _bf, _br),
+           Twin("roofline", "H4: unit cost mode (a step's settle charges at least its reservations, blocks * "
+                "last_step_s)", _lf, _lr, kind="limit")),
+    hypotheses=("H2: a pick leaves the tenant owing at most D_bs block-seconds (largest_block_seconds: at most "
+                "min(num_blocks, m*blocks_for(ctx)) blocks held per step, for at most ctx + floor((m-1)*ctx/budget) "
+                "steps of unit_step_s)",
+                "H3'': drr_carry_bound >= q * w * (1 + K*(D_bs/(q*w_min) + 1)) + D_bs for every tenant, or None",
+                "H4: unit cost mode, so a step charges a tenant at least its reservations (blocks * last_step_s) and "
+                "a reservation is part of what it owes",
+                "phase order: nothing leaves the batch between a pick and its step's settle (SPEC.md 5)",
                 "no enforced KV or slot cap (a head its own cap refuses is not counted)"))
 
 

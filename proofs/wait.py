@@ -45,6 +45,7 @@ from z3 import And, If, Implies, Int, Not, Store
 
 from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig
 from tenantry.model.simulate import simulate
+from tenantry.model.policies import step_s_max  # noqa: F401  (re-exported: proofs.wait.step_s_max)
 from tenantry.model.workload import Request
 
 from . import order
@@ -132,16 +133,6 @@ def obligations(policy: str = "fcfs") -> list[tuple[str, z3.BoolRef]]:
 
 
 # --- the bound, and the replays ----------------------------------------------------------
-
-
-def step_s_max(config: Config) -> float:
-    """The longest step (seconds, SPEC.md 4.7): ``unit_step_s``, or the roofline with every
-    sequence at the context limit and the whole token budget (an empty step is shorter)."""
-    c = config.cost
-    if c.mode == "unit":
-        return c.unit_step_s
-    memory = c.weight_read_s + config.max_num_seqs * config.max_context_tokens * c.kv_read_s_per_token
-    return max(memory, config.token_budget * c.flop_s_per_token) + c.overhead_s
 
 
 def wait_bound_steps(config: Config) -> int | None:

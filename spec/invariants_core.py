@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 import attrs
 
 from tenantry.model.config import Config
+from tenantry.model.policies import step_s_max
 
 #: Absolute slack for float comparisons of accumulated counters (weighted tokens,
 #: seconds).  Counters are sums of at most a few million products of floats, so
@@ -293,21 +294,57 @@ def largest_charge(config: Config, max_prompt_tokens: int | None = None, max_tot
     return min(o.w_in * lp + o.w_out * m, max(o.w_in, o.w_out) * m)
 
 
+def largest_block_seconds(config: Config) -> float:
+    """D_bs: the most KV block-seconds a tenant can be charged after its last pick
+    under ``drr_block_seconds`` in ``unit`` cost mode (SPEC.md 8.4, H2 for block-seconds).
+
+    ``min(num_blocks, max_num_seqs * blocks_for(max_context_tokens)) * H *
+    unit_step_s`` with ``H = max_context_tokens + floor((max_num_seqs - 1) *
+    max_context_tokens / token_budget)`` steps.  Derivation: after the pick the
+    tenant's running sequences hold at most that many blocks in any step (the pool,
+    and at most max_num_seqs sequences of at most blocks_for(max_context_tokens)
+    blocks), and each holds blocks for at most H more steps: in each step the
+    running phase gives it at least one of its at most ``max_context_tokens``
+    remaining tokens, or evicts it (it then holds nothing), or leaves it out
+    because the sequences ahead of it in batch order (older, at most
+    ``max_num_seqs - 1`` of them, with at most ``max_context_tokens`` tokens each
+    still to compute; later admissions join behind it) took the whole token
+    budget.  Every step lasts ``unit_step_s`` in ``unit`` mode, the step-duration
+    bound this constant needs; outside it, returns the same form with
+    :func:`step_s_max`'s roofline (the proof does not claim it there, H4)."""
+    m, ctx = config.max_num_seqs, config.max_context_tokens
+    blocks = min(config.num_blocks, m * config.blocks_for(ctx))
+    steps = ctx + (m - 1) * ctx // config.token_budget
+    return blocks * steps * step_s_max(config)
+
+
+def drr_charge_bound(config: Config) -> float:
+    """D in the DRR unit: :func:`largest_charge` (weighted tokens) under ``drr_tokens``,
+    :func:`largest_block_seconds` under ``drr_block_seconds``."""
+    return largest_block_seconds(config) if config.order.policy == "drr_block_seconds" else largest_charge(config)
+
+
 def skip_budget_claimed(config: Config) -> bool:
     """VTC-GAP, FLOOR and DRR-DEFICIT's tight bounds are claimed under KV pressure
     (SPEC.md 7.0, 8.3-8.5): a skip budget is set (``order.guard_skips``), no tenant
     KV cap or slot cap is enforced (a head its own cap refuses is not counted: the
     cap limits the tenant on purpose), no strict tiers over more than one tier (a
-    lower tier waits its turn uncounted), and under ``drr_tokens`` a carry bound
-    of at least ``q w_max`` times :func:`drr_skip_rounds` (or none)."""
-    if config.order.guard_skips is None or caps_enforced(config) or slot_caps_enforced(config):
+    lower tier waits its turn uncounted), and under DRR a carry bound of at least
+    ``q w_max`` times :func:`drr_skip_rounds` (``drr_block_seconds``: plus D_bs, the
+    step's reservations, and ``unit`` cost mode, H4 of SPEC.md 8.4), or none."""
+    o = config.order
+    if o.guard_skips is None or caps_enforced(config) or slot_caps_enforced(config):
         return False
-    if config.order.policy == "drr_tokens":  # no cut of a refill past a blocked tenant (SPEC.md 8.4)
-        o = config.order
-        need = o.drr_quantum * max(t.weight for t in config.tenants) * drr_skip_rounds(config, largest_charge(config))
+    if o.policy in ("drr_tokens", "drr_block_seconds"):  # no cut of a refill past a blocked tenant (SPEC.md 8.4)
+        d = drr_charge_bound(config)
+        need = o.drr_quantum * max(t.weight for t in config.tenants) * drr_skip_rounds(config, d)
+        if o.policy == "drr_block_seconds":
+            if config.cost.mode != "unit":
+                return False
+            need += d
         if o.drr_carry_bound is not None and o.drr_carry_bound < need:
             return False
-    return not (config.order.strict_tiers and len({t.tier for t in config.tenants}) > 1)
+    return not (o.strict_tiers and len({t.tier for t in config.tenants}) > 1)
 
 
 def drr_skip_rounds(config: Config, d: float) -> float:
@@ -332,7 +369,7 @@ def skip_slack(config: Config, d: float) -> float:
         return 0.0
     if config.order.policy == "floors":
         return k * d / min(tier_share(config, t.tier) for t in config.tenants)
-    if config.order.policy == "drr_tokens":  # per side of DRR-GAP: K (D / w_min + q) (SPEC.md 8.4)
+    if config.order.policy in ("drr_tokens", "drr_block_seconds"):  # per side of DRR-GAP: K (D / w_min + q) (8.4)
         return k * (d / min(t.weight for t in config.tenants) + config.order.drr_quantum)
     return k * d / min(t.weight for t in config.tenants)
 

@@ -18,8 +18,8 @@ from tenantry.model.config import Config
 from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord, StepEvent
 
 from .invariants_core import (
-    EPS, Finding, ample_kv, at_slot_cap, caps_enforced, hopeless, largest_charge, skip_budget_claimed, skip_slack,
-    slot_caps, tier_share,
+    EPS, Finding, ample_kv, at_slot_cap, caps_enforced, hopeless, largest_block_seconds, largest_charge,
+    skip_budget_claimed, skip_slack, slot_caps, tier_share,
 )
 from .replay import Replay, StepView
 
@@ -441,14 +441,16 @@ def _gap_check(h: HistoryContext, inv, run, x, bound, tenants) -> list[Finding]:
     return []
 
 
-def _normalised(h: HistoryContext, names, divisor: float) -> list[float]:
-    return [sum(s.service.get(n, 0.0) for n in names) / divisor for s in h.steps]
+def _normalised(h: HistoryContext, names, divisor: float, field: str = "service") -> list[float]:
+    """Per step, the cumulative ``field`` (``service`` or ``block_seconds``) of ``names`` over ``divisor``."""
+    return [sum(getattr(s, field).get(n, 0.0) for n in names) / divisor for s in h.steps]
 
 
-def _pairwise_service(h: HistoryContext, inv: str, slack) -> list[Finding]:
-    """Pairwise gap check over tenants that are ever backlogged (O(pairs x steps))."""
+def _pairwise_service(h: HistoryContext, inv: str, slack, field: str = "service") -> list[Finding]:
+    """Pairwise gap check over tenants that are ever backlogged (O(pairs x steps)), of the
+    normalised ``field`` (weighted service, or block-seconds)."""
     names = [n for n in h.tenant_cfg if any(s.queued.get(n, 0) for s in h.steps)]
-    xs = {n: _normalised(h, (n,), h.weight(n)) for n in names}
+    xs = {n: _normalised(h, (n,), h.weight(n), field) for n in names}
     out = []
     for ia, a in enumerate(names):
         for b in names[ia + 1:]:
@@ -521,7 +523,9 @@ def h_drr_deficit(h: HistoryContext) -> list[Finding]:
     """DRR-DEFICIT (SPEC.md 7.2), history form: deficits within the carry bound; with
     token charging, ample KV and no truncating carry bound, the normalised service
     gap of two backlogged tenants grows by at most 2 quantum + D/w_f + D/w_g
-    (after Shreedhar and Varghese, SIGCOMM 1995, Lemma 2)."""
+    (after Shreedhar and Varghese, SIGCOMM 1995, Lemma 2); under the skip budget
+    plus 2 K (D/w_min + quantum), and under ``drr_block_seconds`` (unit cost) the same
+    for block-seconds with D_bs (:func:`largest_block_seconds`, SPEC.md 8.4)."""
     cfg, o, out = h.config, h.config.order, []
     for s in h.steps:
         for name, d in s.deficits.items():
@@ -534,6 +538,10 @@ def h_drr_deficit(h: HistoryContext) -> list[Finding]:
         d, q = h.charge_bound, o.drr_quantum
         extra = 2 * skip_slack(cfg, d)  # the skip budget (SPEC.md 8.4): 2 K (D / w_min + q)
         out += _pairwise_service(h, "DRR-DEFICIT", lambda wa, wb: 2 * q + d / wa + d / wb + extra)
+    elif o.policy == "drr_block_seconds" and skip_budget_claimed(cfg):  # DRR-GAP[skips,block_seconds], SPEC.md 8.4
+        d, q = largest_block_seconds(cfg), o.drr_quantum
+        extra = 2 * skip_slack(cfg, d)
+        out += _pairwise_service(h, "DRR-DEFICIT", lambda wa, wb: 2 * q + d / wa + d / wb + extra, "block_seconds")
     return out
 
 

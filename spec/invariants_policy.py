@@ -114,11 +114,11 @@ def check_drr_deficit(ctx: StepContext) -> list[Finding]:
     """DRR-DEFICIT, state form (SPEC.md 7.2): deficits never exceed the carry bound;
     with ample KV and token charging they stay in (-D, quantum * weight] (under the
     skip budget the upper end is quantum * weight * :func:`drr_skip_rounds`)."""
-    from .invariants_core import ample_kv, drr_skip_rounds, skip_budget_claimed
+    from .invariants_core import ample_kv, drr_charge_bound, drr_skip_rounds, skip_budget_claimed
 
     cfg, o, out = ctx.config, ctx.config.order, []
-    tight = (ample_kv(cfg) or skip_budget_claimed(cfg)) and o.policy == "drr_tokens"
-    d_max = largest_charge(cfg)
+    tight = (ample_kv(cfg) and o.policy == "drr_tokens") or (skip_budget_claimed(cfg) and o.policy.startswith("drr"))
+    d_max = drr_charge_bound(cfg)
     rounds = drr_skip_rounds(cfg, d_max)
     for i, t in enumerate(ctx.state.tenants):
         hi = o.drr_carry_bound

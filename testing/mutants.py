@@ -432,12 +432,16 @@ class GuardIgnored(Step):
 
 
 class SkipBudgetIgnored(Step):
-    """The skip budget counts the picks past a tenant but never stops filling for it."""
+    """The skip budget counts the picks past a tenant (DRR: the refills past it) but never
+    stops filling for it: the budget is judged as if it were unlimited."""
 
-    def _skip_guard(self, i, avail):
-        ts = self.tenants
-        return False, tuple(g for g in self.backlogged
-                            if g != i and g not in avail and g not in self.capped and ts[g].counter < ts[i].counter)
+    def _skip_guard(self, i, avail, cands=None):
+        cfg = self.cfg
+        self.cfg = attrs.evolve(cfg, order=attrs.evolve(cfg.order, guard_skips=10 ** 9))
+        try:
+            return super()._skip_guard(i, avail, cands)
+        finally:
+            self.cfg = cfg
 
 
 class StrictTiersIgnored(Step):
@@ -589,6 +593,11 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("skip_budget_ignored", ("GUARD",), "the skip budget never stops filling for a tenant passed over "
            "guard_skips times", SkipBudgetIgnored,
            _cfg("vtc", ample=False, eviction=_TIGHT, order=OrderConfig(policy="vtc", guard_skips=1)),
+           dict(big=True, long_outputs=True)),
+    Mutant("skip_budget_ignored_block_seconds", ("GUARD", "DRR-DEFICIT"), "under drr_block_seconds the skip budget never stops "
+           "filling for a tenant a refill passed over guard_skips times", SkipBudgetIgnored,
+           _cfg("drr_block_seconds", ample=False, eviction=_TIGHT,
+                order=OrderConfig(policy="drr_block_seconds", drr_quantum=64.0, drr_carry_bound=None, guard_skips=1)),
            dict(big=True, long_outputs=True)),
     Mutant("strict_tiers_ignored", ("TIER-ORDER",), "strict_tiers has no effect: DRR picks across tiers",
            StrictTiersIgnored,

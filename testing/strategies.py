@@ -78,8 +78,9 @@ def configs(draw, policy: str | None = None, lanes: bool = True):
     2-3 tenants of mixed weights and tiers, optional queue bounds, KV caps, batch-slot
     caps (per tenant and per tier) and token buckets (with or without output
     reservation), every victim policy and hysteresis setting (and preemption for
-    priority under ``priority``), with or without the starvation guard and the skip budget, every prefix-cache
-    mode, unit-cost steps of 10 ms.  With ``lanes`` (default), also the gateway lab's
+    priority under ``priority``), with or without the starvation guard and the skip budget
+    (every policy of ``SKIP_POLICIES``, so both DRR units; under DRR a carry bound of 256 or
+    none), every prefix-cache mode, unit-cost steps of 10 ms.  With ``lanes`` (default), also the gateway lab's
     mechanisms: strict tiers, KV watermarks per tier (counting queued blocks or not) and
     estimated-wait shedding (False: none of them, for a reference that predates them)."""
     n = draw(st.integers(2, 3))
@@ -97,7 +98,9 @@ def configs(draw, policy: str | None = None, lanes: bool = True):
     ample = draw(st.integers(0, 2)) == 0
     num_blocks = max_num_seqs * 32 if ample else draw(st.integers(8, 40))
     pol = policy or draw(st.sampled_from(ORDER_POLICIES))
-    order = OrderConfig(policy=pol, drr_quantum=draw(st.sampled_from((32.0, 128.0))), drr_carry_bound=256.0,
+    # no carry bound sometimes: then DRR-DEFICIT's tight bounds are claimed under the skip budget (8.4)
+    carry = draw(st.sampled_from((256.0, 256.0, None))) if pol.startswith("drr") else 256.0
+    order = OrderConfig(policy=pol, drr_quantum=draw(st.sampled_from((32.0, 128.0))), drr_carry_bound=carry,
                         aging_rate_per_s=draw(st.sampled_from((1.0, 20.0))), tier_floors=(0.6, 0.4),
                         guard_steps=draw(st.sampled_from((None, None, 3))),
                         guard_skips=draw(st.sampled_from((None, None, 0, 2))) if pol in SKIP_POLICIES else None,

@@ -169,7 +169,7 @@ def test_slot_caps_bound_a_tenant_and_a_tier_in_the_batch():
     (lambda: OrderConfig(guard_steps=0), "guard_steps"),
     (lambda: OrderConfig(guard_wait_s=-1.0), "guard_wait_s"),
     (lambda: OrderConfig(guard_skips=-1), "guard_skips"),
-    (lambda: OrderConfig(policy="drr_block_seconds", guard_skips=2), "guard_skips"),
+    (lambda: OrderConfig(policy="aging", guard_skips=2), "guard_skips"),
     (lambda: Config((TenantConfig("a"),), order=OrderConfig(policy="vtc"),
                     eviction=EvictionConfig(preempt_for_priority=True)), "eviction.preempt_for_priority"),
 ])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import attrs
 import z3
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig
 from tenantry.model.step import Step
 from tenantry.model.workload import Request
-from tenantry.proofs import skips
+from tenantry.proofs import drr, skips
 from tenantry.proofs.agree import apply, arr, holds, owed
 from tenantry.proofs.concrete import SeqSpec, TenantSpec, build_state, run_workload
 from tenantry.proofs.core import Domain
@@ -209,3 +210,199 @@ def test_drr_invariant_holds_on_drr_runs_under_kv_pressure(n, weights, raw, slot
                "base": arr([0] * n), "R": arr([0] * n), "S": arr([0] * n), "sig": arr((t.skips for t in ts), "int")}
         assert holds(skips.drr_inv(dom, pre, P, Y, z3.IntVal(k))), \
             f"the DRR skip-budget invariant is broken at step {tr.output.step_index}"
+
+
+# --- DRR over block-seconds (DRR-GAP[skips,block_seconds], SPEC.md 8.4) -------------------------------------
+
+Q_BS = 8.0
+
+
+def bs_config(weights, max_num_seqs=3, num_blocks=64, k=K, token_budget=64) -> Config:
+    return Config(tenants=tuple(TenantConfig(f"t{j}", weight=w) for j, w in enumerate(weights)),
+                  max_num_seqs=max_num_seqs, token_budget=token_budget, num_blocks=num_blocks, max_context_tokens=8,
+                  block_size_tokens=4, order=OrderConfig(policy="drr_block_seconds", drr_quantum=Q_BS,
+                                                         drr_carry_bound=None, guard_skips=k),
+                  cost=CostConfig(mode="unit"))
+
+
+def future_block_seconds(trs, k: int, n: int) -> list[Fraction]:
+    """The ghost G of the block-seconds encoding at the end of step ``trs[k]``, from the run
+    itself: per tenant, the block-seconds charged in later steps for the sequences running at
+    that point (until each leaves the batch; a readmission after an eviction is a new pick)."""
+    live = {s.request_id: s.preemptions for s in trs[k].state.running}
+    g = [Fraction(0)] * n
+    for tr in trs[k + 1:]:
+        if not live:
+            break
+        held = [s for s in tr.state.running] + [s for s in tr.output.finished
+                                                if s.output_done == s.request.output_tokens]
+        seen = set()
+        for s in held:
+            if live.get(s.request_id) == s.preemptions:
+                g[s.tenant] += s.blocks_held * Fraction(tr.output.duration_s)
+                seen.add(s.request_id)
+        live = {r: p for r, p in live.items() if r in seen}
+    return g
+
+
+def bs_pre(cfg: Config, state, owed_bs: list[Fraction], provisional=None) -> dict:
+    """The encoding's state (normalised by q w) of a concrete state."""
+    ts, n = state.tenants, len(cfg.tenants)
+    qw = [Fraction(cfg.order.drr_quantum) * Fraction(t.weight) for t in cfg.tenants]
+    prov = provisional or {}
+    return {"e": arr(Fraction(t.deficit) / qw[j] for j, t in enumerate(ts)),
+            "pe": arr(Fraction(prov.get(j, 0.0)) / qw[j] for j in range(n)),
+            "G": arr(owed_bs[j] / qw[j] for j in range(n)), "q": arr((bool(t.queue) for t in ts), "bool"),
+            "run": arr((t.running > 0 for t in ts), "bool"), "since": arr([False] * n, "bool"),
+            "base": arr([0] * n), "R": arr([0] * n), "S": arr([0] * n), "sig": arr((t.skips for t in ts), "int")}
+
+
+def bs_params(cfg: Config) -> tuple[dict, z3.ArithRef]:
+    from tenantry.spec.invariants_core import largest_block_seconds
+    d = Fraction(largest_block_seconds(cfg))
+    qw = [Fraction(cfg.order.drr_quantum) * Fraction(t.weight) for t in cfg.tenants]
+    P = {"K": arr(d / x for x in qw), "Ce": arr(Fraction(10 ** 9) for _ in qw)}
+    return P, z3.RealVal(d / (Fraction(cfg.order.drr_quantum) * Fraction(min(t.weight for t in cfg.tenants))) + 1)
+
+
+@given(st.integers(2, 4), st.lists(WEIGHTS, min_size=4, max_size=4), workloads, st.integers(1, 4), st.integers(2, 8),
+       st.integers(0, 2), st.sampled_from((4, 8, 64)))
+def test_drr_block_seconds_invariant_holds_on_runs_under_kv_pressure(n, weights, raw, slots, blocks, k, budget):
+    """DRR-GAP[skips,block_seconds]: on every step end of ``drr_block_seconds`` runs with the
+    budget, the invariant (no window open) with G the block-seconds the run really charges
+    later for the sequences then running: ``e <= 1 + skips * Y``, ``e - G > -D_bs/(q w)``
+    and ``G <= D_bs/(q w)`` (H2: :func:`largest_block_seconds`, token budgets below the
+    batch's so that sequences are left out)."""
+    cfg = bs_config(weights[:n], max_num_seqs=slots, num_blocks=blocks, k=k, token_budget=budget)
+    P, Y = bs_params(cfg)
+    dom = Domain("N", n)
+    reqs = [Request(j, f"t{t % n}", float(a), p, min(o, 8 - p)) for j, (t, a, p, o) in enumerate(raw)]
+    trs = list(run_workload(cfg, reqs, max_steps=400))
+    for j, tr in enumerate(trs):
+        for i, t in enumerate(tr.state.tenants):  # the ghost's per-sequence charges are the model's per tenant
+            before = trs[j - 1].state.tenants[i].block_seconds if j else 0.0
+            held = sum(s.blocks_held for s in tr.state.running if s.tenant == i) + sum(
+                s.blocks_held for s in tr.output.finished if s.tenant == i and s.output_done == s.request.output_tokens)
+            assert abs(t.block_seconds - before - held * tr.output.duration_s) < 1e-9
+        pre = bs_pre(cfg, tr.state, future_block_seconds(trs, j, n))
+        assert holds(skips.drr_inv(dom, pre, P, Y, z3.IntVal(k), "block_seconds")), \
+            f"the block-seconds skip-budget invariant is broken at step {tr.output.step_index}"
+
+
+class _RefillProbe(Step):
+    """Records, at each refill under the skip budget, the tenants, the provisional
+    reservations and the candidates before it, and the tenants after it."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.refills: list[dict] = []
+
+    def _skip_guard(self, i, avail, cands=None):
+        if i == -1:
+            self.refills.append({"tenants": list(self.tenants), "prov": dict(self.provisional), "cands": set(cands),
+                                 "tried": self.backlogged - (avail - cands)})
+        stop, passed = super()._skip_guard(i, avail, cands)
+        if i == -1:
+            self.refills[-1]["stop"] = stop
+        return stop, passed
+
+    def _view(self, cands, memo=True):
+        if self.refills and "after" not in self.refills[-1] and "stop" in self.refills[-1]:
+            self.refills[-1]["after"] = list(self.tenants)
+        return super()._view(cands, memo)
+
+
+def need_without_reservations(s: dict, j):
+    """A planted encoding error: the refill's rounds computed without the step's reservations
+    (the tokens mode's ``floor(-e) + 1``)."""
+    return z3.ToInt(-s["e"][j]) + 1
+
+
+@st.composite
+def bs_tenants(draw, n):
+    """Per tenant: a small integral deficit, a count, 0-2 queued requests of 1-7 prompt
+    tokens (1 or 2 blocks) and maybe a running sequence; the pool is built with 2 blocks
+    free (:func:`check_refills`), so a pick's reservation can precede a refill that finds
+    the same tenant's next head refused."""
+    return [TenantSpec(deficit=float(draw(st.integers(-12, 10))), skips=draw(st.sampled_from((0, 1, K))),
+                       seqs=tuple(SeqSpec(draw(st.integers(1, 7)), 1) for _ in range(draw(st.integers(0, 2))))
+                       + ((SeqSpec(2, 2, done=1, running=True),) if draw(st.booleans()) else ()))
+            for _ in range(n)]
+
+
+def refill_rounds_without_reservations(s: dict):
+    """A planted encoding error: the refill's rounds computed without the step's reservations
+    (the tokens mode's ``floor(-e) + 1``)."""
+    return lambda j: z3.ToInt(-s["e"][j]) + 1
+
+
+def budget_one_too_large(dom, s, p, k):
+    """A planted encoding error: the refill allowed while every count passed over is at most K."""
+    return dom.forall(lambda j: z3.Implies(skips.refill_passes(s, p, j), s["sig"][j] <= k))
+
+
+def check_refills(data, rounds=None, allowed=skips.refill_allowed) -> None:
+    """Every refill of one waiting phase of the model, against the encoding's refill, its
+    pass-over count and the budget's check (``rounds``, ``allowed``: planted variants)."""
+    n = data.draw(st.integers(2, 4))
+    weights = data.draw(st.lists(st.sampled_from([1.0, 2.0]), min_size=n, max_size=n))
+    specs = data.draw(bs_tenants(n))
+    used = build_state(bs_config(weights, max_num_seqs=12), specs).kv.used_blocks
+    cfg = bs_config(weights, max_num_seqs=12, num_blocks=used + 2)
+    state = build_state(cfg, specs)
+    s = _RefillProbe(cfg, state)
+    s.schedule_waiting()
+    assume(s.refills)
+    P, _ = bs_params(cfg)
+    dom = Domain("N", n)
+    qw = [Fraction(Q_BS) * Fraction(w) for w in weights]
+    for rec in s.refills:
+        pre_state = attrs.evolve(state, tenants=tuple(rec["tenants"]))
+        pre = bs_pre(cfg, pre_state, [Fraction(10 ** 6)] * n, rec["prov"])
+        pre["q"] = arr((j in rec["tried"] for j in range(n)), "bool")  # the backlogged tenants the refill judges
+        guard, post, p = drr.refill(dom, pre, P, "pr", capped=False, need=rounds and rounds(pre))
+        blk = arr((j not in rec["cands"] for j in range(n)), "bool")
+        out = {**{f"e{j}": post["e"][j] for j in range(n)},
+               **{f"p{j}": z3.If(skips.refill_passes(pre, p, j), 1, 0) for j in range(n)}}
+        counts = [t.skips for t in rec["tenants"]]
+        if rec["stop"]:
+            got = apply(z3.And(guard, allowed(dom, pre, p, z3.IntVal(K))), [p["blk"] == blk], out)
+            assert got is None, "the model stopped for the skip budget but the encoding allows the refill"
+            continue
+        got = apply(z3.And(guard, allowed(dom, pre, p, z3.IntVal(K))), [p["blk"] == blk], out)
+        assert got is not None, "the encoding's refill (under the budget) does not allow the model's"
+        after = rec["after"]
+        assert [after[j].skips - counts[j] for j in range(n)] == [got[f"p{j}"] for j in range(n)], \
+            "the pass-over count differs from the encoding's"
+        assert [Fraction(after[j].deficit) / qw[j] for j in range(n) if j in rec["tried"]] == \
+            [got[f"e{j}"] for j in range(n) if j in rec["tried"]], "the refilled deficits differ from the encoding's"
+
+
+@given(st.data())
+def test_drr_block_seconds_refill_and_count_agree_with_the_encoding(data):
+    """The model's refills under ``drr_block_seconds`` (after earlier picks of the step made
+    reservations) against the encoding's ``refill`` with ``pe`` the step's reservations."""
+    check_refills(data)
+
+
+def _caught(**planted) -> bool:
+    from hypothesis import Phase, settings
+
+    @settings(max_examples=300, database=None, derandomize=True, phases=(Phase.generate,))  # no shrinking
+    @given(st.data())
+    def run(data):
+        check_refills(data, **planted)
+
+    try:
+        run()
+    except AssertionError:
+        return True
+    return False
+
+
+def test_planted_refill_errors_are_caught():
+    """Two planted errors in the block-seconds refill's encoding (its rounds computed
+    without the step's reservations; the budget one too large) are each caught by the
+    same check on some drawn state."""
+    assert _caught(rounds=refill_rounds_without_reservations), "a refill that forgets the reservations went unnoticed"
+    assert _caught(allowed=budget_one_too_large), "a budget one too large went unnoticed"

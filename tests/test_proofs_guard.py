@@ -17,8 +17,9 @@ from tenantry.model.workload import Request
 from tenantry.proofs.guard import GUARD, guard_config, held_with_guard
 from tenantry.proofs.concrete import run_workload
 from tenantry.proofs.core import PROVED, run_proof, run_twin
-from tenantry.proofs.guard_wait import BOUNDED_WAIT_GUARD, held_with_guard as guard_held
-from tenantry.proofs.guard_wait import pressure_workload, wait_bound_steps as guard_wait_bound_steps
+from tenantry.proofs.guard_wait import BOUNDED_WAIT_GUARD, BOUNDED_WAIT_GUARD_S, held_with_guard as guard_held
+from tenantry.proofs.guard_wait import held_with_wait_guard, pressure_workload, wait_bound_s, wait_config
+from tenantry.proofs.guard_wait import wait_bound_steps as guard_wait_bound_steps
 from tenantry.spec.invariants_state import StepContext
 
 
@@ -97,20 +98,29 @@ def test_bounded_wait_under_the_guard_ranking_drops_and_the_first_pick_is_older(
     event(f"overdue waiting steps checked > 0: {checked > 0}")
 
 
-def _check_bounded_wait_ranking(wl, k, cfg):
+def _check_bounded_wait_ranking(wl, k, cfg, wait_s=None):
     """On the model's run of ``wl`` under ``cfg``, for every request r waiting overdue (``k``
-    steps since its admission) and not scheduled in a step: V (the running work plus C times the
-    queued requests admitted before r) drops by >= 1, and an admission is preceded by an older one."""
+    steps since its admission; or, with ``wait_s``, that many seconds since its arrival at the
+    step's start) and not scheduled in a step: V (the running work plus C times the queued
+    requests admitted before r) drops by >= 1, and an admission is preceded by an older one;
+    and every request starts within the proved bound."""
     C = cfg.max_num_seqs * cfg.max_context_tokens + 1
-    bound_steps = guard_wait_bound_steps(guard_config(k))
-    assert bound_steps == k + 96 + 97 * 2 + 1
+    if wait_s is None:
+        bound_steps = guard_wait_bound_steps(guard_config(k))
+        assert bound_steps == k + 96 + 97 * 2 + 1
+        bound_s = bound_steps * cfg.cost.unit_step_s
+        late = lambda tr, r: tr.output.step_index - r.admitted_step >= k  # noqa: E731
+    else:
+        bound_s = wait_bound_s(wait_config(wait_s))
+        assert bound_s == wait_s + (96 + 97 * 2 + 1) * cfg.cost.unit_step_s
+        late = lambda tr, r: tr.prev.t_s - r.request.arrival_s >= wait_s  # noqa: E731
     trs = list(run_workload(cfg, wl, max_steps=600))
     assert not any(e.kind == "preempted" for tr in trs for e in tr.output.events), "the scope: no eviction"
     checked = 0
     for tr in trs:
         k_now = tr.output.step_index
         for r in (s for t in tr.prev.tenants for s in t.queue):
-            if k_now - r.admitted_step < k or not r.never_scheduled:
+            if not late(tr, r) or not r.never_scheduled:
                 continue
             def V(state):  # noqa: E306
                 older = sum(1 for t in state.tenants for s in t.queue if s.arrival_seq < r.arrival_seq)
@@ -132,21 +142,40 @@ def _check_bounded_wait_ranking(wl, k, cfg):
     for tr in trs:
         for s in tr.state.sequences():
             if s.first_scheduled_s is not None:
-                assert s.first_scheduled_s - s.request.arrival_s <= bound_steps * cfg.cost.unit_step_s
+                assert s.first_scheduled_s - s.request.arrival_s <= bound_s
     return checked
 
 
-def test_the_ranking_check_fails_without_the_guard():
+@settings(max_examples=60, deadline=None)
+@given(wl=pressure_no_growth(), w=st.sampled_from((0.5, 1.0, 2.5)))
+def test_bounded_wait_under_the_guard_in_seconds_ranking_drops(wl, w):
+    """BOUNDED-WAIT[guard_wait_s]: the same ranking once r has waited ``guard_wait_s`` seconds."""
+    checked = _check_bounded_wait_ranking(wl, None, wait_config(w), wait_s=w)
+    event(f"overdue waiting steps checked > 0: {checked > 0}")
+
+
+_MODES = {  # the guard in steps (guard_steps = 3) and in seconds (guard_wait_s = 3 s): on, off, the check's args
+    "steps": (BOUNDED_WAIT_GUARD, lambda: guard_config(3), lambda: guard_config(None), dict(k=3), lambda: guard_held(3)),
+    "seconds": (BOUNDED_WAIT_GUARD_S, lambda: wait_config(3.0), lambda: wait_config(None), dict(k=None, wait_s=3.0),
+                lambda: held_with_wait_guard(3.0)),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(_MODES))
+def test_the_ranking_check_fails_without_the_guard(mode):
     # the twin's workload (8.12's pool-pressure) without the guard: lo's head is passed over unpaid
+    _, on, off, kw, _ = _MODES[mode]
     with pytest.raises(AssertionError, match="V did not drop in step 6 for request 1"):
-        _check_bounded_wait_ranking(pressure_workload(30.0), 3, guard_config(None))
-    assert _check_bounded_wait_ranking(pressure_workload(30.0), 3, guard_config(3)) > 0
+        _check_bounded_wait_ranking(pressure_workload(30.0), cfg=off(), **kw)
+    assert _check_bounded_wait_ranking(pressure_workload(30.0), cfg=on(), **kw) > 0
 
 
-def test_bounded_wait_under_the_guard_is_proved_and_its_twin_replays():
-    out = run_proof(BOUNDED_WAIT_GUARD)
+@pytest.mark.parametrize("mode", sorted(_MODES))
+def test_bounded_wait_under_the_guard_is_proved_and_its_twin_replays(mode):
+    proof, _, _, _, held = _MODES[mode]
+    out = run_proof(proof)
     assert out.verdict == PROVED, out
-    tw = run_twin(BOUNDED_WAIT_GUARD, BOUNDED_WAIT_GUARD.twins[0])
+    tw = run_twin(proof, proof.twins[0])
     assert tw.ok, tw
-    waited, bound = guard_held(3)
+    waited, bound = held()
     assert bound == 294.0 and waited <= bound
