@@ -104,7 +104,8 @@ def searches_for(setup: "str | System", pattern: str, searches: Sequence[str]) -
     """The searches a cell runs: ``searches``, with ``z3`` only where it applies (a model
     setup it has an abstract model of)."""
     out = [s for s in searches if s != "z3"]
-    if "z3" in searches and pattern == "timed_arrivals" and isinstance(setup, str) and z3_supported(setup):
+    if ("z3" in searches and pattern == "timed_arrivals" and isinstance(setup, str) and get_setup(setup).fleet is None
+            and z3_supported(setup)):  # the abstract model is one replica
         out.append("z3")
     return out
 

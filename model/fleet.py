@@ -424,11 +424,13 @@ def run_fleet(config: FleetConfig, workload: Workload | Iterable[Request], *, ho
 def simulate_fleet(config: FleetConfig, workload: Workload | Iterable[Request], *, horizon_s: float | None = None,
                    max_steps: int | None = None, header: dict[str, Any] | None = None,
                    variant: type[Fleet] | None = None, step_variant: type[Step] | None = None,
-                   detail: bool = False) -> History:
+                   detail: bool = False, observe: Callable[[FleetTransition], None] | None = None) -> History:
     """Run ``workload`` on the fleet and return its fleet history (SPEC.md 6.2): every
     replica's step records (``replica`` set), one ``fleet_step`` record per fleet step,
     and every request record with the replica it was routed to.  Deterministic: the
-    same fleet and workload give the same bytes.
+    same fleet and workload give the same bytes.  ``observe`` is called with each
+    :class:`FleetTransition` as it happens (the checked run's state forms,
+    :func:`tenantry.spec.invariants_run.run_fleet_checked`).
 
     Raises:
         ConfigError: if a request names an unknown tenant.
@@ -447,6 +449,8 @@ def simulate_fleet(config: FleetConfig, workload: Workload | Iterable[Request], 
                 recs[r].observe(t.state, t.output)
                 steps.append(attrs.evolve(recs[r].steps[-1], replica=r))
         fleet_steps.append(tr.record)
+        if observe is not None:
+            observe(tr)
     requests = []
     states = [rep.state for rep in fleet.replicas] if fleet is not None else [None] * len(recs)
     routed = fleet.where if fleet is not None else {}
@@ -477,42 +481,46 @@ def prefix_hit_rate(history: History) -> float:
     return sum(r.cached_prompt_tokens for r in rs) / total if total else math.nan
 
 
-def fleet_service_gap(history: History) -> float:
-    """The fleet service gap: over every pair of tenants f, g and every run of fleet
-    steps at whose ends both had requests queued somewhere in the fleet, the largest
-    swing of ``S_f / w_f - S_g / w_g`` (S the weighted service summed over the
-    replicas): the quantity VTC-GAP bounds on one replica (SPEC.md 7.2), measured
-    across the fleet.  0 when no two tenants were ever queued together."""
-    fleet = history.header["fleet"]
-    tenants = fleet["replicas"][0]["tenants"]
-    names = [t["name"] for t in tenants]
-    w = {t["name"]: t["weight"] for t in tenants}
-    n = len(fleet["replicas"])
-    at = {}
-    for s in history.steps:
-        at.setdefault(s.start_s, []).append(s)
-    service = [dict.fromkeys(names, 0.0) for _ in range(n)]
-    queued = [dict.fromkeys(names, 0) for _ in range(n)]
-    runs: dict[tuple[str, str], tuple[float, float]] = {}
-    gap = 0.0
+def tenant_weights(history: History) -> dict[str, float]:
+    """Tenant name -> weight from a history's header (a fleet's replica 0, else the
+    replica's ``config``); empty when the header has no configuration (weight 1 then)."""
+    fleet = history.header.get("fleet")
+    cfg = fleet["replicas"][0] if isinstance(fleet, dict) and fleet.get("replicas") else history.header.get("config")
+    tenants = cfg.get("tenants", ()) if isinstance(cfg, dict) else ()
+    return {t["name"]: float(t.get("weight", 1.0)) for t in tenants if isinstance(t, dict) and "name" in t}
+
+
+def service_timeline(history: History) -> Iterable[tuple[dict[str, float], dict[str, int]]]:
+    """The history's service as one sequence of moments, for one replica or a fleet:
+    per moment, (cumulative weighted service per tenant, requests queued per tenant)
+    at its end.
+
+    A one-replica history has a moment per step (its ``service`` and ``queued``).  A
+    fleet history (SPEC.md 6.2) has a moment per fleet step: each tenant's service
+    summed over the replicas and its queued requests summed over the replicas, each
+    replica as of its latest step record (a replica that waited keeps its last one).
+    The fleet step's replica records are the next ``len(stepped)`` step records in
+    order, as :func:`simulate_fleet` writes them.
+    """
+    if not history.fleet_steps:
+        for s in history.steps:
+            yield s.service, s.queued
+        return
+    latest: dict[int, Any] = {}
+    steps = iter(history.steps)
     for f in history.fleet_steps:
-        for s in at.get(f.start_s, ()):
-            service[s.replica], queued[s.replica] = s.service, s.queued
-        norm = {i: sum(sv[i] for sv in service) / w[i] for i in names}
-        back = [i for i in names if any(q[i] > 0 for q in queued)]
-        live = set()
-        for a in range(len(back)):
-            for b in range(a + 1, len(back)):
-                key = (back[a], back[b])
-                d = norm[key[0]] - norm[key[1]]
-                lo, hi = runs.get(key, (d, d))
-                lo, hi = min(lo, d), max(hi, d)
-                runs[key] = (lo, hi)
-                gap = max(gap, hi - lo)
-                live.add(key)
-        for key in [k for k in runs if k not in live]:
-            del runs[key]
-    return gap
+        for _ in f.stepped:
+            s = next(steps, None)
+            if s is not None:
+                latest[s.replica] = s
+        service: dict[str, float] = {}
+        queued: dict[str, int] = {}
+        for s in latest.values():
+            for t, x in s.service.items():
+                service[t] = service.get(t, 0.0) + x
+            for t, q in s.queued.items():
+                queued[t] = queued.get(t, 0) + q
+        yield service, queued
 
 
 def load_fleet_toml(path: str, replica: Config) -> FleetConfig | None:

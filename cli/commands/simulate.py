@@ -24,7 +24,8 @@ from tenantry.model.history import write_history
 from tenantry.model.simulate import simulate, tenant_table
 from tenantry.model.traces import azure_two_tenant_workload, read_azure_csv, read_burstgpt_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
 from tenantry.model.workload import Workload
-from tenantry.model.fleet import ACCOUNTING, ROUTERS, FleetConfig, fleet_service_gap, load_fleet_toml, prefix_hit_rate, simulate_fleet
+from tenantry.model.fleet import ACCOUNTING, ROUTERS, FleetConfig, load_fleet_toml, prefix_hit_rate, simulate_fleet
+from tenantry.adversaries.objectives import service_gap
 from .args import non_negative_int, positive_float, positive_int
 
 HELP = "Run the reference model on a workload and print a per-policy, per-tenant table."
@@ -277,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
             results.append((name, tenant_table(hist, window_s=window, w_in=cfg.order.w_in, w_out=cfg.order.w_out)))
             if fleets is not None:
                 fc = fleets[i][1]
-                rows.append({"name": name, "accounting": fc.accounting, "gap": fleet_service_gap(hist),
+                rows.append({"name": name, "accounting": fc.accounting, "gap": service_gap(hist),
                              "hit_rate": prefix_hit_rate(hist),
                              "per_replica": [sum(1 for r in hist.requests if r.replica == k)
                                              for k in range(len(fc.replicas))]})
