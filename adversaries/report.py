@@ -141,7 +141,8 @@ def fmt(x: float) -> str:
 #: Column headings of the printed matrix (the markdown one uses the full names).
 ABBREV = {"flood": "flood", "few_huge": "fewhuge", "slow_decoders": "slowdec", "churn": "churn",
           "idle_burst": "idleburst", "on_off_aging": "onoff", "eviction_thrash": "thrash", "prefix_probe": "probe",
-          "sybil": "sybil", "queue_stuffing": "stuffing", "estimate_gaming": "estgame", "timed_arrivals": "timed"}
+          "sybil": "sybil", "queue_stuffing": "stuffing", "estimate_gaming": "estgame", "timed_arrivals": "timed",
+          "prefix_herding": "herding", "replica_spreading": "spreading"}
 
 
 def cell_marks(c: Mapping[str, Any]) -> str:
@@ -175,6 +176,36 @@ def matrix_text(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[t
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
     fmt_row = lambda r: "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
     return "\n".join([fmt_row(head)] + [fmt_row(r) for r in rows])
+
+
+def fleet_text(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[tuple[str, str], Mapping[str, Any]],
+               markdown: bool = False) -> str:
+    """The fleet cells (records with ``fleet``) as a setup x pattern table, each cell the
+    victims' worst TTFT p99 inflation and the fleet service gap (``service_gap`` on the fleet
+    history: actor against each victim, summed over the replicas, in units of the largest
+    request's cost), e.g. ``x29.8 / 2.27``; "" when the matrix has no fleet cell."""
+    rows = [s for s in setups if any((cells.get((s, p)) or {}).get("fleet") for p in patterns)]
+    if not rows:
+        return ""
+    cols = [p for p in patterns if any((s, p) in cells for s in rows)]
+
+    def cell(s: str, p: str) -> str:
+        c = cells.get((s, p))
+        if c is None:
+            return "-"
+        m = c["metrics"]
+        return f"x{fmt(m['ttft_p99_inflation'])} / {fmt(m['service_gap'])}"
+
+    title = "fleet cells: victims' TTFT p99 inflation / fleet service gap (largest requests)"
+    head = ["fleet setup \\ pattern"] + [
+        p if markdown else ABBREV.get(p, p) for p in cols]
+    body = [[s] + [cell(s, p) for p in cols] for s in rows]
+    if markdown:
+        return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                         + ["| " + " | ".join(r) + " |" for r in body])
+    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+    fmt_row = lambda r: "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
+    return "\n".join([title] + [fmt_row(head)] + [fmt_row(r) for r in body])
 
 
 def spread_text(c: Mapping[str, Any]) -> str:
@@ -261,6 +292,16 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
         matrix_text(setups, patterns, cells, markdown=True),
         "",
     ]
+    fleet = fleet_text(setups, patterns, cells, markdown=True)
+    if fleet:
+        fp = summary.get("fleet_patterns")
+        lines += ["## Fleet setups", "",
+                  "Each fleet cell: the victims' worst TTFT p99 inflation (with the adversary / without it) and the "
+                  "fleet service gap: the largest swing of the actor's weighted service minus a victim's, summed "
+                  "over the replicas, while both had requests queued somewhere in the fleet, in units of the "
+                  "largest request's cost (`service_gap`, SPEC.md 7.9)."
+                  + (f" Fleet setups run against {', '.join(fp)} (`-`: not run; `--pattern` runs any)." if fp else ""),
+                  "", fleet, ""]
     unmet = [(s, p) for s in setups for p in patterns if (c := cells.get((s, p))) is not None
              and c.get("expected_hurt") and not c.get("finding")]
     unstable = [(s, p) for s in setups for p in patterns if (c := cells.get((s, p))) is not None
