@@ -17,6 +17,10 @@ per-tenant queue, so that they differ only in the order policy: with an
 unbounded queue the higher tier's own backlog ages as fast as the lower
 tier's, and aging degenerates into FCFS with an offset.
 
+Fleet setups (``fleet_*``, SPEC.md 5.3) are setups with a :class:`FleetPart` (router,
+accounting, replicas): :func:`build_config` gives one of their replicas (a quarter of
+:data:`REPLICA`) and :func:`build_fleet` the whole fleet.
+
 ``claims`` lists the invariant ids (SPEC.md section 7) a setup is designed to
 guarantee; ``tenantry check`` exits non-zero when one of them breaks.  Safety
 invariants that every setup must keep (KV-CONSERVE, KV-CAP, NO-LOSS,
