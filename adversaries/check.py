@@ -523,7 +523,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
     by_label = dict(zip(setups, systems))
     explicit_patterns = bool(patterns)
     keys = matrix_cells(setups, patterns or None)
-    patterns = list(patterns or PATTERNS)
+    patterns = [p for p in (patterns or PATTERNS) if any(k[1] == p for k in keys)]  # the matrix's columns
     from .search import SEARCHES
     for s in searches:
         if s not in SEARCHES:

@@ -473,15 +473,17 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
                    P("start_s", 0, 4, 0.5)]),
             gen_boundary, 2.0, uses_limits=True),
     Pattern("prefix_herding", "prefix-affinity routing: long requests led by the victims' shared system prompt are "
-            "sent where it is cached, and the victims that share it follow them there",
-            ("fleet_rr", "fleet_prefix_affinity", "fleet_prefix_affinity_fleetacct"), "ttft_p99_inflation",
+            "sent where it is cached, and the victims that share it follow them there (the load bound spills the "
+            "pile; the long decoders hold slots wherever they land)",
+            ("fleet_rr", "fleet_least_kv", "fleet_prefix_affinity", "fleet_prefix_affinity_fleetacct"),
+            "ttft_p99_inflation",
             cancelling(Space([P("rate_per_s", 0.2, 8, 1, log=True), P("n_docs", 1, NUM_DOCS, 1, True),
                               P("first_doc", 0, NUM_DOCS - 1, 0, True), P("tail_tokens", 16, 2048, 512, True, True),
                               P("output_tokens", 16, 400, 300, True, True), P("start_s", 0, 6, 1)])),
             gen_prefix_herding, 10.0),
     Pattern("replica_spreading", "per-replica fairness in a fleet: one tenant whose private prefixes keep a lane of "
             "its traffic on every replica gets a share on each, against victims that queue on a few",
-            ("fleet_prefix_affinity",), "service_gap",
+            ("fleet_rr", "fleet_least_kv", "fleet_prefix_affinity"), "service_gap",
             cancelling(Space([P("lanes", 1, 8, 4, True), P("prefix_blocks", 1, 8, 4, True),
                               P("rate_per_s", 2, 60, 20, log=True), P("tail_tokens", 16, 1024, 192, True, True),
                               P("output_tokens", 4, 128, 32, True, True)])),
