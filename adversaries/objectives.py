@@ -25,7 +25,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from tenantry.model.fleet import service_timeline, tenant_weights
+from tenantry.model.fleet import moments, service_timeline, summed, tenant_weights
 from tenantry.model.history import History, RequestRecord
 
 #: Victim TTFT service-level objective for goodput (seconds).
@@ -261,14 +261,13 @@ def service_gap(history: History, adversaries: Iterable[str] | None = None, vict
 
 def kv_share(history: History, adversaries: Iterable[str]) -> float:
     """The actor's share of KV block-seconds over the run (a fleet's: summed over its replicas'
-    last step records)."""
-    last: dict[object, Mapping[str, float]] = {}
-    for s in history.steps:
-        last[s.replica] = s.block_seconds
-    bs: dict[str, float] = {}
-    for rec in last.values():
-        for t, x in rec.items():
-            bs[t] = bs.get(t, 0.0) + x
+    last records, :func:`tenantry.model.fleet.moments`)."""
+    last = None
+    for _, recs in moments(history):
+        last = recs
+    if not last:
+        return 0.0
+    bs = summed(last, "block_seconds")
     total = sum(bs.values())
     return sum(x for t, x in bs.items() if t in set(adversaries)) / total if total > 0 else 0.0
 

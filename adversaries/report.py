@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from tenantry.spec.invariants_core import Finding
+from tenantry.model.fleet import moments, summed
 from tenantry.model.history import History, atomic_write_text
 from tenantry.model.traces import write_azure_csv, write_mooncake_jsonl, write_workload_jsonl
 from tenantry.model.workload import Workload
@@ -81,7 +82,8 @@ def _plot_cell(setup: str, scenario: Scenario, hist: History, base: History, fol
     """Three PNGs for one cell; returns their names.
 
     ``service.png``: cumulative weighted service per tenant over time;
-    ``kv_blocks.png``: KV blocks held per tenant over time;
+    ``kv_blocks.png``: KV blocks held per tenant over time (a fleet's: summed over its
+    replicas, one point per fleet step, :func:`tenantry.model.fleet.moments`);
     ``ttft_cdf.png``: the victims' TTFT CDF with and without the adversary
     (censored TTFTs: a request never served counts as waiting to the end).
     """
@@ -91,14 +93,16 @@ def _plot_cell(setup: str, scenario: Scenario, hist: History, base: History, fol
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    t = [s.start_s + s.duration_s for s in hist.steps]
+    ms = list(moments(hist))  # a fleet's: one per fleet step, summed over the replicas
+    t = [end for end, _ in ms]
     tenants = [n for n, _ in scenario.roles]
     out = []
     for fname, field, ylabel in (("service.png", "service", "cumulative weighted service (tokens)"),
                                  ("kv_blocks.png", "blocks_in_use", "KV blocks held")):
         fig, ax = plt.subplots(figsize=(7, 3.6))
+        rows = [summed(recs, field) for _, recs in ms]
         for n in tenants:
-            ys = [getattr(s, field).get(n, 0) for s in hist.steps]
+            ys = [r.get(n, 0) for r in rows]
             ax.plot(t, ys, label=n + (" (adversary)" if n in scenario.adversaries else ""),
                     lw=2.0 if n in scenario.adversaries else 1.2, drawstyle="steps-post" if field != "service" else "default")
         ax.set_xlabel("time (s)")

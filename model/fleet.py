@@ -490,21 +490,19 @@ def tenant_weights(history: History) -> dict[str, float]:
     return {t["name"]: float(t.get("weight", 1.0)) for t in tenants if isinstance(t, dict) and "name" in t}
 
 
-def service_timeline(history: History) -> Iterable[tuple[dict[str, float], dict[str, int]]]:
-    """The history's service as one sequence of moments, for one replica or a fleet:
-    per moment, (cumulative weighted service per tenant, requests queued per tenant)
-    at its end.
+def moments(history: History) -> Iterable[tuple[float, tuple[Any, ...]]]:
+    """A history as one sequence of moments, for one replica or a fleet: per moment, its
+    end (seconds) and the step records that hold at its end.
 
-    A one-replica history has a moment per step (its ``service`` and ``queued``).  A
-    fleet history (SPEC.md 6.2) has a moment per fleet step: each tenant's service
-    summed over the replicas and its queued requests summed over the replicas, each
-    replica as of its latest step record (a replica that waited keeps its last one).
-    The fleet step's replica records are the next ``len(stepped)`` step records in
-    order, as :func:`simulate_fleet` writes them.
+    A one-replica history has a moment per step (that step's record).  A fleet history
+    (SPEC.md 6.2) has a moment per fleet step: every replica's latest record (a replica
+    that waited keeps its last one; one that has not stepped yet has none).  The fleet
+    step's replica records are the next ``len(stepped)`` step records in order, as
+    :func:`simulate_fleet` writes them.
     """
     if not history.fleet_steps:
         for s in history.steps:
-            yield s.service, s.queued
+            yield s.start_s + s.duration_s, (s,)
         return
     latest: dict[int, Any] = {}
     steps = iter(history.steps)
@@ -513,14 +511,27 @@ def service_timeline(history: History) -> Iterable[tuple[dict[str, float], dict[
             s = next(steps, None)
             if s is not None:
                 latest[s.replica] = s
-        service: dict[str, float] = {}
-        queued: dict[str, int] = {}
-        for s in latest.values():
-            for t, x in s.service.items():
-                service[t] = service.get(t, 0.0) + x
-            for t, q in s.queued.items():
-                queued[t] = queued.get(t, 0) + q
-        yield service, queued
+        yield f.start_s + f.duration_s, tuple(latest[r] for r in sorted(latest))
+
+
+def summed(records: Iterable[Any], field: str) -> dict[str, float]:
+    """A per-tenant field (``service``, ``queued``, ``blocks_in_use``, ...) summed over step records."""
+    out: dict[str, float] = {}
+    for s in records:
+        for t, x in getattr(s, field).items():
+            out[t] = out.get(t, 0) + x
+    return out
+
+
+def service_timeline(history: History) -> Iterable[tuple[dict[str, float], dict[str, int]]]:
+    """Per moment (:func:`moments`), (cumulative weighted service per tenant, requests queued
+    per tenant) at its end, summed over the replicas of a fleet: the fleet's service as one
+    replica's (SPEC.md 5.3, "Service over a fleet")."""
+    for _, recs in moments(history):
+        if len(recs) == 1:
+            yield recs[0].service, recs[0].queued
+        else:
+            yield summed(recs, "service"), summed(recs, "queued")
 
 
 def load_fleet_toml(path: str, replica: Config) -> FleetConfig | None:
