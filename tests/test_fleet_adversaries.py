@@ -193,3 +193,23 @@ def test_a_fleet_row_is_byte_identical_twice_and_reports_the_fleet_service_gap(t
     assert "## Fleet setups" in report
     m = c["metrics"]
     assert f"x{m['ttft_p99_inflation']:.3g} / {m['service_gap']:.3g}" in report
+
+
+def test_simulate_runs_a_fleet_setups_fleet(tmp_path, capsys):
+    from tenantry.cli import main
+    from tenantry.model.history import read_history
+
+    wl = tmp_path / "w.jsonl"
+    wl.write_text("".join(f'{{"request_id":{i},"tenant":"{"ab"[i % 2]}","arrival_s":{i * 0.02:.2f},'
+                          f'"prompt_tokens":200,"output_tokens":20}}\n' for i in range(60)))
+    h = tmp_path / "h.jsonl"
+    assert main(["simulate", "--workload", str(wl), "--policy", "fleet_prefix_affinity_fleetacct",
+                 "--history", str(h)]) == 0
+    out = capsys.readouterr().out
+    row = next(line.split() for line in out.splitlines() if line.startswith("fleet_prefix_affinity_fleetacct ")
+               and "fleet " in line)
+    assert row[1] == "fleet" and len(row[4:]) == 4 and sum(map(int, row[4:])) == 60  # 4 replicas, every request
+    fleet = read_history(h).header["fleet"]
+    assert (fleet["router"], fleet["accounting"], len(fleet["replicas"])) == ("prefix_affinity", "fleet", 4)
+    assert main(["simulate", "--workload", str(wl), "--policy", "vtc", "fleet_rr"]) == 2
+    assert "mixes fleet setups (fleet_rr) and one-replica setups (vtc)" in capsys.readouterr().err

@@ -74,9 +74,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with one output token")
     p.add_argument("--speedup", type=positive_float, default=1.0, help="divide trace arrival times by this factor (default 1)")
     p.add_argument("--max-rows", type=positive_int, default=None, help="read at most this many rows per trace")
-    p.add_argument("--policy", nargs="+", default=None, help=f"policy setups to compare: {', '.join(SETUPS)}, or all (the one-replica ones; default: the --config "
-                        f"file's own policy, else {' '.join(DEFAULT_SETUPS)}); a fleet setup (fleet_*) runs its fleet "
-                        "(its replicas, router and accounting) unless --replicas / --router / --accounting say otherwise")
+    p.add_argument("--policy", nargs="+", default=None,
+                   help=f"policy setups to compare: {', '.join(SETUPS)}, or all (the one-replica ones; default: "
+                        f"the --config file's own policy, else {' '.join(DEFAULT_SETUPS)}); a fleet setup (fleet_*) "
+                        "runs its fleet (its replicas, router and accounting) unless --replicas / --router / "
+                        "--accounting say otherwise")
     p.add_argument("--horizon", type=positive_float, default=None, help="stop the run at this time (seconds); default 3x the last arrival, at least 600 s after it")
     p.add_argument("--window", type=positive_float, default=None, help="'finished in time' and throughput window (seconds); default: the last arrival")
     p.add_argument("--seed", type=non_negative_int, default=9, help="seed of the synthetic default workload (default 9)")
