@@ -60,6 +60,29 @@ SPREAD_SEEDS = 2
 SPREAD_BAND = 2.0
 
 
+#: The patterns a fleet setup runs against in the default matrix (no ``--pattern``): the two
+#: routing patterns and the three whose pressure a router moves (flood, sybil, slow decoders).
+#: A fleet evaluation costs about three of a replica's, so all patterns on every fleet setup
+#: would add minutes to the main job; ``--pattern`` names any pattern for any setup.
+FLEET_PATTERNS = ("flood", "slow_decoders", "sybil", "prefix_herding", "replica_spreading")
+
+
+def matrix_cells(setups: Sequence[str], patterns: Sequence[str] | None) -> list[tuple[str, str]]:
+    """The (setup, pattern) cells of a matrix, setup by setup: every setup against ``patterns``;
+    with ``patterns`` None (the default), every pattern for a one-replica setup and
+    :data:`FLEET_PATTERNS` for a fleet setup (a setup that is not built in: every pattern).
+
+    Raises:
+        ConfigError: on an unknown pattern.
+    """
+    names = list(patterns) if patterns is not None else list(PATTERNS)
+    for p in names:
+        get_pattern(p)
+    fleet = lambda s: s in SETUPS and SETUPS[s].fleet is not None
+    return [(s, p) for s in setups for p in names
+            if patterns is not None or not fleet(s) or p in FLEET_PATTERNS]
+
+
 class _Gate:
     """Writes into the staging folder pass through here; once closed (Ctrl-C, an error), none starts."""
 
@@ -104,7 +127,8 @@ def searches_for(setup: "str | System", pattern: str, searches: Sequence[str]) -
     """The searches a cell runs: ``searches``, with ``z3`` only where it applies (a model
     setup it has an abstract model of)."""
     out = [s for s in searches if s != "z3"]
-    if "z3" in searches and pattern == "timed_arrivals" and isinstance(setup, str) and z3_supported(setup):
+    if ("z3" in searches and pattern == "timed_arrivals" and isinstance(setup, str) and get_setup(setup).fleet is None
+            and z3_supported(setup)):  # the abstract model is one replica
         out.append("z3")
     return out
 
@@ -169,6 +193,7 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
         "evaluations": sum(r.evaluations for r in results) + len(spread) - 1,
         "searches": {r.search: {"evaluations": r.evaluations, "best": r.best.score if r.best else None,
                                 "note": r.note} for r in results},
+        **({"fleet": _fleet_of(setup)} if _fleet_of(setup) else {}),
         "adversaries": list(scenario.adversaries), "victims": list(scenario.victims), "adversary_requests": sum(
             1 for x in scenario.workload if x.tenant in set(scenario.adversaries)),
         "workload": str(rel / "workload.jsonl"), "workload_name": "workload.jsonl",
@@ -201,6 +226,12 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
             rec["plots"] = plot_cell(name_, scenario, hist, base, folder) if plots else []
             dump_json(rec, folder / "cell.json")
     return rec
+
+
+def _fleet_of(setup: "str | System") -> dict[str, Any] | None:
+    """A fleet setup's router, accounting and replicas (a cell record's ``fleet``), else None."""
+    f = get_setup(setup).fleet if isinstance(setup, str) else None
+    return None if f is None else {"router": f.router, "accounting": f.accounting, "replicas": f.replicas}
 
 
 #: Findings not shrunk to a witness: DETERMINISM compares whole runs in fresh processes; a
@@ -451,7 +482,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
 
     Args:
         setups: setup names or :class:`~tenantry.adversaries.evaluate.System` values
-            (default: all of :data:`SETUPS`); patterns: names (default: all of :data:`PATTERNS`).
+            (default: all of :data:`SETUPS`); patterns: names (default: all of :data:`PATTERNS`,
+            a fleet setup :data:`FLEET_PATTERNS`: :func:`matrix_cells`).
         kind: the report's kind (``check``; ``verify`` for a scheduler under test).
         replay_depth: how deep each cell's worst workload is checked (``full``: with the
             two-run forms; ``state`` skips them).
@@ -489,9 +521,9 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             get_setup(s)
     setups = [label(s) for s in systems]
     by_label = dict(zip(setups, systems))
-    patterns = list(patterns or PATTERNS)
-    for p in patterns:
-        get_pattern(p)
+    explicit_patterns = bool(patterns)
+    keys = matrix_cells(setups, patterns or None)
+    patterns = [p for p in (patterns or PATTERNS) if any(k[1] == p for k in keys)]  # the matrix's columns
     from .search import SEARCHES
     for s in searches:
         if s not in SEARCHES:
@@ -499,7 +531,6 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
     if plots not in ("findings", "all", "none"):
         raise ConfigError("--plots", plots, "choose findings, all or none")
     budget = budget or Budget.parse(DEFAULT_BUDGET)
-    keys = [(s, p) for s in setups for p in patterns]
     outp = Path(out) if out is not None else None
     root = outp
     stage = ExitStack()
@@ -596,6 +627,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
                     f", {total_budget.seconds:g} s" if total_budget.seconds else "")),
             "spread_seeds": [seed + k for k in range(spread_seeds + 1)], "spread_band": SPREAD_BAND,
             "setups": setups, "patterns": patterns, "searches": list(searches), "victims": victims,
+            **({"fleet_patterns": list(FLEET_PATTERNS)} if not explicit_patterns and any(
+                _fleet_of(s) for s in systems) else {}),
             "describe": {label(s): s.describe() for s in systems if hasattr(s, "describe")},
             "extras": extra,
             "expected": sum(1 for k in keys if cells[k]["expected_hurt"]),

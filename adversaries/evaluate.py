@@ -2,7 +2,7 @@
 executors that run many evaluations.
 
 A *system* is what an adversary is put against: a setup of the reference model
-(:class:`ModelSystem`, by name) or a scheduler under test behind its adapter
+(:class:`ModelSystem`, by name; a fleet setup's :class:`FleetSystem`) or a scheduler under test behind its adapter
 (:class:`tenantry.verify.run.TargetSystem`).  Both give the same three things
 (:class:`System`): the configuration a scenario runs under, a checked run
 (history, findings, what was left unchecked) and a plain run, so every search,
@@ -39,9 +39,10 @@ from tenantry.model.history import History
 from tenantry.model.simulate import simulate
 from tenantry.model.workload import Workload, renumber
 from tenantry.spec.invariants_core import Finding
-from tenantry.spec.invariants_run import CheckedRun, run_checked
+from tenantry.spec.invariants_run import CheckedRun, run_checked, run_fleet_checked
 
-from tenantry.model.setups import build_config, get_setup
+from tenantry.model.fleet import simulate_fleet
+from tenantry.model.setups import build_config, build_fleet, get_setup
 from .objectives import TTFT_SLO_S, all_metrics
 from .patterns import ADVERSARY, PATTERNS, Scenario, get_pattern, limits_of, make_scenario
 from .space import freeze
@@ -91,15 +92,37 @@ class ModelSystem:
         return simulate(self.config(roles), workload, horizon_s=horizon_s)
 
 
+@attrs.frozen
+class FleetSystem:
+    """A built-in fleet setup of the reference model (a setup with a ``fleet`` part,
+    :func:`tenantry.model.setups.build_fleet`): the fleet run by the one driver loop, each
+    replica checked for the setup's claims (``Setup.all_claims``) and the fleet for every
+    applicable fleet invariant (:func:`~tenantry.spec.invariants_run.run_fleet_checked`, the
+    judge of ``tenantry verify --history`` on a fleet history).  Its :meth:`config` is one
+    replica's (limits, costs and SLOs read from it; every replica has the same)."""
+
+    name: str
+
+    def config(self, roles: Iterable[tuple[str, str]]) -> Config:
+        return build_config(self.name, roles)
+
+    def checked(self, workload: Workload, horizon_s: float, depth: str,
+                roles: Sequence[tuple[str, str]]) -> CheckedRun:
+        return run_fleet_checked(build_fleet(self.name, roles), workload, ids=get_setup(self.name).all_claims,
+                                 depth=depth, horizon_s=horizon_s, max_steps=None)
+
+    def plain(self, workload: Workload, horizon_s: float, roles: Sequence[tuple[str, str]]) -> History:
+        return simulate_fleet(build_fleet(self.name, roles), workload, horizon_s=horizon_s)
+
+
 def system_of(setup: "str | System") -> System:
-    """A system: a setup name becomes its :class:`ModelSystem`.
+    """A system: a setup name becomes its :class:`ModelSystem` (a fleet setup its :class:`FleetSystem`).
 
     Raises:
         ConfigError: on an unknown setup name.
     """
     if isinstance(setup, str):
-        get_setup(setup)
-        return ModelSystem(setup)
+        return FleetSystem(setup) if get_setup(setup).fleet is not None else ModelSystem(setup)
     return setup
 
 

@@ -25,6 +25,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from tenantry.model.fleet import moments, service_timeline, summed, tenant_weights
 from tenantry.model.history import History, RequestRecord
 
 #: Victim TTFT service-level objective for goodput (seconds).
@@ -41,7 +42,8 @@ OBJECTIVES: dict[str, str] = {
     "ttft_p99_inflation": "victim TTFT p99 with the adversary / without it (worst victim tenant)",
     "victim_ttft_p99_s": "victim TTFT p99 with the adversary (seconds, worst victim tenant)",
     "service_gap": "largest weighted-service difference between the actor and a victim over an interval "
-                   "where both were backlogged, in units of the largest request's cost",
+                   "where both were backlogged, in units of the largest request's cost (on a fleet: summed over "
+                   "the replicas, backlogged anywhere in the fleet: the fleet service gap)",
     "jain": "Jain's fairness index of service per actor over contended steps (1 = equal; lower is worse)",
     "unfairness": "1 - jain",
     "max_evictions": "most times one sequence was evicted",
@@ -177,19 +179,20 @@ def _actor(tenant: str, adversaries: frozenset[str]) -> str:
 
 
 def contended_service(history: History, adversaries: Iterable[str], victims: Iterable[str]) -> dict[str, float]:
-    """Weighted service per actor received in contended steps (weight 1 per tenant)."""
+    """Weighted service per actor received in contended steps (weight 1 per tenant); on a
+    fleet history, fleet steps with service summed over the replicas (:func:`service_timeline`)."""
     adv, vic = frozenset(adversaries), tuple(victims)
     out: dict[str, float] = {}
     prev_service: Mapping[str, float] = {}
     prev_queued: Mapping[str, int] = {}
-    for s in history.steps:
+    for service, queued in service_timeline(history):
         if any(prev_queued.get(v, 0) > 0 for v in vic):
-            for t, x in s.service.items():
+            for t, x in service.items():
                 d = x - prev_service.get(t, 0.0)
                 if d:
                     a = _actor(t, adv)
                     out[a] = out.get(a, 0.0) + d
-        prev_service, prev_queued = s.service, s.queued
+        prev_service, prev_queued = service, queued
     return out
 
 
@@ -209,20 +212,41 @@ def jain(history: History, adversaries: Iterable[str], victims: Iterable[str]) -
     return float(x.sum() ** 2 / (len(x) * (x ** 2).sum()))
 
 
-def service_gap(history: History, adversaries: Iterable[str], victims: Iterable[str], unit: float) -> float:
-    """Largest |service(actor) - service(victim)| gained over an interval where both were
-    backlogged at every step start, divided by ``unit`` (the largest request's cost).
+def service_gap(history: History, adversaries: Iterable[str] | None = None, victims: Iterable[str] | None = None,
+                unit: float = 1.0) -> float:
+    """The service gap: the largest swing of ``N_a - N_v`` over an interval where both
+    sides were backlogged (requests queued) at the start of every step, divided by
+    ``unit``; N is weighted service over weight, summed over a side's tenants
+    (``S_t / w_t``, weights from the history's header, 1 without one).
 
-    The VTC service-difference bound (Sheng et al., OSDI 2024, section 4) keeps this near 2
-    for two backlogged tenants of equal weight.
+    The sides: the actor (every tenant of ``adversaries`` together: a sybil's ids are one
+    actor) against each tenant of ``victims``; with both None, every pair of tenants (the
+    fleet service gap that ``tenantry simulate --replicas`` prints).  On a fleet history
+    (SPEC.md 6.2) a step is a fleet step, service is summed over the replicas and a side
+    is backlogged when it has a request queued on any replica
+    (:func:`tenantry.model.fleet.service_timeline`): the quantity VTC-GAP bounds on one
+    replica (SPEC.md 7.2) and FLEET-VTC-GAP across the fleet (SPEC.md 7.9).
+
+    Units: weighted service tokens / ``unit`` (the matrix passes the largest request's
+    cost, so 2 means two of the largest requests).  The VTC service-difference bound
+    (Sheng et al., OSDI 2024, section 4) keeps this near 2 for two backlogged tenants of
+    equal weight on one replica.  0 when two sides were never backlogged together.
     """
-    adv = frozenset(adversaries)
+    w = tenant_weights(history)
+    timeline = list(service_timeline(history))
+    if adversaries is None and victims is None:
+        names = sorted({t for sv, _ in timeline for t in sv})
+        pairs = [((a,), (b,)) for i, a in enumerate(names) for b in names[i + 1:]]
+    else:
+        adv = tuple(adversaries or ())
+        pairs = [(adv, (v,)) for v in (victims or ())]
     worst = 0.0
-    for v in victims:
-        lo = hi = None  # range of D = service(actor) - service(v) over the current common-backlog period
+    for left, right in pairs:
+        lo = hi = None  # range of D = N(left) - N(right) over the current common-backlog period
         prev_d, prev_both = 0.0, False
-        for s in history.steps:
-            d = sum(x for t, x in s.service.items() if t in adv) - s.service.get(v, 0.0)
+        for service, queued in timeline:
+            d = (sum(service.get(t, 0.0) / w.get(t, 1.0) for t in left)
+                 - sum(service.get(t, 0.0) / w.get(t, 1.0) for t in right))
             if prev_both:  # both backlogged when this step began
                 if lo is None:
                     lo = hi = prev_d
@@ -231,15 +255,19 @@ def service_gap(history: History, adversaries: Iterable[str], victims: Iterable[
             else:
                 lo = hi = None
             prev_d = d
-            prev_both = s.queued.get(v, 0) > 0 and any(s.queued.get(t, 0) > 0 for t in adv)
+            prev_both = any(queued.get(t, 0) > 0 for t in left) and any(queued.get(t, 0) > 0 for t in right)
     return worst / unit if unit > 0 else 0.0
 
 
 def kv_share(history: History, adversaries: Iterable[str]) -> float:
-    """The actor's share of KV block-seconds over the run."""
-    if not history.steps:
+    """The actor's share of KV block-seconds over the run (a fleet's: summed over its replicas'
+    last records, :func:`tenantry.model.fleet.moments`)."""
+    last = None
+    for _, recs in moments(history):
+        last = recs
+    if not last:
         return 0.0
-    bs = history.steps[-1].block_seconds
+    bs = summed(last, "block_seconds")
     total = sum(bs.values())
     return sum(x for t, x in bs.items() if t in set(adversaries)) / total if total > 0 else 0.0
 

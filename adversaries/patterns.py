@@ -271,6 +271,46 @@ def gen_estimate_gaming(p, rng, limits):
     return out, (ADVERSARY,)
 
 
+#: First content id of ``replica_spreading``'s private lane prefixes (never sent by a victim).
+LANE_BASE = DOC_BASE + 800_000
+
+
+def herding_docs(p: Mapping) -> list[int]:
+    """The victims' documents ``prefix_herding`` leads its prompts with: ``n_docs`` of them
+    from ``first_doc`` on (cyclically over :data:`~tenantry.adversaries.victims.NUM_DOCS`)."""
+    return [(int(p["first_doc"]) + k) % NUM_DOCS for k in range(int(p["n_docs"]))]
+
+
+def gen_prefix_herding(p, rng, limits):
+    """Long requests whose prompts start with the victims' shared system prompts (a public
+    document such as a common system prompt), so a prefix-affinity router sends them where
+    the victims' prefix is cached and the victims follow them there.
+
+    Request k leads with document ``herding_docs(p)[k % n_docs]`` (its 16 blocks, the
+    victims' content ids) then ``tail_tokens`` of its own, and asks for ``output_tokens``;
+    arrivals evenly spaced from ``start_s`` to the end of the victims' window.
+    """
+    docs = herding_docs(p)
+    ts = _stream(p, "rate_per_s", p["start_s"], WINDOW_S)
+    return [_req(ADVERSARY, t, DOC_BLOCKS * 16 + int(p["tail_tokens"]), p["output_tokens"],
+                 prefix_ids=doc_ids(docs[k % len(docs)])) for k, t in enumerate(ts)], (ADVERSARY,)
+
+
+def gen_replica_spreading(p, rng, limits):
+    """One tenant spread over the fleet: its requests lead with one of ``lanes`` private
+    prompt prefixes (request k with lane ``k % lanes``'s ``prefix_blocks`` blocks, content
+    ids :data:`LANE_BASE` + 1000 * lane + j), so a prefix-affinity router keeps each lane
+    on the replica that first cached it, one lane per replica: on every replica the tenant
+    asks for about that replica's share, and per-replica counters give it a share on each.
+    A steady stream of ``rate_per_s`` mid-size requests over the victims' window.
+    """
+    lanes, blocks = int(p["lanes"]), int(p["prefix_blocks"])
+    ts = _stream(p, "rate_per_s", 0.0, WINDOW_S)
+    return [_req(ADVERSARY, t, blocks * 16 + int(p["tail_tokens"]), p["output_tokens"],
+                 prefix_ids=tuple(LANE_BASE + 1000 * (k % lanes) + j for j in range(blocks)))
+            for k, t in enumerate(ts)], (ADVERSARY,)
+
+
 #: Slots of the free-form arrival pattern (also the Z3 search's horizon).
 def gen_cancellations(p, rng, limits):
     """Requests their clients cancel at every stage: queued, in chunked prefill, decoding, after the end.
@@ -432,6 +472,22 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
             Space([P("shift", -1, 1, 0, True), P("gap_s", 0.02, 1, 0.1, log=True), P("rounds", 1, 3, 1, True),
                    P("start_s", 0, 4, 0.5)]),
             gen_boundary, 2.0, uses_limits=True),
+    Pattern("prefix_herding", "prefix-affinity routing: long requests led by the victims' shared system prompt are "
+            "sent where it is cached, and the victims that share it follow them there (the load bound spills the "
+            "pile; the long decoders hold slots wherever they land)",
+            ("fleet_rr", "fleet_least_kv", "fleet_prefix_affinity", "fleet_prefix_affinity_fleetacct"),
+            "ttft_p99_inflation",
+            cancelling(Space([P("rate_per_s", 0.2, 8, 1, log=True), P("n_docs", 1, NUM_DOCS, 1, True),
+                              P("first_doc", 0, NUM_DOCS - 1, 0, True), P("tail_tokens", 16, 2048, 512, True, True),
+                              P("output_tokens", 16, 400, 300, True, True), P("start_s", 0, 6, 1)])),
+            gen_prefix_herding, 10.0),
+    Pattern("replica_spreading", "per-replica fairness in a fleet: one tenant whose private prefixes keep a lane of "
+            "its traffic on every replica gets a share on each, against victims that queue on a few",
+            ("fleet_rr", "fleet_least_kv", "fleet_prefix_affinity"), "service_gap",
+            cancelling(Space([P("lanes", 1, 8, 4, True), P("prefix_blocks", 1, 8, 4, True),
+                              P("rate_per_s", 2, 60, 20, log=True), P("tail_tokens", 16, 1024, 192, True, True),
+                              P("output_tokens", 4, 128, 32, True, True)])),
+            gen_replica_spreading, 8.0),
 )}
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from tenantry.spec.invariants_core import Finding
+from tenantry.model.fleet import moments, summed
 from tenantry.model.history import History, atomic_write_text
 from tenantry.model.traces import write_azure_csv, write_mooncake_jsonl, write_workload_jsonl
 from tenantry.model.workload import Workload
@@ -81,7 +82,8 @@ def _plot_cell(setup: str, scenario: Scenario, hist: History, base: History, fol
     """Three PNGs for one cell; returns their names.
 
     ``service.png``: cumulative weighted service per tenant over time;
-    ``kv_blocks.png``: KV blocks held per tenant over time;
+    ``kv_blocks.png``: KV blocks held per tenant over time (a fleet's: summed over its
+    replicas, one point per fleet step, :func:`tenantry.model.fleet.moments`);
     ``ttft_cdf.png``: the victims' TTFT CDF with and without the adversary
     (censored TTFTs: a request never served counts as waiting to the end).
     """
@@ -91,14 +93,16 @@ def _plot_cell(setup: str, scenario: Scenario, hist: History, base: History, fol
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    t = [s.start_s + s.duration_s for s in hist.steps]
+    ms = list(moments(hist))  # a fleet's: one per fleet step, summed over the replicas
+    t = [end for end, _ in ms]
     tenants = [n for n, _ in scenario.roles]
     out = []
     for fname, field, ylabel in (("service.png", "service", "cumulative weighted service (tokens)"),
                                  ("kv_blocks.png", "blocks_in_use", "KV blocks held")):
         fig, ax = plt.subplots(figsize=(7, 3.6))
+        rows = [summed(recs, field) for _, recs in ms]
         for n in tenants:
-            ys = [getattr(s, field).get(n, 0) for s in hist.steps]
+            ys = [r.get(n, 0) for r in rows]
             ax.plot(t, ys, label=n + (" (adversary)" if n in scenario.adversaries else ""),
                     lw=2.0 if n in scenario.adversaries else 1.2, drawstyle="steps-post" if field != "service" else "default")
         ax.set_xlabel("time (s)")
@@ -141,7 +145,8 @@ def fmt(x: float) -> str:
 #: Column headings of the printed matrix (the markdown one uses the full names).
 ABBREV = {"flood": "flood", "few_huge": "fewhuge", "slow_decoders": "slowdec", "churn": "churn",
           "idle_burst": "idleburst", "on_off_aging": "onoff", "eviction_thrash": "thrash", "prefix_probe": "probe",
-          "sybil": "sybil", "queue_stuffing": "stuffing", "estimate_gaming": "estgame", "timed_arrivals": "timed"}
+          "sybil": "sybil", "queue_stuffing": "stuffing", "estimate_gaming": "estgame", "timed_arrivals": "timed",
+          "prefix_herding": "herding", "replica_spreading": "spreading"}
 
 
 def cell_marks(c: Mapping[str, Any]) -> str:
@@ -175,6 +180,36 @@ def matrix_text(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[t
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
     fmt_row = lambda r: "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
     return "\n".join([fmt_row(head)] + [fmt_row(r) for r in rows])
+
+
+def fleet_text(setups: Sequence[str], patterns: Sequence[str], cells: Mapping[tuple[str, str], Mapping[str, Any]],
+               markdown: bool = False) -> str:
+    """The fleet cells (records with ``fleet``) as a setup x pattern table, each cell the
+    victims' worst TTFT p99 inflation and the fleet service gap (``service_gap`` on the fleet
+    history: actor against each victim, summed over the replicas, in units of the largest
+    request's cost), e.g. ``x29.8 / 2.27``; "" when the matrix has no fleet cell."""
+    rows = [s for s in setups if any((cells.get((s, p)) or {}).get("fleet") for p in patterns)]
+    if not rows:
+        return ""
+    cols = [p for p in patterns if any((s, p) in cells for s in rows)]
+
+    def cell(s: str, p: str) -> str:
+        c = cells.get((s, p))
+        if c is None:
+            return "-"
+        m = c["metrics"]
+        return f"x{fmt(m['ttft_p99_inflation'])} / {fmt(m['service_gap'])}"
+
+    title = "fleet cells: victims' TTFT p99 inflation / fleet service gap (largest requests)"
+    head = ["fleet setup \\ pattern"] + [
+        p if markdown else ABBREV.get(p, p) for p in cols]
+    body = [[s] + [cell(s, p) for p in cols] for s in rows]
+    if markdown:
+        return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                         + ["| " + " | ".join(r) + " |" for r in body])
+    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+    fmt_row = lambda r: "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
+    return "\n".join([title] + [fmt_row(head)] + [fmt_row(r) for r in body])
 
 
 def spread_text(c: Mapping[str, Any]) -> str:
@@ -261,6 +296,16 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
         matrix_text(setups, patterns, cells, markdown=True),
         "",
     ]
+    fleet = fleet_text(setups, patterns, cells, markdown=True)
+    if fleet:
+        fp = summary.get("fleet_patterns")
+        lines += ["## Fleet setups", "",
+                  "Each fleet cell: the victims' worst TTFT p99 inflation (with the adversary / without it) and the "
+                  "fleet service gap: the largest swing of the actor's weighted service minus a victim's, summed "
+                  "over the replicas, while both had requests queued somewhere in the fleet, in units of the "
+                  "largest request's cost (`service_gap`, SPEC.md 7.9)."
+                  + (f" Fleet setups run against {', '.join(fp)} (`-`: not run; `--pattern` runs any)." if fp else ""),
+                  "", fleet, ""]
     unmet = [(s, p) for s in setups for p in patterns if (c := cells.get((s, p))) is not None
              and c.get("expected_hurt") and not c.get("finding")]
     unstable = [(s, p) for s in setups for p in patterns if (c := cells.get((s, p))) is not None

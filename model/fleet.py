@@ -494,11 +494,13 @@ class FleetRecorder:
 def simulate_fleet(config: FleetConfig, workload: Workload | Iterable[Request], *, horizon_s: float | None = None,
                    max_steps: int | None = None, header: dict[str, Any] | None = None,
                    variant: type[Fleet] | None = None, step_variant: type[Step] | None = None,
-                   detail: bool = False) -> History:
+                   detail: bool = False, observe: Callable[[FleetTransition], None] | None = None) -> History:
     """Run ``workload`` on the fleet and return its fleet history (SPEC.md 6.2): every
     replica's step records (``replica`` set), one ``fleet_step`` record per fleet step,
     and every request record with the replica it was routed to (:class:`FleetRecorder`).
-    Deterministic: the same fleet and workload give the same bytes.
+    Deterministic: the same fleet and workload give the same bytes.  ``observe`` is
+    called with each :class:`FleetTransition` as it happens (the checked run's state
+    forms, :func:`tenantry.spec.invariants_run.run_fleet_checked`).
 
     Raises:
         ConfigError: if a request names an unknown tenant.
@@ -511,6 +513,8 @@ def simulate_fleet(config: FleetConfig, workload: Workload | Iterable[Request], 
     for tr, fleet in run_fleet(config, wl, horizon_s=horizon_s, max_steps=max_steps, variant=variant,
                                step_variant=step_variant):
         rec.observe(tr)
+        if observe is not None:
+            observe(tr)
     return rec.history(fleet, {"requests": len(wl), **(header or {})})
 
 
@@ -524,42 +528,57 @@ def prefix_hit_rate(history: History) -> float:
     return sum(r.cached_prompt_tokens for r in rs) / total if total else math.nan
 
 
-def fleet_service_gap(history: History) -> float:
-    """The fleet service gap: over every pair of tenants f, g and every run of fleet
-    steps at whose ends both had requests queued somewhere in the fleet, the largest
-    swing of ``S_f / w_f - S_g / w_g`` (S the weighted service summed over the
-    replicas): the quantity VTC-GAP bounds on one replica (SPEC.md 7.2), measured
-    across the fleet.  0 when no two tenants were ever queued together."""
-    fleet = history.header["fleet"]
-    tenants = fleet["replicas"][0]["tenants"]
-    names = [t["name"] for t in tenants]
-    w = {t["name"]: t["weight"] for t in tenants}
-    n = len(fleet["replicas"])
-    at = {}
-    for s in history.steps:
-        at.setdefault(s.start_s, []).append(s)
-    service = [dict.fromkeys(names, 0.0) for _ in range(n)]
-    queued = [dict.fromkeys(names, 0) for _ in range(n)]
-    runs: dict[tuple[str, str], tuple[float, float]] = {}
-    gap = 0.0
+def tenant_weights(history: History) -> dict[str, float]:
+    """Tenant name -> weight from a history's header (a fleet's replica 0, else the
+    replica's ``config``); empty when the header has no configuration (weight 1 then)."""
+    fleet = history.header.get("fleet")
+    cfg = fleet["replicas"][0] if isinstance(fleet, dict) and fleet.get("replicas") else history.header.get("config")
+    tenants = cfg.get("tenants", ()) if isinstance(cfg, dict) else ()
+    return {t["name"]: float(t.get("weight", 1.0)) for t in tenants if isinstance(t, dict) and "name" in t}
+
+
+def moments(history: History) -> Iterable[tuple[float, tuple[Any, ...]]]:
+    """A history as one sequence of moments, for one replica or a fleet: per moment, its
+    end (seconds) and the step records that hold at its end.
+
+    A one-replica history has a moment per step (that step's record).  A fleet history
+    (SPEC.md 6.2) has a moment per fleet step: every replica's latest record (a replica
+    that waited keeps its last one; one that has not stepped yet has none).  The fleet
+    step's replica records are the next ``len(stepped)`` step records in order, as
+    :func:`simulate_fleet` writes them.
+    """
+    if not history.fleet_steps:
+        for s in history.steps:
+            yield s.start_s + s.duration_s, (s,)
+        return
+    latest: dict[int, Any] = {}
+    steps = iter(history.steps)
     for f in history.fleet_steps:
-        for s in at.get(f.start_s, ()):
-            service[s.replica], queued[s.replica] = s.service, s.queued
-        norm = {i: sum(sv[i] for sv in service) / w[i] for i in names}
-        back = [i for i in names if any(q[i] > 0 for q in queued)]
-        live = set()
-        for a in range(len(back)):
-            for b in range(a + 1, len(back)):
-                key = (back[a], back[b])
-                d = norm[key[0]] - norm[key[1]]
-                lo, hi = runs.get(key, (d, d))
-                lo, hi = min(lo, d), max(hi, d)
-                runs[key] = (lo, hi)
-                gap = max(gap, hi - lo)
-                live.add(key)
-        for key in [k for k in runs if k not in live]:
-            del runs[key]
-    return gap
+        for _ in f.stepped:
+            s = next(steps, None)
+            if s is not None:
+                latest[s.replica] = s
+        yield f.start_s + f.duration_s, tuple(latest[r] for r in sorted(latest))
+
+
+def summed(records: Iterable[Any], field: str) -> dict[str, float]:
+    """A per-tenant field (``service``, ``queued``, ``blocks_in_use``, ...) summed over step records."""
+    out: dict[str, float] = {}
+    for s in records:
+        for t, x in getattr(s, field).items():
+            out[t] = out.get(t, 0) + x
+    return out
+
+
+def service_timeline(history: History) -> Iterable[tuple[dict[str, float], dict[str, int]]]:
+    """Per moment (:func:`moments`), (cumulative weighted service per tenant, requests queued
+    per tenant) at its end, summed over the replicas of a fleet: the fleet's service as one
+    replica's (SPEC.md 5.3, "Service over a fleet")."""
+    for _, recs in moments(history):
+        if len(recs) == 1:
+            yield recs[0].service, recs[0].queued
+        else:
+            yield summed(recs, "service"), summed(recs, "queued")
 
 
 def load_fleet_toml(path: str, replica: Config) -> FleetConfig | None:

@@ -281,7 +281,11 @@ class History:
 
     @property
     def end_s(self) -> float:
-        """End of the last step (seconds), 0 if there was none."""
+        """End of the last step (seconds; a fleet's: of its last fleet step, the longest of its
+        replicas' steps), 0 if there was none."""
+        if self.fleet_steps:
+            f = self.fleet_steps[-1]
+            return f.start_s + f.duration_s
         return self.steps[-1].start_s + self.steps[-1].duration_s if self.steps else 0.0
 
 

@@ -17,6 +17,10 @@ per-tenant queue, so that they differ only in the order policy: with an
 unbounded queue the higher tier's own backlog ages as fast as the lower
 tier's, and aging degenerates into FCFS with an offset.
 
+Fleet setups (``fleet_*``, SPEC.md 5.3) are setups with a :class:`FleetPart` (router,
+accounting, replicas): :func:`build_config` gives one of their replicas (a quarter of
+:data:`REPLICA`) and :func:`build_fleet` the whole fleet.
+
 ``claims`` lists the invariant ids (SPEC.md section 7) a setup is designed to
 guarantee; ``tenantry check`` exits non-zero when one of them breaks.  Safety
 invariants that every setup must keep (KV-CONSERVE, KV-CAP, NO-LOSS,
@@ -99,6 +103,35 @@ PRIORITY_PREEMPTION = EvictionConfig(victim="lowest_priority", min_free_blocks=4
                                      preempt_for_priority=True)
 
 
+#: Replicas of the fleet setups.
+FLEET_REPLICAS = 4
+#: Each replica of a fleet setup: a quarter of :data:`REPLICA` (2 sequences, 64-token steps),
+#: so the fleet of :data:`FLEET_REPLICAS` has the search replica's capacity and every
+#: pattern's parameter space, calibrated on one replica, loads the fleet as much.  The pool
+#: is ample KV for 2 sequences of the longest context (2 x 512 blocks).
+FLEET_REPLICA: dict[str, Any] = {**REPLICA, "max_num_seqs": 2, "token_budget": 64}
+FLEET_BLOCKS = 1024
+
+
+@attrs.frozen
+class FleetPart:
+    """The fleet part of a setup (SPEC.md 5.3): how many replicas, the router and the accounting.
+
+    Attributes:
+        router: a key of :data:`tenantry.model.fleet.ROUTERS`.
+        accounting: ``replica`` or ``fleet``.
+        replicas: number of replicas (each the setup's replica, :data:`FLEET_REPLICA`).
+        load_factor: c of ``prefix_affinity``'s load bound (>= 1).
+        affinity_replicas: the size of each tenant's subset under ``tenant_affinity`` (None: ceil(R / 2)).
+    """
+
+    router: str
+    accounting: str = "replica"
+    replicas: int = FLEET_REPLICAS
+    load_factor: float = 1.25
+    affinity_replicas: int | None = None
+
+
 @attrs.frozen
 class Setup:
     """One built-in policy configuration.
@@ -115,7 +148,13 @@ class Setup:
         tiered: adversary tenants tier 0, victims tier 1 (else all tier 0).
         claims: invariant ids this setup is designed to keep (beyond
             :data:`COMMON_CLAIMS`).
-        num_blocks: KV pool size (:data:`AMPLE_BLOCKS` or :data:`SMALL_BLOCKS`).
+        num_blocks: KV pool size (:data:`AMPLE_BLOCKS` or :data:`SMALL_BLOCKS`; a fleet
+            setup's replicas: :data:`FLEET_BLOCKS`).
+        fleet: a fleet setup's :class:`FleetPart` (None: one replica).  A fleet setup's
+            replica is :data:`FLEET_REPLICA` with the setup's policies
+            (:func:`build_config`); :func:`build_fleet` gives the whole fleet.  Its
+            ``claims`` are per replica; the fleet invariants (SPEC.md 7.9) are claimed
+            where they apply (:data:`tenantry.spec.invariants_fleet.FLEET_INVARIANTS`).
     """
 
     name: str
@@ -128,6 +167,7 @@ class Setup:
     tiered: bool = False
     claims: tuple[str, ...] = ()
     num_blocks: int = AMPLE_BLOCKS
+    fleet: FleetPart | None = None
 
     @property
     def all_claims(self) -> tuple[str, ...]:
@@ -214,6 +254,25 @@ def _setups() -> dict[str, Setup]:
               tenant_limits=bounded_limits, tiered=True,
               claims=("QUEUE-BOUND", "PRIORITY-PREEMPT", "EVICT-MIN-FREE", "EVICT-COOLDOWN", "EVICT-BOUNDED")),
     ]
+    # Fleet setups (router x accounting): 4 quarter-size replicas, each VTC with the lift and a prefix
+    # cache shared by all tenants (what prefix affinity routes by), ample KV.
+    fleet_order = OrderConfig(policy="vtc", lift=True)
+    fleet_claims = ("VTC-GAP", "NO-BANKED-CREDIT")
+    for name, router, accounting, summary in (
+        ("fleet_rr", "round_robin", "replica", "a fleet of 4 quarter-size VTC replicas behind round robin, "
+         "per-replica counters"),
+        ("fleet_least_kv", "least_kv", "replica", "the fleet behind the least-KV-in-use router, per-replica counters"),
+        ("fleet_prefix_affinity", "prefix_affinity", "replica", "the fleet behind prefix affinity (longest cached "
+         "prefix within the load bound c = 1.25), per-replica counters"),
+        ("fleet_prefix_affinity_fleetacct", "prefix_affinity", "fleet", "prefix affinity with one set of VTC "
+         "counters shared by the fleet"),
+        ("fleet_tenant_affinity", "tenant_affinity", "replica", "each tenant pinned to a hashed half of the fleet, "
+         "per-replica counters"),
+        ("fleet_tenant_affinity_fleetacct", "tenant_affinity", "fleet", "tenant affinity with one set of VTC "
+         "counters shared by the fleet"),
+    ):
+        rows.append(Setup(name, summary, order=fleet_order, admission=adm_off, prefix_cache="shared",
+                          claims=fleet_claims, num_blocks=FLEET_BLOCKS, fleet=FleetPart(router, accounting)))
     return {s.name: s for s in rows}
 
 
@@ -241,7 +300,8 @@ def build_config(name: str, roles: Iterable[tuple[str, str]]) -> Config:
         roles: (tenant name, role) pairs in tenant order; role is one of :data:`ROLES`.
 
     Returns:
-        The small :data:`REPLICA` with the setup's policies, every tenant at
+        The small :data:`REPLICA` (a fleet setup: one of its replicas,
+        :data:`FLEET_REPLICA`) with the setup's policies, every tenant at
         weight 1 with the setup's per-tenant limits, tiers as described in the
         module docstring.
 
@@ -257,8 +317,26 @@ def build_config(name: str, roles: Iterable[tuple[str, str]]) -> Config:
         tenants.append(TenantConfig(tenant, tier=tier, **dict(s.tenant_limits)))
     return Config(
         tenants=tenants, order=s.order, admission=s.admission, eviction=s.eviction, cost=COST,
-        prefix_cache=s.prefix_cache, num_blocks=s.num_blocks, **REPLICA,
+        prefix_cache=s.prefix_cache, num_blocks=s.num_blocks, **(FLEET_REPLICA if s.fleet else REPLICA),
     )
+
+
+def build_fleet(name: str, roles: Iterable[tuple[str, str]]):
+    """The :class:`~tenantry.model.fleet.FleetConfig` of fleet setup ``name``: ``fleet.replicas``
+    copies of :func:`build_config`'s replica behind the setup's router, with its accounting.
+
+    Raises:
+        ConfigError: on an unknown setup name or role, or a setup without a fleet part.
+    """
+    from .fleet import FleetConfig
+
+    s = get_setup(name)
+    if s.fleet is None:
+        raise ConfigError("--policy", name, "is a one-replica setup, not a fleet setup "
+                          f"(fleet setups: {', '.join(n for n, x in SETUPS.items() if x.fleet)})")
+    f = s.fleet
+    return FleetConfig((build_config(name, roles),) * f.replicas, router=f.router, accounting=f.accounting,
+                       load_factor=f.load_factor, affinity_replicas=f.affinity_replicas)
 
 def apply_setup(config: Config, name: str) -> Config:
     """``config`` with setup ``name`` applied: its order policy and parameters,

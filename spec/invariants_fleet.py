@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import attrs
 
 from tenantry.model.config import Config, ConfigError
-from tenantry.model.fleet import LOAD_BOUNDED, load_bound
+from tenantry.model.fleet import LOAD_BOUNDED, load_bound, service_timeline
 from tenantry.model.history import History, StepRecord
 from tenantry.model.setups import config_from_dict
 
@@ -246,17 +246,15 @@ def _service_deltas(v: FleetView, names: list[str]) -> list[list[dict[str, float
 def fleet_service_counters(history: History) -> list[dict[str, float]]:
     """Per fleet step, each tenant's normalised fleet service ``sum_r S_i^r / w_i``
     after it: the fleet counters without lifts, what per-replica accounting is judged
-    on when FLEET-VTC-GAP's spread is asked of it (its refuted twin, SPEC.md 7.9)."""
+    on when FLEET-VTC-GAP's spread is asked of it (its refuted twin, SPEC.md 7.9); the
+    fleet's service as :func:`tenantry.model.fleet.service_timeline` reads it.
+
+    Raises:
+        ConfigError: when ``history`` is not a fleet history.
+    """
     v = _read(history)
-    names = [t.name for t in v.configs[0].tenants]
     w = {t.name: t.weight for t in v.configs[0].tenants}
-    acc = dict.fromkeys(names, 0.0)
-    out = []
-    for ds in _service_deltas(v, names):
-        for i in names:
-            acc[i] += sum(d[i] for d in ds) / w[i]
-        out.append(dict(acc))
-    return out
+    return [{i: service.get(i, 0.0) / w[i] for i in w} for service, _ in service_timeline(history)]
 
 
 class SpreadRelation:

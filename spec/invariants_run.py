@@ -121,3 +121,67 @@ def run_checked(config: Config, workload: Workload | Iterable[Request], *, ids: 
                   else "two-run property: checked at depth full with observers" if inv.check_pair else
                   f"no form at depth {depth}")
     return CheckedRun(history, tuple(dedup(findings)), tuple(i for i in wanted if i not in done), cov)
+
+
+def run_fleet_checked(fleet, workload: Workload | Iterable[Request], *, ids: Iterable[str] | None = None,
+                      depth: str = "state", horizon_s: float | None = None, max_steps: int | None = 2000,
+                      step_variant: type[Step] | None = None) -> CheckedRun:
+    """Simulate ``workload`` on a fleet (:class:`~tenantry.model.fleet.FleetConfig`) and check
+    the per-replica invariants ``ids`` on every replica plus every applicable fleet invariant
+    (SPEC.md 7.9), the way ``tenantry verify --history`` judges a fleet history
+    (:func:`~tenantry.spec.invariants_fleet.check_fleet_history`, nothing re-implemented).
+
+    Args:
+        ids: per-replica invariant ids to check (None: all); fleet invariant ids in it are
+            ignored (every applicable fleet invariant is checked).
+        depth: one of :data:`DEPTHS`: ``state`` adds the state forms on every replica's every
+            step; ``full`` adds DETERMINISM over two fleet runs (NONINTERFERENCE has no fleet
+            form: the coverage says so).
+        step_variant: a :class:`~tenantry.model.step.Step` subclass every replica runs (a mutant).
+
+    Raises:
+        ValueError: on an unknown depth.
+        KeyError: on an unknown invariant id.
+        ConfigError: if a request names a tenant the configuration lacks.
+    """
+    from tenantry.model.fleet import simulate_fleet
+
+    from .invariants_fleet import FLEET_INVARIANTS, check_fleet_history, fleet_coverage
+
+    if depth not in DEPTHS:
+        raise ValueError(f"depth={depth!r}: choose one of {', '.join(DEPTHS)}")
+    wl = as_workload(workload)
+    wanted = tuple(INVARIANTS) if ids is None else tuple(i for i in dict.fromkeys(ids) if i not in FLEET_INVARIANTS)
+    configs = fleet.run_configs
+    live = [i for i in wanted if all(INVARIANTS[i].applies(c) for c in configs)]
+    state_ids = [i for i in live if INVARIANTS[i].check_state is not None] if depth != "history" else []
+    hist_ids = [i for i in live if INVARIANTS[i].check_history is not None]
+    pair_ids = [i for i in live if i == "DETERMINISM" and depth == "full"]
+    findings: list[Finding] = []
+
+    def observe(tr) -> None:
+        for r, t in enumerate(tr.replicas):
+            if t is not None:
+                findings.extend(attrs.evolve(f, message=f"replica {r}: {f.message}")
+                                for f in check_state(configs[r], t.prev, t.state, t.output, t.inputs, state_ids))
+
+    run = lambda obs=None: simulate_fleet(fleet, wl, horizon_s=horizon_s, max_steps=max_steps,
+                                          step_variant=step_variant, detail=True, observe=obs)
+    history = run(observe if state_ids else None)
+    findings += check_fleet_history(history, hist_ids + list(FLEET_INVARIANTS))
+    if pair_ids:
+        findings += check_pair("DETERMINISM", history, run())
+    done = set(state_ids) | set(hist_ids) | set(pair_ids)
+    cov = {}
+    for i, inv in INVARIANTS.items():
+        forms = [f for f, ids_ in (("state", state_ids), ("history", hist_ids), ("two-run", pair_ids)) if i in ids_]
+        cov[i] = (f"checked ({', '.join(forms)}{', every replica' if forms != ['two-run'] else ', the fleet'})"
+                  if forms else "not claimed" if i not in wanted
+                  else ("not applicable: under fleet accounting each replica runs with its lift off and its "
+                        "counters are the fleet's (FLEET-VTC-GAP judges them)" if fleet.accounting == "fleet"
+                        and INVARIANTS[i].applies(fleet.replicas[0]) else "not applicable to this configuration")
+                  if i not in live
+                  else "two-run property: no fleet form" if i != "DETERMINISM" and inv.check_pair
+                  else "two-run property: checked at depth full" if inv.check_pair else f"no form at depth {depth}")
+    cov.update(fleet_coverage(history))
+    return CheckedRun(history, tuple(dedup(findings)), tuple(i for i in wanted if i not in done), cov)

@@ -36,9 +36,9 @@ HELP = "Run every abusive-tenant pattern and search against every built-in polic
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from tenantry.model.setups import SETUPS
-    from tenantry.adversaries.patterns import PATTERNS
+    from tenantry.adversaries.check import matrix_cells
 
-    n = len(SETUPS) * len(PATTERNS)
+    n = len(matrix_cells(list(SETUPS), None))
     p.add_argument("--budget", type=budget, default=None,
                    help=f"PER CELL, shared by the cell's searches: N evaluations, Ns seconds, or N,Ns (default 12 "
                         f"evaluations); the full matrix has {n} cells, so --budget 20s allows up to {n} x 20 s")
@@ -75,12 +75,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _list() -> int:
     from tenantry.model.setups import SETUPS
     from tenantry.adversaries.patterns import PATTERNS
+    from tenantry.adversaries.check import FLEET_PATTERNS
+
+    w = max(map(len, SETUPS))
     print("setups:")
     for s in SETUPS.values():
-        print(f"  {s.name:<15} {s.summary}")
+        print(f"  {s.name:<{w}} {s.summary}")
+    print(f"  (fleet setups run against {', '.join(FLEET_PATTERNS)} unless --pattern names others)")
+    w = max(map(len, PATTERNS))
     print("patterns:")
     for p in PATTERNS.values():
-        print(f"  {p.name:<16} [{p.objective}] {p.exploits}")
+        print(f"  {p.name:<{w}} [{p.objective}] {p.exploits}")
     return 0
 
 
@@ -157,7 +162,9 @@ def run(args: argparse.Namespace) -> int:
         get_setup(name)
     for name in patterns or ():
         get_pattern(name)
-    n = len(setups or SETUPS) * len(patterns or PATTERNS)
+    from tenantry.adversaries.check import matrix_cells
+
+    n = len(matrix_cells(setups or list(SETUPS), patterns))
     check_out(out, "check", default=args.out is None, size=n)  # refused before the plan line and any work
     total = args.total_budget
     if not args.quiet:
@@ -176,7 +183,7 @@ def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str
     """Print a matrix run (:func:`~tenantry.adversaries.check.run_check`'s result) as ``check``
     does, and return the exit status: 1 when an invariant broke (or, ``strict``, an
     expectation was not met), else 0.  ``tenantry verify --target`` prints the same."""
-    from tenantry.adversaries.report import ABBREV, LEGEND, cell_lines, matrix_text
+    from tenantry.adversaries.report import ABBREV, LEGEND, cell_lines, fleet_text, matrix_text
 
     s, cells = res["summary"], res["cells"]
     print(matrix_text(s["setups"], s["patterns"], cells))
@@ -186,6 +193,10 @@ def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str
     print()
     for line in cell_lines(s["setups"], s["patterns"], cells):
         print(line)
+    fleet = fleet_text(s["setups"], s["patterns"], cells)
+    if fleet:
+        print()
+        print(fleet)
     for k, v in sorted((s.get("extras") or {}).items()):
         secs = (res.get("extras_s") or {}).get(k)
         print(f"{k}: {v}" + (f" ({secs:.1f} s)" if secs is not None else ""))

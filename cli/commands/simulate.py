@@ -24,7 +24,8 @@ from tenantry.model.history import write_history
 from tenantry.model.simulate import simulate, tenant_table
 from tenantry.model.traces import azure_two_tenant_workload, read_azure_csv, read_burstgpt_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
 from tenantry.model.workload import Workload
-from tenantry.model.fleet import ACCOUNTING, ROUTERS, FleetConfig, fleet_service_gap, load_fleet_toml, prefix_hit_rate, simulate_fleet
+from tenantry.model.fleet import ACCOUNTING, ROUTERS, FleetConfig, load_fleet_toml, prefix_hit_rate, simulate_fleet
+from tenantry.adversaries.objectives import service_gap
 from .args import non_negative_int, positive_float, positive_int
 
 HELP = "Run the reference model on a workload and print a per-policy, per-tenant table."
@@ -73,7 +74,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with one output token")
     p.add_argument("--speedup", type=positive_float, default=1.0, help="divide trace arrival times by this factor (default 1)")
     p.add_argument("--max-rows", type=positive_int, default=None, help="read at most this many rows per trace")
-    p.add_argument("--policy", nargs="+", default=None, help=f"policy setups to compare: {', '.join(SETUPS)}, or all (default: the --config file's own policy, else {' '.join(DEFAULT_SETUPS)})")
+    p.add_argument("--policy", nargs="+", default=None,
+                   help=f"policy setups to compare: {', '.join(SETUPS)}, or all (the one-replica ones; default: "
+                        f"the --config file's own policy, else {' '.join(DEFAULT_SETUPS)}); a fleet setup (fleet_*) "
+                        "runs its fleet (its replicas, router and accounting) unless --replicas / --router / "
+                        "--accounting say otherwise")
     p.add_argument("--horizon", type=positive_float, default=None, help="stop the run at this time (seconds); default 3x the last arrival, at least 600 s after it")
     p.add_argument("--window", type=positive_float, default=None, help="'finished in time' and throughput window (seconds); default: the last arrival")
     p.add_argument("--seed", type=non_negative_int, default=9, help="seed of the synthetic default workload (default 9)")
@@ -201,6 +206,26 @@ def fleet_configs(args: argparse.Namespace, configs: list[tuple[str, Any]], tabl
     return out
 
 
+def setup_fleets(names: list[str], configs: list[tuple[str, Any]]) -> list[tuple[str, FleetConfig]] | None:
+    """The fleets of fleet setups named by ``--policy`` without a fleet flag: each setup's
+    fleet part (replicas, router, accounting, load factor) over its policies applied to the
+    replica (:func:`~tenantry.model.setups.apply_setup`), or None when no fleet setup is named.
+
+    Raises:
+        ConfigError: naming ``--policy`` when fleet and one-replica setups are mixed.
+    """
+    parts = {n: SETUPS[n].fleet for n in names if n in SETUPS and SETUPS[n].fleet is not None}
+    if not parts:
+        return None
+    if len(parts) != len(names):
+        one = [n for n in names if n not in parts]
+        raise ConfigError("--policy", " ".join(names), f"mixes fleet setups ({', '.join(parts)}) and one-replica "
+                          f"setups ({', '.join(one)}); run them apart, or give --replicas / --router for all")
+    return [(name, FleetConfig((cfg,) * parts[name].replicas, router=parts[name].router,
+                               accounting=parts[name].accounting, load_factor=parts[name].load_factor,
+                               affinity_replicas=parts[name].affinity_replicas)) for name, cfg in configs]
+
+
 def _check_writable(path: Path) -> None:
     """Refuse (ConfigError) a file whose folder cannot be made or written, without making anything."""
     import os
@@ -221,8 +246,8 @@ def run(args: argparse.Namespace) -> int:
     if args.history is not None and not args.history.name:
         raise ConfigError("--history", str(args.history), "give a file path, e.g. out/h.jsonl")
     base = load_config_toml(args.config) if args.config else None
-    if args.policy == ["all"]:
-        names = list(SETUPS)
+    if args.policy == ["all"]:  # the one-replica setups (fleet setups are named one by one)
+        names = [n for n, x in SETUPS.items() if x.fleet is None]
     elif args.policy:
         names = list(args.policy)
         for name in names:
@@ -254,6 +279,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         configs = [(name, apply_setup(base, name)) for name in names]
     fleets = None if routers is None else fleet_configs(args, configs, table, routers)
+    if fleets is None:
+        fleets = setup_fleets(names, configs)
     horizon = args.horizon or max(3 * workload.duration_s, workload.duration_s + 600.0)
     window = args.window or (workload.duration_s if workload.duration_s > 0 else horizon)
     print(f"workload: {len(workload)} requests from {len(workload.tenants)} tenants over {workload.duration_s:.1f}s; "
@@ -277,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
             results.append((name, tenant_table(hist, window_s=window, w_in=cfg.order.w_in, w_out=cfg.order.w_out)))
             if fleets is not None:
                 fc = fleets[i][1]
-                rows.append({"name": name, "accounting": fc.accounting, "gap": fleet_service_gap(hist),
+                rows.append({"name": name, "accounting": fc.accounting, "gap": service_gap(hist),
                              "hit_rate": prefix_hit_rate(hist),
                              "per_replica": [sum(1 for r in hist.requests if r.replica == k)
                                              for k in range(len(fc.replicas))]})
