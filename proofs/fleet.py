@@ -169,7 +169,7 @@ def gap_invariant(dt: Domain, dr: Domain, s: dict, U: z3.ArrayRef) -> z3.BoolRef
 
 
 def fleet_step(dt: Domain, dr: Domain, s: dict, U: z3.ArrayRef, tag: str, shared: bool = True,
-               plant: str | None = None) -> tuple[z3.BoolRef, dict, dict]:
+               plant: str | None = None, ample: bool = True) -> tuple[z3.BoolRef, dict, dict]:
     """One fleet step (``Fleet.step``, SPEC.md 5.3) over the fleet state ``s``.
 
     Parameters (per tenant i, replica r): ``A[i]`` an arrival of i in this step, ``Q[i]`` / ``Q2[i]``
@@ -185,6 +185,9 @@ def fleet_step(dt: Domain, dr: Domain, s: dict, U: z3.ArrayRef, tag: str, shared
        ``c0[f] <= c0[g] + D[r][g]``.  With ``shared=False`` (the refuted twin, per-replica
        accounting) r reads its own counters ``cr0[r]`` instead, by the same rule, and c is the
        fleet service ``sum_r S^r / w`` (no fleet lift): what the spread is asked of there.
+       With ``ample=False`` (the limit ``pool-refused``, H1 dropped) the rule holds only against
+       the tenants g whose head fits on r (``fit[r][g]``): one whose head r's pool refuses is
+       passed over whatever its counter, as the model does (SPEC.md 4.3).
     3. Charges: ``c'[i] = c0[i] + dt[i]``.  The sum lemmas (:func:`sum_obligations`) turn the
        replicas' facts into the fleet's: ``D[r][i] <= dt[i]``; H2 per replica, ``D[r][i] +
        G2_r[i] <= D_r / w_i`` (the sequences of i charged on r in a step are all in r's batch
@@ -207,7 +210,7 @@ def fleet_step(dt: Domain, dr: Domain, s: dict, U: z3.ArrayRef, tag: str, shared
          "pa": bool_array(f"pa_{tag}"), "q2": arr2(f"q2_{tag}", z3.BoolSort()), "G2": real_array(f"G2_{tag}"),
          "w": Int(f"w_{tag}"), "lo": Real(f"lo_{tag}"), "other": z3.Bool(f"o_{tag}"), "m": Int(f"m_{tag}"),
          "left": z3.Bool(f"left_{tag}"), "ll2": Real(f"ll2_{tag}"), "wt": real_array(f"wt_{tag}"),
-         "cr0": arr2(f"cr0_{tag}", z3.RealSort())}
+         "cr0": arr2(f"cr0_{tag}", z3.RealSort()), "fit": arr2(f"fit_{tag}", z3.BoolSort())}
     A, Q, Q2, D, dsum, pk, pa, q2, G2 = (p[x] for x in ("A", "Q", "Q2", "D", "dt", "pk", "pa", "q2", "G2"))
     i_ = Int(f"i_{tag}")
     guard = []
@@ -226,11 +229,12 @@ def fleet_step(dt: Domain, dr: Domain, s: dict, U: z3.ArrayRef, tag: str, shared
         c0 = c
     # 2. picks: by the counters the replica read (H1 per replica)
     guard.append(dt.forall(lambda i: pa[i] == dr.exists(lambda r: pk[r][i])))
+    against = (lambda r, g: q2[r][g]) if ample else (lambda r, g: And(q2[r][g], p["fit"][r][g]))  # noqa: E731
     if shared:
-        pick = lambda r, f, g: z3.Implies(And(pk[r][f], q2[r][g]), c0[f] <= c0[g] + D[r][g])  # noqa: E731
+        pick = lambda r, f, g: z3.Implies(And(pk[r][f], against(r, g)), c0[f] <= c0[g] + D[r][g])  # noqa: E731
     else:
         cr0 = p["cr0"]
-        pick = lambda r, f, g: z3.Implies(And(pk[r][f], q2[r][g]), cr0[r][f] <= cr0[r][g] + D[r][g])  # noqa: E731
+        pick = lambda r, f, g: z3.Implies(And(pk[r][f], against(r, g)), cr0[r][f] <= cr0[r][g] + D[r][g])  # noqa: E731
     guard.append(dr.forall(lambda r: dt.forall(lambda f, g: pick(r, f, g), arity=2)))
     # 3. charges, and the replicas' facts summed (the sum lemmas)
     guard.append(dr.forall(lambda r: dt.forall(lambda i: And(D[r][i] >= 0, D[r][i] <= dsum[i]))))
@@ -393,6 +397,109 @@ def _gap_twin_replay(model: z3.ModelRef, sym: dict) -> Replay:
     return Replay(ok, detail, facts)
 
 
+def pool_config(block: int, num_blocks: int):
+    """The replica of the limit ``pool-refused``: :func:`~tenantry.proofs.vtc.replay_config` for two
+    unit-weight tenants with two batch slots, KV blocks of ``block`` tokens, ``num_blocks`` of them."""
+    import attrs
+
+    from .vtc import replay_config
+    return attrs.evolve(replay_config(2, lift=True, max_num_seqs=2), num_blocks=num_blocks, block_size_tokens=block)
+
+
+def _pool_refused_formula(ample: bool = False) -> tuple[z3.BoolRef, dict]:
+    """H1 dropped (``ample=False``; True keeps it, for the tests: then it has no model): on replica 0 the pick is least only among the tenants whose
+    head fits.  2 tenants, 2 replicas, fleet accounting, KV blocks of b tokens, two batch slots;
+    replica 0 has a pool of 3 blocks, replica 1 an ample one (2 * ceil(8 / b)).  Tenant 0 (f)
+    sends requests of b prompt and 2 output tokens to both replicas, tenant 1 (g) one of b + 1
+    prompt tokens to replica 0.  On each replica f's running sequence, decoding its last token
+    (b + 1 tokens, 2 blocks), leaves one free block: f's next head (1 block) fits, g's (2 blocks)
+    does not on replica 0, so every fleet step f is picked on both replicas and charged b + 4 on
+    each (its prompt, its first token and the previous sequence's last at w_out = 2) while g,
+    lifted at fleet step 2 to f's counter after fleet step 1 (2 (b + 2) + 2 (b + 4)), waits on
+    replica 0.  The pre-state is the end of fleet step k - 1 (f owes one token on each replica);
+    T = b + 2, so D_F = 2 (min(3 b, 2 T) + 2 T).  The shape is one fleet step of the encoding from
+    a state that keeps the invariant, ending with the checked spread broken."""
+    dt, dr = Domain("N", 2), Domain("R", 2)
+    s = fstate("pr")
+    b, k = Int("b_pr"), Int("k_pr")
+    rb = ToReal(b)
+    m0 = z3.If(3 * b <= 2 * b + 4, 3 * b, 2 * b + 4)
+    U = z3.K(z3.IntSort(), ToReal(2 * (m0 + 2 * b + 4)))
+    guard, post, p = fleet_step(dt, dr, s, U, "pr", ample=ample)
+    q, q2, pk, D, fit = s["q"], p["q2"], p["pk"], p["D"], p["fit"]
+    shape = And(b >= 1, b <= 6, k >= 3, k <= 12,
+                s["c"][0] == 2 * (rb + 2) + 2 * (rb + 4) * ToReal(k - 1), s["c"][1] == 4 * rb + 12,
+                s["G"][0] == 4, s["G"][1] == 0,
+                q[0][0], q[1][0], q[0][1], z3.Not(q[1][1]),
+                s["sn"][0][0] == 1, s["sn"][1][0] == 1, s["sn"][0][1] == 2, s["sn"][1][1] == -1,
+                s["lp"][0] == k - 1, s["lp"][1] == -1, s["P"][0][0], s["P"][0][1], z3.Not(s["P"][1][0]),
+                z3.Not(s["P"][1][1]), s["k"] == k, s["ll"] == 0,
+                dt.forall(lambda i: z3.Not(p["A"][i])),
+                pk[0][0], pk[1][0], z3.Not(pk[0][1]), z3.Not(pk[1][1]), z3.Not(fit[0][1]),
+                q2[0][0], q2[1][0], q2[0][1], z3.Not(q2[1][1]),
+                D[0][0] == rb + 4, D[1][0] == rb + 4, D[0][1] == 0, D[1][1] == 0,
+                dt.forall(lambda i: p["dt"][i] == D[0][i] + D[1][i]), p["G2"][0] == 4, p["G2"][1] == 0)
+    bad = And(related(post, 0, 1, 0), post["c"][0] - post["c"][1] > U[0])
+    f = And(gap_invariant(dt, dr, s, U), guard, shape, bad)
+    return f, {"b": b, "k": k, "U": U[0], "pre": (s["c"][0], s["c"][1]), "gap": post["c"][0] - post["c"][1]}
+
+
+def _pool_refused_replay(model: z3.ModelRef, sym: dict) -> Replay:
+    """Replay on the model: ``tenant_affinity`` with t0 on both replicas and t1 on replica 0,
+    fleet accounting.  At 0 s t0 sends 2 requests (one per replica), at 1 s 2 (k + 1) more
+    (alternately to 0 and 1), and t1 one at 1.001 s (fleet step 2).  The run must reach the
+    decoded state (D_F, the fleet counters after fleet step k - 1); the catalog's FLEET-VTC-GAP
+    (:func:`~tenantry.spec.invariants_fleet.h_fleet_vtc_gap`, its ``applies`` not consulted) must
+    flag t0 against t1 first at fleet step k with the decoded gap and nothing else; the catalog
+    must not claim FLEET-VTC-GAP on this fleet (replica 0 is not ample KV); and with replica 0's
+    pool ample too the same workload must keep it, claimed."""
+    from tenantry.model.fleet import FleetConfig, simulate_fleet
+    from tenantry.model.workload import Request
+    from tenantry.spec.invariants_fleet import _read, check_fleet_history, fleet_charge_bound, fleet_coverage, \
+        h_fleet_vtc_gap
+
+    from .vtc import T_MAX
+
+    b, k, gap = val(model, sym["b"]), val(model, sym["k"]), val(model, sym["gap"])
+    ample = 2 * -(-T_MAX // b)
+    wl = [Request(i, "t0", 0.0, b, 2) for i in range(2)]
+    wl += [Request(2 + i, "t0", 1.0, b, 2) for i in range(2 * (k + 1))]
+    wl += [Request(1000, "t1", 1.001, b + 1, 1)]
+    subsets = {"t0": (0, 1), "t1": (0,)}
+    fleet = lambda pool: FleetConfig((pool_config(b, pool), pool_config(b, ample)), router="tenant_affinity",  # noqa: E731
+                                     accounting="fleet", tenant_replicas=subsets)
+    h, good = simulate_fleet(fleet(3), wl), simulate_fleet(fleet(ample), wl)
+    v = _read(h)
+    d_f = fleet_charge_bound(v)
+    steps = h.fleet_steps
+    pre = steps[k - 1].counters if k <= len(steps) else None
+    want_pre = {"t0": float(val(model, sym["pre"][0])), "t1": float(val(model, sym["pre"][1]))}
+    facts = {"block_tokens": b, "step": k, "D_F": d_f, "fleet_counters_before": pre, "decoded_gap": gap,
+             "ample_pool": ample}
+    if d_f != val(model, sym["U"]) or pre != want_pre:
+        return Replay(False, f"the run did not reach the decoded state: D_F {d_f} against {val(model, sym['U'])}, "
+                      f"fleet counters after step {k - 1} {pre} against {want_pre}", facts)
+    found = h_fleet_vtc_gap(v)
+    facts["first_finding_step"] = found[0].step if found else None
+    if not found or found[0].step != k or found[0].tenants != ("t0", "t1") or found[0].observed != gap:
+        return Replay(False, "the catalog's FLEET-VTC-GAP did not flag t0 against t1 first at the decoded step "
+                      f"{k} with the decoded gap {gap}: " + (found[0].render() if found else "no finding"), facts)
+    other = [x for x in found if x.tenants != ("t0", "t1")]
+    if other:
+        return Replay(False, f"the run breaks the premise, not the spread: {other[0].render()}", facts)
+    claimed = fleet_coverage(h)["FLEET-VTC-GAP"]
+    if not claimed.startswith("skipped: replica 0 is not ample KV"):
+        return Replay(False, f"the catalog's coverage of the small-pool fleet: {claimed!r}", facts)
+    kept = check_fleet_history(good, ["FLEET-VTC-GAP"], replicas=False)
+    if kept or fleet_coverage(good)["FLEET-VTC-GAP"] != "checked":
+        return Replay(False, "with replica 0 ample too the catalog " + (f"flags {kept[0].render()}" if kept
+                      else "does not claim FLEET-VTC-GAP"), facts)
+    return Replay(True, f"blocks of {b} tokens, replica 0 a 3-block pool: t1's {b + 1}-token head is refused there "
+                  f"while t0 is picked on both replicas each fleet step: {found[0].render()}; not claimed on this "
+                  f"fleet (replica 0 is not ample KV); with an ample pool ({ample} blocks) the same workload keeps it",
+                  facts)
+
+
 FLEET_VTC_GAP = Proof(
     "FLEET-VTC-GAP", FAMILY,
     "with fleet accounting, c_f + owed_f <= c_g + D_F/w_f whenever f's last pick was on a replica where g has been "
@@ -400,7 +507,10 @@ FLEET_VTC_GAP = Proof(
     "any N (tenants), any R (replicas)",
     gap_fleet_obligations,
     (Twin("per-replica", "fleet accounting (accounting='replica': each replica picks by its own counters) under "
-          "tenant affinity", _gap_twin_formula, _gap_twin_replay, scope="one fleet step of a run from 0 s"),),
+          "tenant affinity", _gap_twin_formula, _gap_twin_replay, scope="one fleet step of a run from 0 s"),
+     Twin("pool-refused", "H1: no replica's pool refuses the head of a tenant with a lower counter than one it "
+          "picks (ample KV on every replica)", _pool_refused_formula, _pool_refused_replay, kind="limit",
+          scope="one fleet step of a run from 0 s")),
     ("H1 on every replica (ample KV, vtc): a tenant picked on r had the least counter r saw among those queued "
      "there, and one queued at the step's end was queued through r's waiting phase",
      "H2 on every replica: in a step, r's charges to f plus what f's sequences on r still owe after it are at most "

@@ -228,3 +228,36 @@ def test_every_twin_counterexample_shape_replays(n, p, o):
     rp = pf._gap_twin_replay(c.model, sym)
     assert rp.replayed, rp.detail
     assert rp.facts["step"] == (2 * n - 1) * o and rp.facts["decoded_gap"] == (2 * n - 2) * (p + 2 * o) + 2 * (p + 2)
+
+
+@pytest.mark.parametrize("b, k", [(1, 3), (2, 4), (3, 4), (6, 5)])
+def test_every_pool_refused_counterexample_shape_replays(b, k):
+    """The limit ``pool-refused`` (H1 dropped) replays whichever block size Z3 picks: the four
+    shapes the formula admits (b, k found by enumerating b = 1..7, k = 2..13 on 2026-12-02) each
+    reach the decoded state, the catalog flags t0 against t1 first at fleet step k with the
+    decoded gap, the catalog does not claim FLEET-VTC-GAP there, and an ample pool keeps it."""
+    from tenantry.proofs.core import solve
+    f, sym = pf._pool_refused_formula()
+    c = solve(z3.And(f, sym["b"] == b, sym["k"] == k), 20000)
+    assert c.status == "sat"
+    rp = pf._pool_refused_replay(c.model, sym)
+    assert rp.replayed, rp.detail
+    assert rp.facts["first_finding_step"] == k and rp.facts["decoded_gap"] == 2 * (b + 4) * (k - 1)
+    d_f = 2 * (min(3 * b, 2 * (b + 2)) + 2 * (b + 2))
+    assert rp.facts["D_F"] == d_f < rp.facts["decoded_gap"]
+
+
+def test_pool_refused_needs_exactly_the_dropped_hypothesis():
+    """The limit's shape with H1 kept (``ample=True``: the pick least against every tenant queued on
+    the replica, refused head or not) has no model: the counterexample is H1's, not the shape's; and
+    no other block size or step than the four replayed ones breaks the spread."""
+    from tenantry.proofs.core import solve
+    f, sym = pf._pool_refused_formula()
+    seen = set()
+    for _ in range(6):
+        c = solve(z3.And(f, *[z3.Or(sym["b"] != b, sym["k"] != k) for b, k in seen]), 20000)
+        if c.status != "sat":
+            break
+        seen.add((c.model.eval(sym["b"]).as_long(), c.model.eval(sym["k"]).as_long()))
+    assert seen == {(1, 3), (2, 4), (3, 4), (6, 5)}
+    assert solve(pf._pool_refused_formula(ample=True)[0], 20000).status == "unsat"
