@@ -1,6 +1,8 @@
 """The fleet's proofs (SPEC.md 8.15): ROUTE-LOAD-BOUND, for any number of replicas, and
 FLEET-VTC-GAP, for any number of tenants and replicas (its encoding is below
-:func:`fleet_step`; the invariant :func:`gap_invariant`; twin ``per-replica``).
+:func:`fleet_step`; the invariant :func:`gap_invariant`; twin ``per-replica``;
+limit ``pool-refused``, H1 dropped: one replica whose pool refuses a head breaks
+the spread, which is why the catalog claims it only with ample KV on every replica).
 
 ROUTE-LOAD-BOUND: prefix affinity with its load bound never sends a
 request to a replica that would then hold more than ``B = ceil(c * (m + 1) / R)``
@@ -407,9 +409,10 @@ def pool_config(block: int, num_blocks: int):
 
 
 def _pool_refused_formula(ample: bool = False) -> tuple[z3.BoolRef, dict]:
-    """H1 dropped (``ample=False``; True keeps it, for the tests: then it has no model): on replica 0 the pick is least only among the tenants whose
-    head fits.  2 tenants, 2 replicas, fleet accounting, KV blocks of b tokens, two batch slots;
-    replica 0 has a pool of 3 blocks, replica 1 an ample one (2 * ceil(8 / b)).  Tenant 0 (f)
+    """H1 dropped (``ample=False``; True keeps it, for the tests: then it has no model): on
+    replica 0 the pick is least only among the tenants whose head fits.  2 tenants, 2
+    replicas, fleet accounting, KV blocks of b tokens, two batch slots; replica 0 has a
+    pool of 3 blocks, replica 1 an ample one (2 * ceil(8 / b)).  Tenant 0 (f)
     sends requests of b prompt and 2 output tokens to both replicas, tenant 1 (g) one of b + 1
     prompt tokens to replica 0.  On each replica f's running sequence, decoding its last token
     (b + 1 tokens, 2 blocks), leaves one free block: f's next head (1 block) fits, g's (2 blocks)
@@ -466,8 +469,9 @@ def _pool_refused_replay(model: z3.ModelRef, sym: dict) -> Replay:
     wl += [Request(2 + i, "t0", 1.0, b, 2) for i in range(2 * (k + 1))]
     wl += [Request(1000, "t1", 1.001, b + 1, 1)]
     subsets = {"t0": (0, 1), "t1": (0,)}
-    fleet = lambda pool: FleetConfig((pool_config(b, pool), pool_config(b, ample)), router="tenant_affinity",  # noqa: E731
-                                     accounting="fleet", tenant_replicas=subsets)
+    def fleet(pool: int) -> FleetConfig:
+        return FleetConfig((pool_config(b, pool), pool_config(b, ample)), router="tenant_affinity",
+                           accounting="fleet", tenant_replicas=subsets)
     h, good = simulate_fleet(fleet(3), wl), simulate_fleet(fleet(ample), wl)
     v = _read(h)
     d_f = fleet_charge_bound(v)

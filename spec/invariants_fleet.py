@@ -499,7 +499,10 @@ class FleetInvariant:
 
 
 def _vtc_gap_why_not(fleet: dict[str, Any], configs: tuple[Config, ...]) -> str | None:
-    """Why FLEET-VTC-GAP is not claimed on this fleet (SPEC.md 7.9), or None when it is."""
+    """Why FLEET-VTC-GAP is not claimed on this fleet (SPEC.md 7.9), or None when it is.
+
+    Ample KV is needed on every replica: one replica whose pool refuses a head breaks the
+    spread (the proof's limit ``pool-refused``, SPEC.md 8.15); the skip budget has no fleet form."""
     if fleet.get("accounting") != "fleet":
         return f"per-replica accounting (accounting={fleet.get('accounting')!r}); it needs fleet accounting"
     if not fleet.get("lift"):

@@ -10,6 +10,7 @@ fleet did, and its post-state must be the fleet's: the counters, the last-left c
 spread's relation as :class:`tenantry.spec.invariants_fleet.SpreadRelation` keeps it.  The
 proved invariant, as the Z3 formula, holds on every state.  Two planted encoding errors (the
 replicas of earlier picks kept; charges not divided by the weight) are each caught.
+The twin's and the limit ``pool-refused``'s counterexample shapes replay on the model.
 Fast by default; ``--hypothesis-profile=deep`` runs more.
 """
 
