@@ -494,13 +494,11 @@ class FleetRecorder:
 def simulate_fleet(config: FleetConfig, workload: Workload | Iterable[Request], *, horizon_s: float | None = None,
                    max_steps: int | None = None, header: dict[str, Any] | None = None,
                    variant: type[Fleet] | None = None, step_variant: type[Step] | None = None,
-                   detail: bool = False, observe: Callable[[FleetTransition], None] | None = None) -> History:
+                   detail: bool = False) -> History:
     """Run ``workload`` on the fleet and return its fleet history (SPEC.md 6.2): every
     replica's step records (``replica`` set), one ``fleet_step`` record per fleet step,
     and every request record with the replica it was routed to (:class:`FleetRecorder`).
-    Deterministic: the same fleet and workload give the same bytes.  ``observe`` is
-    called with each :class:`FleetTransition` as it happens (the checked run's state
-    forms, :func:`tenantry.spec.invariants_run.run_fleet_checked`).
+    Deterministic: the same fleet and workload give the same bytes.
 
     Raises:
         ConfigError: if a request names an unknown tenant.
@@ -513,8 +511,6 @@ def simulate_fleet(config: FleetConfig, workload: Workload | Iterable[Request], 
     for tr, fleet in run_fleet(config, wl, horizon_s=horizon_s, max_steps=max_steps, variant=variant,
                                step_variant=step_variant):
         rec.observe(tr)
-        if observe is not None:
-            observe(tr)
     return rec.history(fleet, {"requests": len(wl), **(header or {})})
 
 

@@ -26,7 +26,6 @@ Public surface::
 from __future__ import annotations
 
 import bisect
-import math
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import attrs
@@ -36,6 +35,7 @@ from tenantry.model.fleet import LOAD_BOUNDED, load_bound, service_timeline
 from tenantry.model.history import History, StepRecord
 from tenantry.model.setups import config_from_dict
 
+from .invariants import check_state
 from .invariants_core import Finding, ample_kv, batch_token_capacity, owed
 
 _TERMINAL = ("finished", "cancelled", "rejected")
@@ -481,6 +481,22 @@ def check_fleet_step(ctx: FleetStepContext, before: Sequence[Any], tr: Any, flee
         if inv.check_state is not None and inv.applies(ctx.fleet, ctx.configs):
             out += inv.check_state(ctx, before, tr, fleet)
     return out
+
+
+def check_fleet_transition(ctx: FleetStepContext, before: Sequence[Any], tr: Any, fleet: Any,
+                           ids: Iterable[str] | None = None) -> list[Finding]:
+    """Judge one fleet step whole: the per-replica state forms ``ids`` (None: every
+    applicable one; :func:`tenantry.spec.invariants.check_state`) on each replica that
+    stepped, a finding's message beginning ``replica r:``, then :func:`check_fleet_step`.
+    The one judge of a fleet step, for the stateful machine and the checked fleet run
+    (:func:`tenantry.spec.invariants_run.run_fleet_checked`)."""
+    wanted = None if ids is None else list(ids)
+    out: list[Finding] = []
+    for r, t in enumerate(tr.replicas):
+        if t is not None and (wanted is None or wanted):
+            out += [attrs.evolve(x, message=f"replica {r}: {x.message}")
+                    for x in check_state(ctx.configs[r], t.prev, t.state, t.output, t.inputs, wanted)]
+    return out + check_fleet_step(ctx, before, tr, fleet)
 
 
 @attrs.frozen

@@ -58,6 +58,28 @@ class CheckedRun:
         return out
 
 
+def _forms(live: Sequence[str], depth: str, pair_ok) -> tuple[list[str], list[str], list[str]]:
+    """The ids of ``live`` checked by state, history and two-run forms at ``depth``
+    (``pair_ok(id)``: whether this run can check that two-run form)."""
+    state_ids = [i for i in live if INVARIANTS[i].check_state is not None] if depth != "history" else []
+    hist_ids = [i for i in live if INVARIANTS[i].check_history is not None]
+    pair_ids = [i for i in live if INVARIANTS[i].check_pair is not None and depth == "full" and pair_ok(i)]
+    return state_ids, hist_ids, pair_ids
+
+
+def _coverage(wanted: Sequence[str], live: Sequence[str], depth: str, forms_of: tuple, unfit, unpaired: str,
+              where) -> dict[str, str]:
+    """Every invariant id -> ``checked (<forms><where>)`` or why not (:attr:`CheckedRun.coverage`):
+    ``unfit(id)`` for a wanted id that does not apply, ``unpaired(id)`` for a two-run form not run,
+    ``where(id, forms)`` a suffix naming where the forms ran."""
+    cov = {}
+    for i, inv in INVARIANTS.items():
+        forms = [f for f, ids_ in zip(("state", "history", "two-run"), forms_of) if i in ids_]
+        cov[i] = (f"checked ({', '.join(forms)}{where(i, forms)})" if forms else "not claimed" if i not in wanted
+                  else unfit(i) if i not in live else unpaired(i) if inv.check_pair else f"no form at depth {depth}")
+    return cov
+
+
 def run_checked(config: Config, workload: Workload | Iterable[Request], *, ids: Iterable[str] | None = None,
                 depth: str = "state", horizon_s: float | None = None, max_steps: int | None = 2000,
                 variant: type[Step] | None = None, observers: Sequence[str] = ()) -> CheckedRun:
@@ -82,10 +104,7 @@ def run_checked(config: Config, workload: Workload | Iterable[Request], *, ids: 
     wl = as_workload(workload)
     wanted = tuple(INVARIANTS) if ids is None else tuple(dict.fromkeys(ids))
     live = [i for i in wanted if INVARIANTS[i].applies(config)]
-    state_ids = [i for i in live if INVARIANTS[i].check_state is not None] if depth != "history" else []
-    hist_ids = [i for i in live if INVARIANTS[i].check_history is not None]
-    pair_ids = [i for i in live if INVARIANTS[i].check_pair is not None and depth == "full"
-                and (i != "NONINTERFERENCE" or observers)]
+    state_ids, hist_ids, pair_ids = _forms(live, depth, lambda i: i != "NONINTERFERENCE" or bool(observers))
     rec = Recorder(config, True, detail=True)
     for r in wl.requests:
         rec.offered(r)
@@ -113,13 +132,8 @@ def run_checked(config: Config, workload: Workload | Iterable[Request], *, ids: 
         for obs in observers:
             findings += check_pair("NONINTERFERENCE", history, h2, observer=obs)
     done = set(state_ids) | set(hist_ids) | set(pair_ids)
-    cov = {}
-    for i, inv in INVARIANTS.items():
-        forms = [f for f, ids_ in (("state", state_ids), ("history", hist_ids), ("two-run", pair_ids)) if i in ids_]
-        cov[i] = (f"checked ({', '.join(forms)})" if forms else "not claimed" if i not in wanted
-                  else "not applicable to this configuration" if i not in live
-                  else "two-run property: checked at depth full with observers" if inv.check_pair else
-                  f"no form at depth {depth}")
+    cov = _coverage(wanted, live, depth, (state_ids, hist_ids, pair_ids), lambda i: "not applicable to this configuration",
+                    lambda i: "two-run property: checked at depth full with observers", lambda i, forms: "")
     return CheckedRun(history, tuple(dedup(findings)), tuple(i for i in wanted if i not in done), cov)
 
 
@@ -129,14 +143,16 @@ def run_fleet_checked(fleet, workload: Workload | Iterable[Request], *, ids: Ite
     """Simulate ``workload`` on a fleet (:class:`~tenantry.model.fleet.FleetConfig`) and check
     the per-replica invariants ``ids`` on every replica plus every applicable fleet invariant
     (SPEC.md 7.9), the way ``tenantry verify --history`` judges a fleet history
-    (:func:`~tenantry.spec.invariants_fleet.check_fleet_history`, nothing re-implemented).
+    (:func:`~tenantry.spec.invariants_fleet.check_fleet_history`) and the stateful machine
+    judges a fleet step (:func:`~tenantry.spec.invariants_fleet.check_fleet_transition`):
+    nothing re-implemented.
 
     Args:
         ids: per-replica invariant ids to check (None: all); fleet invariant ids in it are
             ignored (every applicable fleet invariant is checked).
         depth: one of :data:`DEPTHS`: ``state`` adds the state forms on every replica's every
-            step; ``full`` adds DETERMINISM over two fleet runs (NONINTERFERENCE has no fleet
-            form: the coverage says so).
+            step and the fleet invariants' state forms; ``full`` adds DETERMINISM over two
+            fleet runs (NONINTERFERENCE has no fleet form: the coverage says so).
         step_variant: a :class:`~tenantry.model.step.Step` subclass every replica runs (a mutant).
 
     Raises:
@@ -144,9 +160,11 @@ def run_fleet_checked(fleet, workload: Workload | Iterable[Request], *, ids: Ite
         KeyError: on an unknown invariant id.
         ConfigError: if a request names a tenant the configuration lacks.
     """
-    from tenantry.model.fleet import simulate_fleet
+    from tenantry.model.fleet import FleetRecorder, run_fleet, simulate_fleet
+    from tenantry.model.state import initial_state
 
-    from .invariants_fleet import FLEET_INVARIANTS, check_fleet_history, fleet_coverage
+    from .invariants_fleet import (FLEET_INVARIANTS, FleetStepContext, check_fleet_history, check_fleet_transition,
+                                   fleet_coverage)
 
     if depth not in DEPTHS:
         raise ValueError(f"depth={depth!r}: choose one of {', '.join(DEPTHS)}")
@@ -154,34 +172,35 @@ def run_fleet_checked(fleet, workload: Workload | Iterable[Request], *, ids: Ite
     wanted = tuple(INVARIANTS) if ids is None else tuple(i for i in dict.fromkeys(ids) if i not in FLEET_INVARIANTS)
     configs = fleet.run_configs
     live = [i for i in wanted if all(INVARIANTS[i].applies(c) for c in configs)]
-    state_ids = [i for i in live if INVARIANTS[i].check_state is not None] if depth != "history" else []
-    hist_ids = [i for i in live if INVARIANTS[i].check_history is not None]
-    pair_ids = [i for i in live if i == "DETERMINISM" and depth == "full"]
+    state_ids, hist_ids, pair_ids = _forms(live, depth, lambda i: i == "DETERMINISM")
     findings: list[Finding] = []
-
-    def observe(tr) -> None:
-        for r, t in enumerate(tr.replicas):
-            if t is not None:
-                findings.extend(attrs.evolve(f, message=f"replica {r}: {f.message}")
-                                for f in check_state(configs[r], t.prev, t.state, t.output, t.inputs, state_ids))
-
-    run = lambda obs=None: simulate_fleet(fleet, wl, horizon_s=horizon_s, max_steps=max_steps,
-                                          step_variant=step_variant, detail=True, observe=obs)
-    history = run(observe if state_ids else None)
+    rec = FleetRecorder(fleet, detail=True)
+    for r in wl.requests:
+        rec.offer(r)
+    ctx = FleetStepContext(fleet)
+    before = [initial_state(c) for c in configs]
+    ran = None
+    for tr, ran in run_fleet(fleet, wl, horizon_s=horizon_s, max_steps=max_steps, step_variant=step_variant):
+        if depth != "history":
+            findings += check_fleet_transition(ctx, before, tr, ran, state_ids)
+        rec.observe(tr)
+        before = [rep.state for rep in ran.replicas]
+    history = rec.history(ran, {"requests": len(wl)})
     findings += check_fleet_history(history, hist_ids + list(FLEET_INVARIANTS))
     if pair_ids:
-        findings += check_pair("DETERMINISM", history, run())
+        findings += check_pair("DETERMINISM", history, simulate_fleet(
+            fleet, wl, horizon_s=horizon_s, max_steps=max_steps, step_variant=step_variant, detail=True))
     done = set(state_ids) | set(hist_ids) | set(pair_ids)
-    cov = {}
-    for i, inv in INVARIANTS.items():
-        forms = [f for f, ids_ in (("state", state_ids), ("history", hist_ids), ("two-run", pair_ids)) if i in ids_]
-        cov[i] = (f"checked ({', '.join(forms)}{', every replica' if forms != ['two-run'] else ', the fleet'})"
-                  if forms else "not claimed" if i not in wanted
-                  else ("not applicable: under fleet accounting each replica runs with its lift off and its "
-                        "counters are the fleet's (FLEET-VTC-GAP judges them)" if fleet.accounting == "fleet"
-                        and INVARIANTS[i].applies(fleet.replicas[0]) else "not applicable to this configuration")
-                  if i not in live
-                  else "two-run property: no fleet form" if i != "DETERMINISM" and inv.check_pair
-                  else "two-run property: checked at depth full" if inv.check_pair else f"no form at depth {depth}")
+
+    def unfit(i: str) -> str:
+        if fleet.accounting == "fleet" and INVARIANTS[i].applies(fleet.replicas[0]):
+            return ("not applicable: under fleet accounting each replica runs with its lift off and its "
+                    "counters are the fleet's (FLEET-VTC-GAP judges them)")
+        return "not applicable to this configuration"
+
+    cov = _coverage(wanted, live, depth, (state_ids, hist_ids, pair_ids), unfit,
+                    lambda i: "two-run property: checked at depth full" if i == "DETERMINISM"
+                    else "two-run property: no fleet form",
+                    lambda i, forms: ", every replica" if forms != ["two-run"] else ", the fleet")
     cov.update(fleet_coverage(history))
     return CheckedRun(history, tuple(dedup(findings)), tuple(i for i in wanted if i not in done), cov)

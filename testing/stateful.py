@@ -34,7 +34,7 @@ from tenantry.model.simulate import ModelReplica, Recorder, Replica, config_to_d
 from tenantry.model.workload import Request, StepInput, Workload
 from tenantry.spec.invariants import INVARIANTS, check_history, check_state
 from tenantry.spec.invariants_core import Finding
-from tenantry.spec.invariants_fleet import FLEET_INVARIANTS, FleetStepContext, check_fleet_history, check_fleet_step
+from tenantry.spec.invariants_fleet import FLEET_INVARIANTS, FleetStepContext, check_fleet_history, check_fleet_transition
 
 #: Steps the teardown runs at most to let every request end.
 DRAIN_STEPS = 2000
@@ -291,12 +291,7 @@ class FleetMachine(ReplicaMachine):
     def judge_step(self) -> list[Finding]:
         tr = self.replica.last
         self.rec.observe(tr)
-        out: list[Finding] = []
-        for r, t in enumerate(tr.replicas):
-            if t is not None:
-                out += [attrs.evolve(x, message=f"replica {r}: {x.message}")
-                        for x in check_state(self.ctx.configs[r], t.prev, t.state, t.output, t.inputs)]
-        return out + check_fleet_step(self.ctx, self.before, tr, self.replica)
+        return check_fleet_transition(self.ctx, self.before, tr, self.replica)
 
     def judge_end(self) -> list[Finding]:
         return check_fleet_history(self.rec.history(self.replica))
