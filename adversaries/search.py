@@ -38,6 +38,8 @@ import attrs
 import numpy as np
 from tqdm import tqdm
 
+from tenantry.testing.strategies import without_local_constants
+
 from tenantry.spec.invariants_core import Finding
 from tenantry.model.config import ConfigError
 
@@ -283,7 +285,7 @@ def hypothesis_search(setup: str, pattern: str, *, seed: int, budget: Budget, ex
         if got:
             target(got[0].score, label="objective")
 
-    with _HYPOTHESIS_LOCK:
+    with _HYPOTHESIS_LOCK, without_local_constants():
         try:
             probe()
         except _BudgetSpent:

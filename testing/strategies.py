@@ -9,6 +9,9 @@ takes it.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 from hypothesis import strategies as st
 
 from tenantry.model.config import (
@@ -153,3 +156,27 @@ def fleets(draw, accounting: str | None = None):
                        router=draw(st.sampled_from(sorted(ROUTERS))),
                        accounting=acc, load_factor=draw(st.sampled_from((1.0, 1.25, 2.0))),
                        affinity_replicas=draw(st.one_of(st.none(), st.integers(1, n))), tenant_replicas=pinned)
+
+
+@contextlib.contextmanager
+def without_local_constants() -> Iterator[None]:
+    """Inside, Hypothesis draws no literal constants from the source of the local modules
+    loaded in the process (Hypothesis 6.13x and later, cached on first use), so a
+    derandomised or seeded search draws the same examples whatever else the process
+    imported: a mutant hunt (:func:`tenantry.testing.hunt.hunt`) and ``tenantry check``'s
+    ``hypothesis`` search give the same results from the CLI, a test or a user's script.
+    A Hypothesis without that pool (or with other internals) is left as it is."""
+    try:
+        from hypothesis.internal.cache import LRUCache
+        from hypothesis.internal.conjecture import providers
+        from hypothesis.internal.constants_ast import Constants
+
+        saved = providers._get_local_constants, providers.CONSTANTS_CACHE
+    except (ImportError, AttributeError):
+        yield
+        return
+    providers._get_local_constants, providers.CONSTANTS_CACHE = Constants, LRUCache(1024)
+    try:
+        yield
+    finally:
+        providers._get_local_constants, providers.CONSTANTS_CACHE = saved

@@ -82,3 +82,49 @@ def test_every_form_alone_kills_a_mutant(killer, form):
                            state_only=form == "step")) is not None]
     assert kills, f"the {form} form of {killer} missed every mutant naming it: {[m.name for m in candidates]}"
     print(f"{form} form alone:", kills[0].line())
+
+
+
+def _drawn(mutant, n: int, guard) -> list[str]:
+    """The first ``n`` workloads a hunt of ``mutant`` draws (hunt's settings), as reprs."""
+    from hypothesis import HealthCheck, Phase, find, settings
+    from hypothesis.errors import NoSuchExample
+
+    from tenantry.testing.strategies import workloads
+
+    seen: list[str] = []
+
+    def pred(wl) -> bool:
+        seen.append(repr(wl))
+        return False
+
+    with guard():
+        with pytest.raises(NoSuchExample):
+            find(workloads(mutant.config, **mutant.shape), pred,
+                 settings=settings(max_examples=n, database=None, deadline=None, derandomize=True,
+                                   phases=[Phase.generate], suppress_health_check=list(HealthCheck)))
+    return seen
+
+
+def test_a_hunt_does_not_depend_on_what_the_process_imported(tmp_path, monkeypatch):
+    """Hypothesis draws literal constants from the loaded local modules' source: importing
+    a module of odd constants (and building the CLI's parser) between two hunts must not
+    change what the second one draws; without :func:`without_local_constants` it does
+    (``skip_budget_ignored_block_seconds`` was killed by DRR-DEFICIT in a fresh process
+    and survived 1,000 workloads after ``build_parser()``)."""
+    import contextlib
+    import importlib
+
+    from tenantry.cli import build_parser
+    from tenantry.testing.strategies import without_local_constants
+
+    mutant = MUTANTS["skip_budget_ignored_block_seconds"]
+    guarded, bare = _drawn(mutant, 400, without_local_constants), _drawn(mutant, 400, contextlib.nullcontext)
+    (tmp_path / "odd_constants_for_hypothesis.py").write_text(
+        "VALUES = [" + ", ".join(str(n) for n in (3, 7, 13, 17, 33, 65, 129, 257, 513, 1025, 2049, 4097, 8191)) + "]\n"
+        "FLOATS = [0.013, 0.5, 1.5, 2.25, 3.75, 7.125, 99.5]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("odd_constants_for_hypothesis")
+    build_parser()
+    assert _drawn(mutant, 400, without_local_constants) == guarded
+    assert _drawn(mutant, 400, contextlib.nullcontext) != bare  # the leak the guard closes is real
