@@ -184,6 +184,10 @@ class Step(RunningPhase, WaitingPhase):
     ORDER = ORDER
     VICTIM = VICTIM
     LAZY = True
+    #: Fewest running sequences at which a step keeps decode progress lazily: below it
+    #: the ledger's bookkeeping costs more than the sequences it spares (every lazy
+    #: sequence is brought up to date at the start of such a step, and none becomes lazy).
+    LAZY_MIN_RUNNING = 16
     #: Methods that read running sequences: a variant overriding one runs with
     #: every sequence up to date (``LAZY`` False), so its override sees what the
     #: model's own method would.
@@ -202,7 +206,8 @@ class Step(RunningPhase, WaitingPhase):
         self.policy = self.ORDER[cfg.order.policy]
         self.tenants: list[TenantState] = list(st.tenants)
         r = st.running
-        if self.LAZY and isinstance(r, Running) and r.step_index == self.k:
+        if self.LAZY and isinstance(r, Running) and r.step_index == self.k and (
+                len(r) >= self.LAZY_MIN_RUNNING or not r.marks):
             self.running: dict[int, Sequence] = dict(r.seqs)  # lazy ones as of their mark
             self.lazy: dict[int, int] = dict(r.marks)
             self.due: dict[int, tuple[int, ...]] = dict(r.due)
@@ -532,7 +537,7 @@ class Step(RunningPhase, WaitingPhase):
         if len(lazy_planned) < len(lazy):  # left out by the token budget: one step behind from now on
             for rid in lazy.keys() - lazy_planned:
                 lazy[rid] += 1
-        lazify = self._lazify if self.LAZY else None
+        lazify = self._lazify if self.LAZY and len(running) >= self.LAZY_MIN_RUNNING else None
         events = self.events
         for rid, n in todo:
             (request, tenant, arrival_seq, admitted_step, prefix_keys, computed, output_done, shared, private,

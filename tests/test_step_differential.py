@@ -70,15 +70,21 @@ def without_newer_mechanisms(config: Config) -> Config:
         eviction=attrs.evolve(config.eviction, preempt_for_priority=False))
 
 
-def assert_same_history(config: Config, workload: Workload, horizon_s: float | None = None) -> None:
-    """The fast step and the frozen one record byte-identical histories (on what both implement)."""
+def assert_same_history(config: Config, workload: Workload, horizon_s: float | None = None,
+                        replicas: tuple = ("model",)) -> None:
+    """The fast step and the frozen one record byte-identical histories (on what both implement).
+    ``replicas``: the fast steps to compare, ``model`` and/or ``always_lazy`` (:class:`_AlwaysLazy`)."""
     config = without_newer_mechanisms(config)
-    fast = _history_text(config, workload, ModelReplica, horizon_s)
     frozen = _history_text(config, workload, _FrozenReplica, horizon_s)
+    for name in replicas:
+        _same_text(_history_text(config, workload, _REPLICAS[name], horizon_s), frozen, name)
+
+
+def _same_text(fast: str, frozen: str, name: str) -> None:
     if fast != frozen:
         a, b = fast.splitlines(), frozen.splitlines()
         first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        pytest.fail(f"histories differ first at line {first} of {len(b)}:\n fast:   "
+        pytest.fail(f"{name}: histories differ first at line {first} of {len(b)}:\n fast:   "
                     f"{a[first] if first < len(a) else '<end>'}\n frozen: {b[first] if first < len(b) else '<end>'}")
 
 
@@ -102,10 +108,11 @@ def test_hypothesis_workloads_on_every_setup(data, setup):
     cfg = build_config(setup, roles)
     wl = data.draw(workloads(cfg, max_requests=25, long_outputs=True, shared_prefixes=True, cancels=True,
                              bursty=data.draw(st.booleans())))
-    assert_same_history(cfg, wl, horizon_s=120.0)
-    _lockstep(without_newer_mechanisms(cfg), wl, 120.0)
-    # with every mechanism on: the model and the model keeping every sequence up to date (_UpToDate, below)
-    assert _history_text(cfg, wl, ModelReplica, 120.0) == _history_text(cfg, wl, _UpToDateReplica, 120.0)
+    assert_same_history(cfg, wl, horizon_s=120.0, replicas=("model", "always_lazy"))
+    _lockstep(without_newer_mechanisms(cfg), wl, 120.0, _AlwaysLazyReplica)
+    # with every mechanism on: the model, always lazy, and keeping every sequence up to date (_UpToDate, below)
+    assert _history_text(cfg, wl, ModelReplica, 120.0) == _history_text(cfg, wl, _UpToDateReplica, 120.0) \
+        == _history_text(cfg, wl, _AlwaysLazyReplica, 120.0)
 
 
 @settings(max_examples=200 if FULL else 40)
@@ -114,8 +121,8 @@ def test_hypothesis_workloads_on_every_policy_family(data):
     cfg = data.draw(configs(lanes=False))  # the frozen copy predates strict tiers, queued watermarks, wait shedding
     wl = data.draw(workloads(cfg, max_requests=20, big=data.draw(st.booleans()), long_outputs=True,
                              shared_prefixes=cfg.prefix_cache != "off", cancels=True, idle_gaps=True))
-    assert_same_history(cfg, wl, horizon_s=60.0)
-    _lockstep(without_newer_mechanisms(cfg), wl, 60.0)
+    assert_same_history(cfg, wl, horizon_s=60.0, replicas=("model", "always_lazy"))
+    _lockstep(without_newer_mechanisms(cfg), wl, 60.0, _AlwaysLazyReplica)
 
 
 @pytest.mark.parametrize("k", range(14))
@@ -160,11 +167,27 @@ class _UpToDateReplica(ModelReplica):
         super().__init__(config, variant=_UpToDate)
 
 
-def _lockstep(config: Config, workload: Workload, horizon_s: float) -> tuple[int, int]:
-    """Step the model and the frozen copy side by side: every state equal (each running
-    sequence brought up to date, the pool, every tenant).  Returns (running sequences
+class _AlwaysLazy(Step):
+    """The model keeping decode progress lazily at any batch size (the model itself does
+    from :attr:`~tenantry.model.step.Step.LAZY_MIN_RUNNING` running sequences on): the small
+    workloads of these tests then exercise the lazy ledger too."""
+
+    LAZY_MIN_RUNNING = 0
+
+
+class _AlwaysLazyReplica(ModelReplica):
+    def __init__(self, config):
+        super().__init__(config, variant=_AlwaysLazy)
+
+
+_REPLICAS = {"model": ModelReplica, "always_lazy": _AlwaysLazyReplica}
+
+
+def _lockstep(config: Config, workload: Workload, horizon_s: float, replica=ModelReplica) -> tuple[int, int]:
+    """Step the model (or ``replica``) and the frozen copy side by side: every state equal (each
+    running sequence brought up to date, the pool, every tenant).  Returns (running sequences
     seen over the run, of which lazy)."""
-    fast, frozen = ModelReplica(config), _FrozenReplica(config)
+    fast, frozen = replica(config), _FrozenReplica(config)
     seen = lazy = 0
     for _ in drive(fast, workload, horizon_s=horizon_s):
         frozen.idle(fast.last.prev.t_s)  # the driver idled the model to this step's start
@@ -202,7 +225,20 @@ def test_running_reads_as_the_tuple_of_its_sequences():
 
 
 def test_up_to_date_variant_is_not_lazy():
-    assert Step.LAZY and not _UpToDate.LAZY
+    assert Step.LAZY and not _UpToDate.LAZY and _AlwaysLazy.LAZY
+
+
+def test_small_batches_are_not_lazy():
+    """Below ``LAZY_MIN_RUNNING`` running sequences no sequence is lazy (the bookkeeping would
+    cost more than it spares: a check cell runs at most 8), at and above it most are; both
+    give the frozen step's states."""
+    wl = seed001_workload(seed=9)
+    cfg = without_newer_mechanisms(apply_setup(seed001_config(wl.tenants), "vtc"))
+    small = attrs.evolve(cfg, max_num_seqs=Step.LAZY_MIN_RUNNING - 1)
+    seen, lazy = _lockstep(small, wl, 20.0)
+    assert seen > 1_000 and lazy == 0
+    seen, lazy = _lockstep(small, wl, 20.0, _AlwaysLazyReplica)
+    assert lazy > 0.5 * seen, (lazy, seen)
 
 
 @pytest.mark.parametrize("setup", sorted(SETUPS))
@@ -232,6 +268,6 @@ def test_lazy_sequence_left_out_of_every_token_of_a_step():
                  eviction=EvictionConfig(victim="largest"), cost=CostConfig(mode="unit", unit_step_s=0.01))
     wl = Workload((Request(0, "a", 0.15, 1, 1), Request(1, "a", 0.15, 1, 3), Request(2, "c", 0.15, 175, 3),
                    Request(3, "b", 0.15, 46, 1)))
-    seen, lazy = _lockstep(cfg, wl, 10.0)
+    seen, lazy = _lockstep(cfg, wl, 10.0, _AlwaysLazyReplica)
     assert lazy > 0
-    assert_same_history(cfg, wl, 10.0)
+    assert_same_history(cfg, wl, 10.0, replicas=("model", "always_lazy"))
