@@ -42,7 +42,7 @@ from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS, Event
 from .policies import ORDER, VICTIM, KeyMemo, inherited_skips, step_duration_s
 from .running import RunningPhase
-from .state import KVPool, Running, Sequence, State, TenantState, prefix_keys
+from .state import KVPool, Running, Sequence, State, TenantState, frozen_tenants, prefix_keys, tenant_scratch
 from .waiting import WaitingPhase
 from .workload import Request, StepInput
 
@@ -188,6 +188,10 @@ class Step(RunningPhase, WaitingPhase):
     #: the ledger's bookkeeping costs more than the sequences it spares (every lazy
     #: sequence is brought up to date at the start of such a step, and none becomes lazy).
     LAZY_MIN_RUNNING = 16
+    #: Fewest tenants at which a step keeps the per-tenant records in a
+    #: :class:`~tenantry.model.state.TenantTable` and copies only the records it changes;
+    #: below it the step copies the tuple (cheaper there than the table's indirection).
+    TABLE_MIN_TENANTS = 1024
     #: Methods that read running sequences: a variant overriding one runs with
     #: every sequence up to date (``LAZY`` False), so its override sees what the
     #: model's own method would.
@@ -204,7 +208,7 @@ class Step(RunningPhase, WaitingPhase):
         self.k = st.step_index
         self.t = st.t_s
         self.policy = self.ORDER[cfg.order.policy]
-        self.tenants: list[TenantState] = list(st.tenants)
+        self.tenants: list[TenantState] = tenant_scratch(st.tenants, self.TABLE_MIN_TENANTS)  # or a table's edits
         r = st.running
         if self.LAZY and isinstance(r, Running) and r.step_index == self.k and (
                 len(r) >= self.LAZY_MIN_RUNNING or not r.marks):
@@ -638,7 +642,7 @@ class Step(RunningPhase, WaitingPhase):
             step_index=self.k + 1,
             t_s=self.t + self.duration_s,
             last_step_s=self.duration_s,
-            tenants=tuple(self.tenants),
+            tenants=frozen_tenants(self.tenants),
             running=Running(self.running, self.lazy, self.due, self.k + 1),
             kv=kv,
             next_arrival_seq=self.next_seq,

@@ -168,11 +168,14 @@ class _UpToDateReplica(ModelReplica):
 
 
 class _AlwaysLazy(Step):
-    """The model keeping decode progress lazily at any batch size (the model itself does
-    from :attr:`~tenantry.model.step.Step.LAZY_MIN_RUNNING` running sequences on): the small
-    workloads of these tests then exercise the lazy ledger too."""
+    """The model with its large-replica representations at any size: decode progress kept
+    lazily at any batch size (the model does from ``Step.LAZY_MIN_RUNNING`` running sequences
+    on) and the per-tenant records in a :class:`~tenantry.model.state.TenantTable` at any
+    number of tenants (the model does from ``Step.TABLE_MIN_TENANTS`` on): the small workloads
+    of these tests then exercise both."""
 
     LAZY_MIN_RUNNING = 0
+    TABLE_MIN_TENANTS = 0
 
 
 class _AlwaysLazyReplica(ModelReplica):
@@ -271,3 +274,50 @@ def test_lazy_sequence_left_out_of_every_token_of_a_step():
     seen, lazy = _lockstep(cfg, wl, 10.0, _AlwaysLazyReplica)
     assert lazy > 0
     assert_same_history(cfg, wl, 10.0, replicas=("model", "always_lazy"))
+
+
+# --- the tenant table (SPEC.md 3) ----------------------------------------------------------
+
+
+def test_tenant_table_reads_as_the_tuple_of_its_records():
+    """A TenantTable equals, hashes and pickles as the tuple of its records, and its edits
+    copy only the chunks they write (across chunk boundaries: 130 records in chunks of 64)."""
+    from tenantry.model.state import TenantEdits, TenantState, TenantTable
+
+    recs = tuple(TenantState(counter=float(i)) for i in range(130))
+    table = TenantTable.of(recs)
+    assert table == recs and recs == table and hash(table) == hash(recs) and len(table) == 130
+    assert list(table) == list(recs) and table[64] is recs[64] and table[-1] is recs[-1] and table[2:5] == recs[2:5]
+    edits = TenantEdits(table)
+    want = list(recs)
+    for i in (0, 63, 64, 129):
+        edits[i] = want[i] = recs[i]._replace(counter=-1.0 - i)
+    assert edits[63] == want[63] and edits[1] is recs[1] and list(edits) == want and len(edits) == 130
+    new = edits.persistent()
+    assert new == tuple(want) and table == recs  # the old table is unchanged
+    assert new.chunks[0] is not table.chunks[0] and new.chunks[2] is not table.chunks[2]
+    with pytest.raises(IndexError):
+        edits[130] = recs[0]
+    back = pickle.loads(pickle.dumps(new))
+    assert type(back) is tuple and back == tuple(want)
+
+
+def test_many_tenants_keep_a_table_and_match_the_frozen_step():
+    """From ``Step.TABLE_MIN_TENANTS`` tenants on the state's records are a TenantTable, and the
+    run is the frozen step's, state by state and byte for byte."""
+    from tenantry.model.config import CostConfig, OrderConfig, TenantConfig
+    from tenantry.model.state import TenantTable
+    from tenantry.model.workload import Request
+
+    n = Step.TABLE_MIN_TENANTS + 100
+    cfg = Config(tenants=[TenantConfig(f"t{i}", weight=1.0 + i % 3) for i in range(n)], num_blocks=4_000,
+                 max_num_seqs=32, token_budget=512, order=OrderConfig(policy="vtc"),
+                 cost=CostConfig(mode="unit", unit_step_s=0.01))
+    wl = Workload(tuple(Request(j, f"t{(j * 37) % n}", round(j * 0.004, 6), 32 + j % 50, 4 + j % 20)
+                        for j in range(600)))
+    rep = ModelReplica(cfg)
+    for _ in drive(rep, wl, horizon_s=1.0):
+        pass
+    assert isinstance(rep.state.tenants, TenantTable)
+    _lockstep(cfg, wl, 4.0)
+    assert_same_history(cfg, wl, 4.0)
