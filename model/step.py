@@ -257,16 +257,21 @@ class Step(RunningPhase, WaitingPhase):
         if not changes.keys() <= _TENANT_FIELD_SET:
             raise TypeError(f"TenantState has no field {sorted(set(changes) - _TENANT_FIELD_SET)}")
         t = _new_tuple(TenantState, map(changes.get, _TENANT_FIELDS, self.tenants[i]))  # a cheap _replace
+        return self._put(i, t, "queue" in changes, "counter" in changes)
+
+    def _put(self, i: int, t: TenantState, queue_changed: bool, counter_changed: bool) -> TenantState:
+        """Tenant i's record becomes ``t`` (:meth:`_set`'s bookkeeping; ``queue_changed`` /
+        ``counter_changed``: whether its queue / counter may differ from the old record's)."""
         self.tenants[i] = t
         self.touched.add(i)
         self._keys.invalidate(i)
-        if "queue" in changes:
+        if queue_changed:
             if t.queue:
                 self.backlogged.add(i)
             elif i in self.backlogged:
                 self.backlogged.discard(i)
                 self._min_counter = None
-        if "counter" in changes and i in self.backlogged:
+        if counter_changed and i in self.backlogged:
             self._min_counter = None
         return t
 
@@ -611,24 +616,32 @@ class Step(RunningPhase, WaitingPhase):
         ``tokens`` generated tokens (service, deficit, token bucket, tier
         counter); only ``counted`` of them go to its VTC counter (the rest were
         charged ahead as a prediction)."""
-        cfg, o = self.cfg, self.cfg.order
-        t, tc = self.tenants[i], cfg.tenants[i]
-        cost = o.w_out * tokens
-        changes = {"block_seconds": t.block_seconds + block_s}
-        if tokens:
-            changes["service"] = t.service + cost
-        if counted:
-            changes["counter"] = t.counter + o.w_out * counted / tc.weight
-        unit = self.policy.deficit_unit
-        if unit == "tokens" and tokens:
-            changes["deficit"] = t.deficit - cost
-        elif unit == "block_seconds" and block_s:
-            changes["deficit"] = t.deficit - block_s
+        cfg = self.cfg
+        o, tc = cfg.order, cfg.tenants[i]
         if tokens and cfg.admission.token_bucket and tc.token_rate_per_s is not None \
                 and not self._reserved_output(i, tokens):
-            t = self._refill(i)
-            changes["bucket_tokens"] = t.bucket_tokens - tokens
-        self._set(i, **changes)
+            self._refill(i)
+            charge_bucket = True
+        else:
+            charge_bucket = False
+        (queue, counter, deficit, service, block_seconds, bucket_tokens, bucket_requests, bucket_t_s, running,
+         blocks, fresh_queued, skips) = self.tenants[i]
+        cost = o.w_out * tokens
+        block_seconds = block_seconds + block_s
+        unit = self.policy.deficit_unit
+        if tokens:
+            service = service + cost
+            if unit == "tokens":
+                deficit = deficit - cost
+            if charge_bucket:
+                bucket_tokens = bucket_tokens - tokens
+        if unit == "block_seconds" and block_s:
+            deficit = deficit - block_s
+        if counted:
+            counter = counter + o.w_out * counted / tc.weight
+        self._put(i, _new_tuple(TenantState, (  # the fields _set(i, ...) would replace, built at once
+            queue, counter, deficit, service, block_seconds, bucket_tokens, bucket_requests, bucket_t_s, running,
+            blocks, fresh_queued, skips)), False, bool(counted))
         if tokens:
             self.tier_counters[tc.tier] += cost / o.tier_floors[min(tc.tier, len(o.tier_floors) - 1)]
 
