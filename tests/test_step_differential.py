@@ -321,3 +321,59 @@ def test_many_tenants_keep_a_table_and_match_the_frozen_step():
     assert isinstance(rep.state.tenants, TenantTable)
     _lockstep(cfg, wl, 4.0)
     assert_same_history(cfg, wl, 4.0)
+
+
+# --- the order keys across steps (model/policies.py KeyMemo) ---------------------------------
+
+
+class _FreshKeys(Step):
+    """The model keying every candidate afresh in every step (no memo handed on)."""
+
+    def _take_keys(self, st):
+        from tenantry.model.policies import KeyMemo
+
+        return KeyMemo()
+
+
+def test_keys_handed_on_change_no_pick():
+    """The key memo a step hands to the next (State.order_keys) changes no pick: on a floors
+    replica with an eviction cooldown, a tenant keyed while its evicted head cooled down must be
+    keyed again when the cooldown ends (the memo's ``volatile`` tenants; found by a random
+    search with that re-keying removed, which this workload then fails)."""
+    from tenantry.model.config import AdmissionConfig, CostConfig, EvictionConfig, OrderConfig, TenantConfig
+    from tenantry.model.workload import Request
+
+    cfg = Config(tenants=[TenantConfig(n, tier=1) for n in "abc"], num_blocks=7, max_num_seqs=4, token_budget=32,
+                 order=OrderConfig(policy="floors", tier_floors=(0.5, 0.5)), eviction=EvictionConfig(cooldown_steps=1),
+                 admission=AdmissionConfig(kv_cap=False), cost=CostConfig(mode="unit", unit_step_s=0.01))
+    rows = [("a", 0.005, 3, 28), ("b", 0.009, 12, 39), ("c", 0.01, 33, 25), ("c", 0.018, 15, 24),
+            ("a", 0.02, 35, 22), ("a", 0.023, 3, 32), ("a", 0.023, 40, 12), ("c", 0.044, 5, 22)]
+    wl = Workload(tuple(Request(j, *row) for j, row in enumerate(rows)))
+    model = _history_text(cfg, wl, ModelReplica, 5.0)
+    assert '"preempted"' in model  # the workload evicts, so heads cool down
+    assert model == _history_text(cfg, wl, lambda c: ModelReplica(c, variant=_FreshKeys), 5.0)
+
+
+def test_keys_are_handed_on_once_and_not_for_aging():
+    """A step from a backlogged vtc state takes the memo the state carries (a second step from the
+    same state keys afresh and does the same); aging's keys read the clock and are not handed on."""
+    wl = seed001_workload(seed=9)
+    for policy, carried in (("vtc", True), ("aging", False)):
+        cfg = apply_setup(seed001_config(wl.tenants), policy)
+        rep = ModelReplica(cfg)
+        for _ in drive(rep, wl, max_steps=400):
+            pass
+        st = rep.state
+        assert st.backlogged(), policy
+        assert bool(st.order_keys) is carried, policy
+        if carried:
+            a = model_step(cfg, st)
+            assert st.order_keys == []  # taken
+            b = model_step(cfg, st)
+            assert a[0] == b[0] and a[1] == b[1]
+
+
+def model_step(cfg, st):
+    from tenantry.model.step import step
+
+    return step(cfg, st)
