@@ -17,6 +17,7 @@ seconds; ``TENANTRY_DIFFERENTIAL=full`` runs them whole.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 
@@ -377,3 +378,30 @@ def model_step(cfg, st):
     from tenantry.model.step import step
 
     return step(cfg, st)
+
+
+def test_check_matrix_is_byte_identical_with_the_frozen_step(tmp_path, monkeypatch):
+    """``tenantry check`` on three cells (budget 4, seed 5) writes the same matrix.json, byte for
+    byte, whether its runs step with the model or with the frozen copy (setups whose mechanisms
+    both implement): the fast step changes no evaluation, finding or score."""
+    from tenantry.adversaries import evaluate
+    from tenantry.adversaries.check import run_check
+    from tenantry.adversaries.search import Budget
+    from tenantry.model import simulate as sim
+
+    kw = dict(setups=["fcfs", "vtc", "drr_tokens"], patterns=["flood", "sybil"], seed=5, budget=Budget(4),
+              shrink_evaluations=0, plots="none", extras=False, progress=False, workers=1)
+    out = {}
+    for name in ("model", "frozen"):
+        evaluate._BASELINES.clear()  # each run computes its own baselines
+        with monkeypatch.context() as m:
+            if name == "frozen":
+                m.setattr(sim, "step", frozen_step.step)
+            run_check(out=tmp_path / "rep", **kw)  # one folder: the report names its path
+        out[name] = (tmp_path / "rep" / "matrix.json").read_bytes()
+    evaluate._BASELINES.clear()
+    assert out["model"] == out["frozen"]
+    cells = json.loads(out["model"])["cells"]
+    assert sorted((c["setup"], c["pattern"]) for c in cells) == sorted(
+        (s, p) for s in kw["setups"] for p in kw["patterns"])
+    assert sum(c["evaluations"] for c in cells) >= 20  # every cell evaluated, most more than once
