@@ -51,6 +51,9 @@ _computed_of = itemgetter(5)  # Sequence.computed_tokens
 _request_id_of = attrgetter("request.request_id")  # Sequence.request_id, without the property call
 _TENANT_FIELDS = TenantState._fields
 _TENANT_FIELD_SET = frozenset(_TENANT_FIELDS)
+#: The record fields a step's charge writes (:meth:`Step._charge_step`), at positions 1 to 5.
+_CHARGED_FIELDS = ("counter", "deficit", "service", "block_seconds", "bucket_tokens")
+assert _TENANT_FIELDS[1:6] == _CHARGED_FIELDS, "Step._charge_step reads TenantState fields 1-5 by position"
 _new_tuple = tuple.__new__
 
 #: Event kinds (SPEC.md 5.2): one flat table, the history's
@@ -638,8 +641,8 @@ class Step(RunningPhase, WaitingPhase):
             charge_bucket = True
         else:
             charge_bucket = False
-        (queue, counter, deficit, service, block_seconds, bucket_tokens, bucket_requests, bucket_t_s, running,
-         blocks, fresh_queued, skips) = self.tenants[i]
+        t = self.tenants[i]
+        counter, deficit, service, block_seconds, bucket_tokens = t[1:6]  # see _CHARGED_FIELDS
         cost = o.w_out * tokens
         block_seconds = block_seconds + block_s
         unit = self.policy.deficit_unit
@@ -653,9 +656,8 @@ class Step(RunningPhase, WaitingPhase):
             deficit = deficit - block_s
         if counted:
             counter = counter + o.w_out * counted / tc.weight
-        self._put(i, _new_tuple(TenantState, (  # the fields _set(i, ...) would replace, built at once
-            queue, counter, deficit, service, block_seconds, bucket_tokens, bucket_requests, bucket_t_s, running,
-            blocks, fresh_queued, skips)), False, bool(counted))
+        self._put(i, _new_tuple(TenantState, (  # what _set(i, ...) would build, at once; the other fields kept
+            t[0], counter, deficit, service, block_seconds, bucket_tokens, *t[6:])), False, bool(counted))
         if tokens:
             self.tier_counters[tc.tier] += cost / o.tier_floors[min(tc.tier, len(o.tier_floors) - 1)]
 
