@@ -111,9 +111,11 @@ def test_hypothesis_workloads_on_every_setup(data, setup):
                              bursty=data.draw(st.booleans())))
     assert_same_history(cfg, wl, horizon_s=120.0, replicas=("model", "always_lazy"))
     _lockstep(without_newer_mechanisms(cfg), wl, 120.0, _AlwaysLazyReplica)
-    # with every mechanism on: the model, always lazy, and keeping every sequence up to date (_UpToDate, below)
-    assert _history_text(cfg, wl, ModelReplica, 120.0) == _history_text(cfg, wl, _UpToDateReplica, 120.0) \
-        == _history_text(cfg, wl, _AlwaysLazyReplica, 120.0)
+    # with every mechanism on: the model, always lazy, keeping every sequence up to date (_UpToDate, below),
+    # and scanning every candidate at every pick (_NoKeyMemo: the frozen copy shares the key memo's code)
+    model = _history_text(cfg, wl, ModelReplica, 120.0)
+    assert model == _history_text(cfg, wl, _UpToDateReplica, 120.0) == _history_text(cfg, wl, _AlwaysLazyReplica, 120.0)
+    assert model == _history_text(cfg, wl, lambda c: ModelReplica(c, variant=_NoKeyMemo), 120.0)
 
 
 @settings(max_examples=200 if FULL else 40)
@@ -322,9 +324,19 @@ def test_many_tenants_keep_a_table_and_match_the_frozen_step():
     assert isinstance(rep.state.tenants, TenantTable)
     _lockstep(cfg, wl, 4.0)
     assert_same_history(cfg, wl, 4.0)
+    assert _history_text(cfg, wl, ModelReplica, 4.0) == _history_text(
+        cfg, wl, lambda c: ModelReplica(c, variant=_NoKeyMemo), 4.0)
 
 
 # --- the order keys across steps (model/policies.py KeyMemo) ---------------------------------
+
+
+class _NoKeyMemo(Step):
+    """The model with no key memo: every pick scans every candidate (the order policies'
+    plain path), against which the memo, within a step and across steps, is compared."""
+
+    def _view(self, cands, memo=True):
+        return super()._view(cands, False)
 
 
 class _FreshKeys(Step):
