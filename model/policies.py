@@ -113,18 +113,11 @@ class KeyMemo:
         self.volatile.clear()
 
 
-def _key_into(memo: KeyMemo, view: SelectView, key, gof, i: int, push: bool) -> None:
-    """Key candidate i into ``memo`` (pushed onto its group's heap when ``push``, else
-    appended for a heapify), noting it volatile when its first request is cooling down."""
-    k = key(view, i)
-    memo.keys[i] = k
-    h = memo.heaps.get(g := gof(view, i))
-    if h is None:
-        h = memo.heaps[g] = []
-    if push:
-        heapq.heappush(h, (k, i))
-    else:
-        h.append((k, i))
+def _key_into(memo: KeyMemo, view: SelectView, key, gof, i: int) -> None:
+    """Key candidate i into ``memo`` (pushed onto its group's heap), noting it volatile
+    when its first request is cooling down."""
+    memo.keys[i] = k = key(view, i)
+    heapq.heappush(memo.heaps.setdefault(gof(view, i), []), (k, i))
     if view.tenants[i].queue[0].ready_step > view.step_index:
         memo.volatile.add(i)
 
@@ -147,15 +140,19 @@ def _group_min(view: SelectView, key: Callable[[SelectView, int], tuple],
     if memo.fresh or memo.key is not key or memo.group is not group:
         memo.__init__()
         memo.fresh, memo.key, memo.group = False, key, group
-        for i in cands:
-            _key_into(memo, view, key, gof, i, False)
-        for h in memo.heaps.values():
+        keys, heaps, ts, k_now = memo.keys, memo.heaps, view.tenants, view.step_index
+        for i in cands:  # _key_into for every candidate, inlined (the first pick keys them all)
+            keys[i] = k = key(view, i)
+            heaps.setdefault(gof(view, i), []).append((k, i))
+            if ts[i].queue[0].ready_step > k_now:
+                memo.volatile.add(i)
+        for h in heaps.values():
             heapq.heapify(h)
     elif memo.dirty:
         kept, backlogged = set(), view.backlogged
         for i in memo.dirty:
             if i in cands:
-                _key_into(memo, view, key, gof, i, True)
+                _key_into(memo, view, key, gof, i)
             elif backlogged is None or i in backlogged:
                 kept.add(i)  # backlogged but blocked in this step: keyed when it is a candidate again
         memo.dirty = kept

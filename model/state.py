@@ -256,7 +256,7 @@ class TenantState(NamedTuple):
 
 
 #: Records per chunk of a :class:`TenantTable` (a power of two: an index splits by shift and mask).
-_CHUNK_BITS = 6
+_CHUNK_BITS = 6  # also written as literals in TenantEdits.__getitem__
 _CHUNK = 1 << _CHUNK_BITS
 _MASK = _CHUNK - 1
 
@@ -337,7 +337,7 @@ class TenantEdits:
 
     def __getitem__(self, i: int) -> TenantState:
         t = self.changed.get(i)
-        return self.chunks[i >> _CHUNK_BITS][i & _MASK] if t is None else t
+        return self.chunks[i >> 6][i & 63] if t is None else t  # _CHUNK_BITS, _MASK (the hot path: literals)
 
     def __setitem__(self, i: int, record: TenantState) -> None:
         if not (i.__class__ is int and 0 <= i < self.n):
