@@ -197,6 +197,29 @@ def in_step_decision_us(cfg: Config, st: Any, repeats: int = 5) -> tuple[float, 
     return best / max(admitted, 1) * 1e6, admitted
 
 
+def warm_decision_us(cfg: Config, st: Any, repeats: int = 5) -> tuple[float, int]:
+    """:func:`in_step_decision_us` one step later: microseconds per admitted request of the
+    waiting phase of the step after one that filled the emptied batch, so that the order
+    policy's key memo that step handed on is warm, as in every step of a steady run but the
+    first (:class:`~tenantry.model.policies.KeyMemo`); best of ``repeats``, and the requests
+    admitted."""
+    import time
+
+    from tenantry.model.step import Step, step
+
+    st = attrs.evolve(st, running=(), kv=attrs.evolve(st.kv, used_blocks=0),
+                      tenants=tuple(t._replace(running=0, blocks=0) for t in st.tenants))
+    best, admitted = math.inf, 0
+    for _ in range(repeats):
+        nxt, _ = step(cfg, st)
+        s = Step(cfg, nxt)
+        t0 = time.perf_counter()
+        s.schedule_waiting()
+        best = min(best, time.perf_counter() - t0)
+        admitted = len(s.planned)
+    return best / max(admitted, 1) * 1e6, admitted
+
+
 def step_us(cfg: Config, st: Any, steps: int, repeats: int = 3) -> float:
     """Microseconds per :func:`~tenantry.model.step.step` on a saturated replica, best of ``repeats``."""
     import time

@@ -9,6 +9,9 @@ Run on demand (not a test):  python benchmarks/bench_model.py [--tenants 3 100 1
   a backlog of every tenant, divided by the requests admitted (the memoised
   keys make later picks in a step cheaper); both per policy, with the ratio to
   FCFS measured in the same run.
+* decision (warm): the same in the step after it, whose key memo the first
+  step handed on (:class:`tenantry.model.policies.KeyMemo`): what every step
+  of a steady run but the first sees.
 * step: ``step()`` on a saturated replica (the replica and the timings are
   ``tenantry study accounting-cost``'s: :mod:`tenantry.adversaries.studies_load`) (max_num_seqs sequences decoding,
   every tenant backlogged), steps/s and microseconds per step.
@@ -19,7 +22,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from tenantry.adversaries.studies_load import in_step_decision_us, saturated_state, step_us
+from tenantry.adversaries.studies_load import in_step_decision_us, saturated_state, step_us, warm_decision_us
 from tenantry.model.config import Config
 from tenantry.model.policies import ORDER, SelectView
 
@@ -43,7 +46,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50)
     args = ap.parse_args()
     print(f"{'tenants':>8} {'policy':<12} {'us/dec cold':>12} {'x fcfs':>7} {'us/dec step':>12} {'x fcfs':>7} "
-          f"{'picks':>6} {'us/step':>9} {'steps/s':>8} {'running':>8}")
+          f"{'picks':>6} {'us/dec warm':>12} {'picks':>6} {'us/step':>9} {'steps/s':>8} {'running':>8}")
     for n in args.tenants:
         base = base_in = None
         for policy in POLICIES:
@@ -53,9 +56,10 @@ def main() -> None:
             base = base or dec
             dec_in, picks = in_step_decision_us(cfg, st)
             base_in = base_in or dec_in
+            dec_warm, picks_warm = warm_decision_us(cfg, st)
             stp = step_us(cfg, st, args.steps)
             print(f"{n:>8} {policy:<12} {dec:>12.1f} {dec / base:>7.2f} {dec_in:>12.1f} {dec_in / base_in:>7.2f} "
-                  f"{picks:>6} {stp:>9.0f} {1e6 / stp:>8.0f} {len(st.running):>8}")
+                  f"{picks:>6} {dec_warm:>12.1f} {picks_warm:>6} {stp:>9.0f} {1e6 / stp:>8.0f} {len(st.running):>8}")
 
 
 if __name__ == "__main__":

@@ -60,28 +60,66 @@ class SelectView:
 
 
 class KeyMemo:
-    """Per-step memo of order-policy sort keys, with a heap of them per group.
+    """Memo of order-policy sort keys, with a heap of them per group.
 
     The step marks a tenant ``dirty`` whenever its record changes; the next
     pick recomputes only the dirty candidates' keys, so after the first pick
-    of a step a decision costs O(changed tenants + log tenants) (times the
-    number of groups, e.g. tiers under ``floors``).  Valid only for keys that
-    depend on the tenant's own record and on values fixed for the step, and
-    for a candidate set that only shrinks within the step.
+    a decision costs O(changed tenants + log tenants) (times the number of
+    groups, e.g. tiers under ``floors``).  Valid for keys that depend on the
+    tenant's own record and on values fixed for the step (a tenant whose key
+    stops being valid must be marked dirty), with a candidate set that only
+    shrinks within a step: a candidate left out of a step (blocked) keeps no
+    heap entry and is marked dirty, so it is keyed again when it is a
+    candidate again.
+
+    The memo may outlive its step (:meth:`across_steps`): the step hands it to
+    the state it builds when its keys depend on nothing but the tenant's record
+    (:data:`STEP_INVARIANT_KEYS`) and the step index through a head in its
+    eviction cooldown; the tenants keyed with such a head (``volatile``) are
+    marked dirty when the next step takes the memo (:meth:`new_step`).  So
+    across steps too a decision costs what changed, not a scan of every tenant.
+
+    Attributes:
+        keys: tenant -> its current key; heaps: group -> heap of (key, tenant)
+            (entries whose key is no longer current are dropped when met);
+        dirty: tenants to key again when they are candidates; fresh: nothing
+            keyed yet; key, group: the key and group functions the keys are of;
+        volatile: tenants keyed while their first queued request was in its cooldown.
     """
 
-    __slots__ = ("keys", "heaps", "dirty", "fresh")
+    __slots__ = ("keys", "heaps", "dirty", "fresh", "key", "group", "volatile")
 
     def __init__(self) -> None:
         self.keys: dict[int, tuple] = {}
         self.heaps: dict[object, list[tuple[tuple, int]]] = {}
         self.dirty: set[int] = set()
         self.fresh = True
+        self.key = self.group = None
+        self.volatile: set[int] = set()
 
     def invalidate(self, i: int) -> None:
         """Tenant i's record changed: its key must be recomputed."""
-        if self.keys.pop(i, None) is not None:
-            self.dirty.add(i)
+        self.keys.pop(i, None)
+        self.dirty.add(i)
+
+    def across_steps(self) -> bool:
+        """Its keys stay valid into the next step (see the class docstring)."""
+        return not self.fresh and self.key in STEP_INVARIANT_KEYS
+
+    def new_step(self) -> None:
+        """The next step takes the memo: the keys that read the step index are stale."""
+        for i in self.volatile:
+            self.invalidate(i)
+        self.volatile.clear()
+
+
+def _key_into(memo: KeyMemo, view: SelectView, key, gof, i: int) -> None:
+    """Key candidate i into ``memo`` (pushed onto its group's heap), noting it volatile
+    when its first request is cooling down."""
+    memo.keys[i] = k = key(view, i)
+    heapq.heappush(memo.heaps.setdefault(gof(view, i), []), (k, i))
+    if view.tenants[i].queue[0].ready_step > view.step_index:
+        memo.volatile.add(i)
 
 
 def _group_min(view: SelectView, key: Callable[[SelectView, int], tuple],
@@ -90,7 +128,7 @@ def _group_min(view: SelectView, key: Callable[[SelectView, int], tuple],
     candidate with the least ``key(view, i)``.  Keys are unique (they end with
     the head's ``arrival_seq``).  Memoised in ``view.keys`` when given."""
     cands = view.candidates
-    gof = (lambda v, i: None) if group is None else group
+    gof = _no_group if group is None else group
     memo = view.keys
     if memo is None:
         best: dict[object, tuple[tuple, int]] = {}
@@ -99,31 +137,46 @@ def _group_min(view: SelectView, key: Callable[[SelectView, int], tuple],
             if g not in best or k < best[g][0]:
                 best[g] = (k, i)
         return {g: i for g, (k, i) in best.items()}
-    if memo.fresh:
-        memo.fresh = False
-        for i in cands:
-            k = key(view, i)
-            memo.keys[i] = k
-            memo.heaps.setdefault(gof(view, i), []).append((k, i))
-        for h in memo.heaps.values():
+    if memo.fresh or memo.key is not key or memo.group is not group:
+        memo.__init__()
+        memo.fresh, memo.key, memo.group = False, key, group
+        keys, heaps, ts, k_now = memo.keys, memo.heaps, view.tenants, view.step_index
+        for i in cands:  # _key_into for every candidate, inlined (the first pick keys them all)
+            keys[i] = k = key(view, i)
+            heaps.setdefault(gof(view, i), []).append((k, i))
+            if ts[i].queue[0].ready_step > k_now:
+                memo.volatile.add(i)
+        for h in heaps.values():
             heapq.heapify(h)
     elif memo.dirty:
+        kept, backlogged = set(), view.backlogged
         for i in memo.dirty:
             if i in cands:
-                k = key(view, i)
-                memo.keys[i] = k
-                heapq.heappush(memo.heaps.setdefault(gof(view, i), []), (k, i))
-        memo.dirty.clear()
+                _key_into(memo, view, key, gof, i)
+            elif backlogged is None or i in backlogged:
+                kept.add(i)  # backlogged but blocked in this step: keyed when it is a candidate again
+        memo.dirty = kept
+        for g, h in memo.heaps.items():
+            if len(h) > 2 * len(memo.keys) + 64:  # mostly entries no longer current: rebuild
+                h[:] = {e for e in h if memo.keys.get(e[1]) == e[0]}
+                heapq.heapify(h)
     out = {}
     keys = memo.keys
     for g, heap in memo.heaps.items():
         while heap:
             k, i = heap[0]
-            if i in cands and keys.get(i) == k:
-                out[g] = i
-                break
+            if keys.get(i) == k:
+                if i in cands:
+                    out[g] = i
+                    break
+                del keys[i]  # current but not a candidate in this step: keyed again when it is one
+                memo.dirty.add(i)
             heapq.heappop(heap)
     return out
+
+
+def _no_group(view: SelectView, i: int) -> None:
+    return None
 
 
 def _argmin(view: SelectView, key: Callable[[SelectView, int], tuple]) -> int | None:
@@ -248,6 +301,13 @@ def select_aging(view: SelectView) -> int | None:
 
 def _tier_of(view: SelectView, i: int) -> int:
     return view.config.tenants[i].tier
+
+
+#: Key functions whose keys depend only on the tenant's record, the configuration and the
+#: step index through a head in cooldown (``key_drr`` also on the step's provisional charges,
+#: which the step marks dirty before it hands the memo on): a :class:`KeyMemo` of these
+#: may outlive its step.  Not ``key_aging`` (it reads the clock).
+STEP_INVARIANT_KEYS = frozenset({key_fcfs, key_vtc, key_drr, key_priority})
 
 
 def select_floors(view: SelectView) -> int | None:

@@ -42,7 +42,7 @@ from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS, Event
 from .policies import ORDER, VICTIM, KeyMemo, inherited_skips, step_duration_s
 from .running import RunningPhase
-from .state import KVPool, Running, Sequence, State, TenantState, prefix_keys
+from .state import KVPool, Running, Sequence, State, TenantState, frozen_tenants, prefix_keys, tenant_scratch
 from .waiting import WaitingPhase
 from .workload import Request, StepInput
 
@@ -51,6 +51,9 @@ _computed_of = itemgetter(5)  # Sequence.computed_tokens
 _request_id_of = attrgetter("request.request_id")  # Sequence.request_id, without the property call
 _TENANT_FIELDS = TenantState._fields
 _TENANT_FIELD_SET = frozenset(_TENANT_FIELDS)
+#: The record fields a step's charge writes (:meth:`Step._charge_step`), at positions 1 to 5.
+_CHARGED_FIELDS = ("counter", "deficit", "service", "block_seconds", "bucket_tokens")
+assert _TENANT_FIELDS[1:6] == _CHARGED_FIELDS, "Step._charge_step reads TenantState fields 1-5 by position"
 _new_tuple = tuple.__new__
 
 #: Event kinds (SPEC.md 5.2): one flat table, the history's
@@ -184,6 +187,14 @@ class Step(RunningPhase, WaitingPhase):
     ORDER = ORDER
     VICTIM = VICTIM
     LAZY = True
+    #: Fewest running sequences at which a step keeps decode progress lazily: below it
+    #: the ledger's bookkeeping costs more than the sequences it spares (every lazy
+    #: sequence is brought up to date at the start of such a step, and none becomes lazy).
+    LAZY_MIN_RUNNING = 16
+    #: Fewest tenants at which a step keeps the per-tenant records in a
+    #: :class:`~tenantry.model.state.TenantTable` and copies only the records it changes;
+    #: below it the step copies the tuple (cheaper there than the table's indirection).
+    TABLE_MIN_TENANTS = 1024
     #: Methods that read running sequences: a variant overriding one runs with
     #: every sequence up to date (``LAZY`` False), so its override sees what the
     #: model's own method would.
@@ -200,9 +211,10 @@ class Step(RunningPhase, WaitingPhase):
         self.k = st.step_index
         self.t = st.t_s
         self.policy = self.ORDER[cfg.order.policy]
-        self.tenants: list[TenantState] = list(st.tenants)
+        self.tenants: list[TenantState] = tenant_scratch(st.tenants, self.TABLE_MIN_TENANTS)  # or a table's edits
         r = st.running
-        if self.LAZY and isinstance(r, Running) and r.step_index == self.k:
+        if self.LAZY and isinstance(r, Running) and r.step_index == self.k and (
+                len(r) >= self.LAZY_MIN_RUNNING or not r.marks):
             self.running: dict[int, Sequence] = dict(r.seqs)  # lazy ones as of their mark
             self.lazy: dict[int, int] = dict(r.marks)
             self.due: dict[int, tuple[int, ...]] = dict(r.due)
@@ -228,7 +240,7 @@ class Step(RunningPhase, WaitingPhase):
         self.capped: set[int] = set()  # tenants whose head their own KV or slot cap refused in this step
         self.backlogged: set[int] = set(st.backlogged())
         self._min_counter: float | None = None
-        self._keys = KeyMemo()  # order-policy sort keys memoised for this step
+        self._keys = self._take_keys(st)  # order-policy sort keys, memoised
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
         self.last_left_skips = st.last_left_skips
         self._tier_skips_on = cfg.order.guard_skips is not None and cfg.order.policy == "floors"
@@ -236,6 +248,20 @@ class Step(RunningPhase, WaitingPhase):
         self.last_left_tier_skips = st.last_left_tier_skips
 
     # --- small helpers ---------------------------------------------------------
+
+    def _take_keys(self, st: State) -> KeyMemo:
+        """The key memo the step that built ``st`` handed on (taken: a second step from
+        ``st`` keys afresh), or a new one; what a step picks never depends on which."""
+        carried = st.order_keys
+        if carried:
+            try:
+                cfg, memo = carried.pop()
+            except IndexError:  # another step took it meanwhile
+                return KeyMemo()
+            if cfg is self.cfg:
+                memo.new_step()
+                return memo
+        return KeyMemo()
 
     def _kv_write(self) -> None:
         if not self._kv_copied:
@@ -248,16 +274,21 @@ class Step(RunningPhase, WaitingPhase):
         if not changes.keys() <= _TENANT_FIELD_SET:
             raise TypeError(f"TenantState has no field {sorted(set(changes) - _TENANT_FIELD_SET)}")
         t = _new_tuple(TenantState, map(changes.get, _TENANT_FIELDS, self.tenants[i]))  # a cheap _replace
+        return self._put(i, t, "queue" in changes, "counter" in changes)
+
+    def _put(self, i: int, t: TenantState, queue_changed: bool, counter_changed: bool) -> TenantState:
+        """Tenant i's record becomes ``t`` (:meth:`_set`'s bookkeeping; ``queue_changed`` /
+        ``counter_changed``: whether its queue / counter may differ from the old record's)."""
         self.tenants[i] = t
         self.touched.add(i)
         self._keys.invalidate(i)
-        if "queue" in changes:
+        if queue_changed:
             if t.queue:
                 self.backlogged.add(i)
             elif i in self.backlogged:
                 self.backlogged.discard(i)
                 self._min_counter = None
-        if "counter" in changes and i in self.backlogged:
+        if counter_changed and i in self.backlogged:
             self._min_counter = None
         return t
 
@@ -532,7 +563,7 @@ class Step(RunningPhase, WaitingPhase):
         if len(lazy_planned) < len(lazy):  # left out by the token budget: one step behind from now on
             for rid in lazy.keys() - lazy_planned:
                 lazy[rid] += 1
-        lazify = self._lazify if self.LAZY else None
+        lazify = self._lazify if self.LAZY and len(running) >= self.LAZY_MIN_RUNNING else None
         events = self.events
         for rid, n in todo:
             (request, tenant, arrival_seq, admitted_step, prefix_keys, computed, output_done, shared, private,
@@ -602,24 +633,31 @@ class Step(RunningPhase, WaitingPhase):
         ``tokens`` generated tokens (service, deficit, token bucket, tier
         counter); only ``counted`` of them go to its VTC counter (the rest were
         charged ahead as a prediction)."""
-        cfg, o = self.cfg, self.cfg.order
-        t, tc = self.tenants[i], cfg.tenants[i]
-        cost = o.w_out * tokens
-        changes = {"block_seconds": t.block_seconds + block_s}
-        if tokens:
-            changes["service"] = t.service + cost
-        if counted:
-            changes["counter"] = t.counter + o.w_out * counted / tc.weight
-        unit = self.policy.deficit_unit
-        if unit == "tokens" and tokens:
-            changes["deficit"] = t.deficit - cost
-        elif unit == "block_seconds" and block_s:
-            changes["deficit"] = t.deficit - block_s
+        cfg = self.cfg
+        o, tc = cfg.order, cfg.tenants[i]
         if tokens and cfg.admission.token_bucket and tc.token_rate_per_s is not None \
                 and not self._reserved_output(i, tokens):
-            t = self._refill(i)
-            changes["bucket_tokens"] = t.bucket_tokens - tokens
-        self._set(i, **changes)
+            self._refill(i)
+            charge_bucket = True
+        else:
+            charge_bucket = False
+        t = self.tenants[i]
+        counter, deficit, service, block_seconds, bucket_tokens = t[1:6]  # see _CHARGED_FIELDS
+        cost = o.w_out * tokens
+        block_seconds = block_seconds + block_s
+        unit = self.policy.deficit_unit
+        if tokens:
+            service = service + cost
+            if unit == "tokens":
+                deficit = deficit - cost
+            if charge_bucket:
+                bucket_tokens = bucket_tokens - tokens
+        if unit == "block_seconds" and block_s:
+            deficit = deficit - block_s
+        if counted:
+            counter = counter + o.w_out * counted / tc.weight
+        self._put(i, _new_tuple(TenantState, (  # what _set(i, ...) would build, at once; the other fields kept
+            t[0], counter, deficit, service, block_seconds, bucket_tokens, *t[6:])), False, bool(counted))
         if tokens:
             self.tier_counters[tc.tier] += cost / o.tier_floors[min(tc.tier, len(o.tier_floors) - 1)]
 
@@ -633,7 +671,7 @@ class Step(RunningPhase, WaitingPhase):
             step_index=self.k + 1,
             t_s=self.t + self.duration_s,
             last_step_s=self.duration_s,
-            tenants=tuple(self.tenants),
+            tenants=frozen_tenants(self.tenants),
             running=Running(self.running, self.lazy, self.due, self.k + 1),
             kv=kv,
             next_arrival_seq=self.next_seq,
@@ -646,6 +684,11 @@ class Step(RunningPhase, WaitingPhase):
             last_left_tier_skips=self.last_left_tier_skips,
         )
         object.__setattr__(new, "backlog", frozenset(self.backlogged))  # kept by _set, so the next step need not scan
+        memo = self._keys
+        if memo.across_steps():  # the next step from `new` need not key every tenant again
+            for i in self.provisional:  # keyed with this step's provisional charges
+                memo.invalidate(i)
+            object.__setattr__(new, "order_keys", [(self.cfg, memo)])
         out = StepOutput(
             step_index=self.k,
             start_s=self.t,

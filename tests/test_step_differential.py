@@ -17,6 +17,7 @@ seconds; ``TENANTRY_DIFFERENTIAL=full`` runs them whole.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 
@@ -70,15 +71,21 @@ def without_newer_mechanisms(config: Config) -> Config:
         eviction=attrs.evolve(config.eviction, preempt_for_priority=False))
 
 
-def assert_same_history(config: Config, workload: Workload, horizon_s: float | None = None) -> None:
-    """The fast step and the frozen one record byte-identical histories (on what both implement)."""
+def assert_same_history(config: Config, workload: Workload, horizon_s: float | None = None,
+                        replicas: tuple = ("model",)) -> None:
+    """The fast step and the frozen one record byte-identical histories (on what both implement).
+    ``replicas``: the fast steps to compare, ``model`` and/or ``always_lazy`` (:class:`_AlwaysLazy`)."""
     config = without_newer_mechanisms(config)
-    fast = _history_text(config, workload, ModelReplica, horizon_s)
     frozen = _history_text(config, workload, _FrozenReplica, horizon_s)
+    for name in replicas:
+        _same_text(_history_text(config, workload, _REPLICAS[name], horizon_s), frozen, name)
+
+
+def _same_text(fast: str, frozen: str, name: str) -> None:
     if fast != frozen:
         a, b = fast.splitlines(), frozen.splitlines()
         first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        pytest.fail(f"histories differ first at line {first} of {len(b)}:\n fast:   "
+        pytest.fail(f"{name}: histories differ first at line {first} of {len(b)}:\n fast:   "
                     f"{a[first] if first < len(a) else '<end>'}\n frozen: {b[first] if first < len(b) else '<end>'}")
 
 
@@ -106,10 +113,13 @@ def test_hypothesis_workloads_on_every_setup(data, setup):
     cfg = build_config(setup, roles)
     wl = data.draw(workloads(cfg, max_requests=25, long_outputs=True, shared_prefixes=True, cancels=True,
                              bursty=data.draw(st.booleans())))
-    assert_same_history(cfg, wl, horizon_s=120.0)
-    _lockstep(without_newer_mechanisms(cfg), wl, 120.0)
-    # with every mechanism on: the model and the model keeping every sequence up to date (_UpToDate, below)
-    assert _history_text(cfg, wl, ModelReplica, 120.0) == _history_text(cfg, wl, _UpToDateReplica, 120.0)
+    assert_same_history(cfg, wl, horizon_s=120.0, replicas=("model", "always_lazy"))
+    _lockstep(without_newer_mechanisms(cfg), wl, 120.0, _AlwaysLazyReplica)
+    # with every mechanism on: the model, always lazy, keeping every sequence up to date (_UpToDate, below),
+    # and scanning every candidate at every pick (_NoKeyMemo: the frozen copy shares the key memo's code)
+    model = _history_text(cfg, wl, ModelReplica, 120.0)
+    assert model == _history_text(cfg, wl, _UpToDateReplica, 120.0) == _history_text(cfg, wl, _AlwaysLazyReplica, 120.0)
+    assert model == _history_text(cfg, wl, lambda c: ModelReplica(c, variant=_NoKeyMemo), 120.0)
 
 
 @settings(max_examples=200 if FULL else 40)
@@ -118,8 +128,8 @@ def test_hypothesis_workloads_on_every_policy_family(data):
     cfg = data.draw(configs(lanes=False))  # the frozen copy predates strict tiers, queued watermarks, wait shedding
     wl = data.draw(workloads(cfg, max_requests=20, big=data.draw(st.booleans()), long_outputs=True,
                              shared_prefixes=cfg.prefix_cache != "off", cancels=True, idle_gaps=True))
-    assert_same_history(cfg, wl, horizon_s=60.0)
-    _lockstep(without_newer_mechanisms(cfg), wl, 60.0)
+    assert_same_history(cfg, wl, horizon_s=60.0, replicas=("model", "always_lazy"))
+    _lockstep(without_newer_mechanisms(cfg), wl, 60.0, _AlwaysLazyReplica)
 
 
 @pytest.mark.parametrize("k", range(16))
@@ -164,11 +174,30 @@ class _UpToDateReplica(ModelReplica):
         super().__init__(config, variant=_UpToDate)
 
 
-def _lockstep(config: Config, workload: Workload, horizon_s: float) -> tuple[int, int]:
-    """Step the model and the frozen copy side by side: every state equal (each running
-    sequence brought up to date, the pool, every tenant).  Returns (running sequences
+class _AlwaysLazy(Step):
+    """The model with its large-replica representations at any size: decode progress kept
+    lazily at any batch size (the model does from ``Step.LAZY_MIN_RUNNING`` running sequences
+    on) and the per-tenant records in a :class:`~tenantry.model.state.TenantTable` at any
+    number of tenants (the model does from ``Step.TABLE_MIN_TENANTS`` on): the small workloads
+    of these tests then exercise both."""
+
+    LAZY_MIN_RUNNING = 0
+    TABLE_MIN_TENANTS = 0
+
+
+class _AlwaysLazyReplica(ModelReplica):
+    def __init__(self, config):
+        super().__init__(config, variant=_AlwaysLazy)
+
+
+_REPLICAS = {"model": ModelReplica, "always_lazy": _AlwaysLazyReplica}
+
+
+def _lockstep(config: Config, workload: Workload, horizon_s: float, replica=ModelReplica) -> tuple[int, int]:
+    """Step the model (or ``replica``) and the frozen copy side by side: every state equal (each
+    running sequence brought up to date, the pool, every tenant).  Returns (running sequences
     seen over the run, of which lazy)."""
-    fast, frozen = ModelReplica(config), _FrozenReplica(config)
+    fast, frozen = replica(config), _FrozenReplica(config)
     seen = lazy = 0
     for _ in drive(fast, workload, horizon_s=horizon_s):
         frozen.idle(fast.last.prev.t_s)  # the driver idled the model to this step's start
@@ -206,7 +235,20 @@ def test_running_reads_as_the_tuple_of_its_sequences():
 
 
 def test_up_to_date_variant_is_not_lazy():
-    assert Step.LAZY and not _UpToDate.LAZY
+    assert Step.LAZY and not _UpToDate.LAZY and _AlwaysLazy.LAZY
+
+
+def test_small_batches_are_not_lazy():
+    """Below ``LAZY_MIN_RUNNING`` running sequences no sequence is lazy (the bookkeeping would
+    cost more than it spares: a check cell runs at most 8), at and above it most are; both
+    give the frozen step's states."""
+    wl = seed001_workload(seed=9)
+    cfg = without_newer_mechanisms(apply_setup(seed001_config(wl.tenants), "vtc"))
+    small = attrs.evolve(cfg, max_num_seqs=Step.LAZY_MIN_RUNNING - 1)
+    seen, lazy = _lockstep(small, wl, 20.0)
+    assert seen > 1_000 and lazy == 0
+    seen, lazy = _lockstep(small, wl, 20.0, _AlwaysLazyReplica)
+    assert lazy > 0.5 * seen, (lazy, seen)
 
 
 @pytest.mark.parametrize("setup", ONE_REPLICA)
@@ -236,6 +278,146 @@ def test_lazy_sequence_left_out_of_every_token_of_a_step():
                  eviction=EvictionConfig(victim="largest"), cost=CostConfig(mode="unit", unit_step_s=0.01))
     wl = Workload((Request(0, "a", 0.15, 1, 1), Request(1, "a", 0.15, 1, 3), Request(2, "c", 0.15, 175, 3),
                    Request(3, "b", 0.15, 46, 1)))
-    seen, lazy = _lockstep(cfg, wl, 10.0)
+    seen, lazy = _lockstep(cfg, wl, 10.0, _AlwaysLazyReplica)
     assert lazy > 0
-    assert_same_history(cfg, wl, 10.0)
+    assert_same_history(cfg, wl, 10.0, replicas=("model", "always_lazy"))
+
+
+# --- the tenant table (SPEC.md 3) ----------------------------------------------------------
+
+
+def test_tenant_table_reads_as_the_tuple_of_its_records():
+    """A TenantTable equals, hashes and pickles as the tuple of its records, and its edits
+    copy only the chunks they write (across chunk boundaries: 130 records in chunks of 64)."""
+    from tenantry.model.state import TenantEdits, TenantState, TenantTable
+
+    recs = tuple(TenantState(counter=float(i)) for i in range(130))
+    table = TenantTable.of(recs)
+    assert table == recs and recs == table and hash(table) == hash(recs) and len(table) == 130
+    assert list(table) == list(recs) and table[64] is recs[64] and table[-1] is recs[-1] and table[2:5] == recs[2:5]
+    edits = TenantEdits(table)
+    want = list(recs)
+    for i in (0, 63, 64, 129):
+        edits[i] = want[i] = recs[i]._replace(counter=-1.0 - i)
+    assert edits[63] == want[63] and edits[1] is recs[1] and list(edits) == want and len(edits) == 130
+    new = edits.persistent()
+    assert new == tuple(want) and table == recs  # the old table is unchanged
+    assert new.chunks[0] is not table.chunks[0] and new.chunks[2] is not table.chunks[2]
+    with pytest.raises(IndexError):
+        edits[130] = recs[0]
+    back = pickle.loads(pickle.dumps(new))
+    assert type(back) is tuple and back == tuple(want)
+
+
+def test_many_tenants_keep_a_table_and_match_the_frozen_step():
+    """From ``Step.TABLE_MIN_TENANTS`` tenants on the state's records are a TenantTable, and the
+    run is the frozen step's, state by state and byte for byte."""
+    from tenantry.model.config import CostConfig, OrderConfig, TenantConfig
+    from tenantry.model.state import TenantTable
+    from tenantry.model.workload import Request
+
+    n = Step.TABLE_MIN_TENANTS + 100
+    cfg = Config(tenants=[TenantConfig(f"t{i}", weight=1.0 + i % 3) for i in range(n)], num_blocks=4_000,
+                 max_num_seqs=32, token_budget=512, order=OrderConfig(policy="vtc"),
+                 cost=CostConfig(mode="unit", unit_step_s=0.01))
+    wl = Workload(tuple(Request(j, f"t{(j * 37) % n}", round(j * 0.004, 6), 32 + j % 50, 4 + j % 20)
+                        for j in range(600)))
+    rep = ModelReplica(cfg)
+    for _ in drive(rep, wl, horizon_s=1.0):
+        pass
+    assert isinstance(rep.state.tenants, TenantTable)
+    _lockstep(cfg, wl, 4.0)
+    assert_same_history(cfg, wl, 4.0)
+    assert _history_text(cfg, wl, ModelReplica, 4.0) == _history_text(
+        cfg, wl, lambda c: ModelReplica(c, variant=_NoKeyMemo), 4.0)
+
+
+# --- the order keys across steps (model/policies.py KeyMemo) ---------------------------------
+
+
+class _NoKeyMemo(Step):
+    """The model with no key memo: every pick scans every candidate (the order policies'
+    plain path), against which the memo, within a step and across steps, is compared."""
+
+    def _view(self, cands, memo=True):
+        return super()._view(cands, False)
+
+
+class _FreshKeys(Step):
+    """The model keying every candidate afresh in every step (no memo handed on)."""
+
+    def _take_keys(self, st):
+        from tenantry.model.policies import KeyMemo
+
+        return KeyMemo()
+
+
+def test_keys_handed_on_change_no_pick():
+    """The key memo a step hands to the next (State.order_keys) changes no pick: on a floors
+    replica with an eviction cooldown, a tenant keyed while its evicted head cooled down must be
+    keyed again when the cooldown ends (the memo's ``volatile`` tenants; found by a random
+    search with that re-keying removed, which this workload then fails)."""
+    from tenantry.model.config import AdmissionConfig, CostConfig, EvictionConfig, OrderConfig, TenantConfig
+    from tenantry.model.workload import Request
+
+    cfg = Config(tenants=[TenantConfig(n, tier=1) for n in "abc"], num_blocks=7, max_num_seqs=4, token_budget=32,
+                 order=OrderConfig(policy="floors", tier_floors=(0.5, 0.5)), eviction=EvictionConfig(cooldown_steps=1),
+                 admission=AdmissionConfig(kv_cap=False), cost=CostConfig(mode="unit", unit_step_s=0.01))
+    rows = [("a", 0.005, 3, 28), ("b", 0.009, 12, 39), ("c", 0.01, 33, 25), ("c", 0.018, 15, 24),
+            ("a", 0.02, 35, 22), ("a", 0.023, 3, 32), ("a", 0.023, 40, 12), ("c", 0.044, 5, 22)]
+    wl = Workload(tuple(Request(j, *row) for j, row in enumerate(rows)))
+    model = _history_text(cfg, wl, ModelReplica, 5.0)
+    assert '"preempted"' in model  # the workload evicts, so heads cool down
+    assert model == _history_text(cfg, wl, lambda c: ModelReplica(c, variant=_FreshKeys), 5.0)
+
+
+def test_keys_are_handed_on_once_and_not_for_aging():
+    """A step from a backlogged vtc state takes the memo the state carries (a second step from the
+    same state keys afresh and does the same); aging's keys read the clock and are not handed on."""
+    wl = seed001_workload(seed=9)
+    for policy, carried in (("vtc", True), ("aging", False)):
+        cfg = apply_setup(seed001_config(wl.tenants), policy)
+        rep = ModelReplica(cfg)
+        for _ in drive(rep, wl, max_steps=400):
+            pass
+        st = rep.state
+        assert st.backlogged(), policy
+        assert bool(st.order_keys) is carried, policy
+        if carried:
+            a = model_step(cfg, st)
+            assert st.order_keys == []  # taken
+            b = model_step(cfg, st)
+            assert a[0] == b[0] and a[1] == b[1]
+
+
+def model_step(cfg, st):
+    from tenantry.model.step import step
+
+    return step(cfg, st)
+
+
+def test_check_matrix_is_byte_identical_with_the_frozen_step(tmp_path, monkeypatch):
+    """``tenantry check`` on three cells (budget 4, seed 5) writes the same matrix.json, byte for
+    byte, whether its runs step with the model or with the frozen copy (setups whose mechanisms
+    both implement): the fast step changes no evaluation, finding or score."""
+    from tenantry.adversaries import evaluate
+    from tenantry.adversaries.check import run_check
+    from tenantry.adversaries.search import Budget
+    from tenantry.model import simulate as sim
+
+    kw = dict(setups=["fcfs", "vtc", "drr_tokens"], patterns=["flood", "sybil"], seed=5, budget=Budget(4),
+              shrink_evaluations=0, plots="none", extras=False, progress=False, workers=1)
+    out = {}
+    for name in ("model", "frozen"):
+        evaluate._BASELINES.clear()  # each run computes its own baselines
+        with monkeypatch.context() as m:
+            if name == "frozen":
+                m.setattr(sim, "step", frozen_step.step)
+            run_check(out=tmp_path / "rep", **kw)  # one folder: the report names its path
+        out[name] = (tmp_path / "rep" / "matrix.json").read_bytes()
+    evaluate._BASELINES.clear()
+    assert out["model"] == out["frozen"]
+    cells = json.loads(out["model"])["cells"]
+    assert sorted((c["setup"], c["pattern"]) for c in cells) == sorted(
+        (s, p) for s in kw["setups"] for p in kw["patterns"])
+    assert sum(c["evaluations"] for c in cells) >= 20  # every cell evaluated, most more than once
