@@ -34,6 +34,7 @@ from tenantry.model.workload import Request, StepInput, Workload
 
 from . import invariants_claims as C
 from . import invariants_history as H
+from . import invariants_history_fair as HF
 from . import invariants_policy as P
 from . import invariants_state as S
 from .invariants_core import Finding, Invariant, ample_kv, caps_enforced, skip_budget_claimed, slot_caps_enforced
@@ -112,21 +113,21 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
     _inv("VTC-GAP", "backlogged tenants' normalised service differs by <= D/w_f + D/w_g", "7.2",
          lambda c: c.order.policy == "vtc" and c.order.lift and (ample_kv(c) or skip_budget_claimed(c)),
          _VTC_SRC,
-         state=P.check_vtc_gap, history=H.h_vtc_gap, needs=_STEPS),
+         state=P.check_vtc_gap, history=HF.h_vtc_gap, needs=_STEPS),
     _inv("NO-BANKED-CREDIT", "a newly backlogged tenant starts at >= the least backlogged counter; idle DRR "
          "tenants keep no deficit", "7.2",
          lambda c: (c.order.policy in ("vtc", "floors") and c.order.lift) or (
              c.order.policy in ("drr_tokens", "drr_block_seconds") and c.order.drr_reset_when_idle),
-         _VTC_SRC, state=P.check_no_banked_credit, history=H.h_no_banked_credit, needs=("steps", "books")),
+         _VTC_SRC, state=P.check_no_banked_credit, history=HF.h_no_banked_credit, needs=("steps", "books")),
     _inv("DRR-DEFICIT", "deficits within the carry bound (and (-D, q*w] with ample KV); service gap <= 2q + "
          "D/w_f + D/w_g", "7.2", _pol("drr_tokens", "drr_block_seconds"), _DRR_SRC,
-         state=P.check_drr_deficit, history=H.h_drr_deficit, needs=("steps", "deficits")),
+         state=P.check_drr_deficit, history=HF.h_drr_deficit, needs=("steps", "deficits")),
     _inv("FLOOR", "backlogged tiers' service per unit of floor differs by <= D/f_a + D/f_b", "7.2",
          lambda c: c.order.policy == "floors" and c.order.lift and (ample_kv(c) or skip_budget_claimed(c)),
          _VTC_SRC + " (applied to tiers)",
-         state=P.check_floor, history=H.h_floor, needs=_STEPS),
+         state=P.check_floor, history=HF.h_floor, needs=_STEPS),
     _inv("AGING", "no request is scheduled while one with smaller tier + rate*arrival_s waits", "7.2",
-         lambda c: c.order.policy == "aging" and ample_kv(c), state=P.check_aging, history=H.h_aging, needs=_STEPS),
+         lambda c: c.order.policy == "aging" and ample_kv(c), state=P.check_aging, history=HF.h_aging, needs=_STEPS),
     _inv("GUARD", "no request enters the batch while an overdue head that does not fit waits; the pool is "
          "reserved for it; no backlogged tenant is passed over more than guard_skips times", "7.2",
          lambda c: c.order.guard_steps is not None or c.order.guard_wait_s is not None

@@ -183,7 +183,8 @@ def test_strict_priority_starves_and_aging_does_not(policy, waits):
 
 def _worst_gap_ratio(history, cfg, policy):
     """Largest (normalised service gap growth over an interval) / (its bound), over tenant pairs."""
-    from tenantry.spec.invariants_history import HistoryContext, _runs
+    from tenantry.spec.invariants_history import HistoryContext
+    from tenantry.spec.invariants_history_fair import _runs
 
     h = HistoryContext(history, cfg)
     d, q = h.charge_bound, cfg.order.drr_quantum
