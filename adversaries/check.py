@@ -40,7 +40,7 @@ from tqdm import tqdm
 from tenantry.model.config import ConfigError
 from tenantry.model.history import History
 
-from .outdir import Interrupted, report_folder, shielded, stop_if_requested
+from .outdir import STOP_REQUESTED, Interrupted, report_folder, shielded, stop_if_requested
 from tenantry.model.setups import SETUPS, get_setup
 from .evaluate import System, Task, evaluate_batch, run_scenario, scenario_of, shrink_scenario
 from .patterns import PATTERNS, Scenario, get_pattern
@@ -376,8 +376,12 @@ def _extras(out: Path | None, systems: Sequence = (), proof_timeout_s: float = 2
             out_d[label] = f"not available ({e})"
             continue
         except Exception as e:  # an extra that crashes is reported, not fatal to the matrix
+            if STOP_REQUESTED.is_set():  # the crash is a Ctrl-C surfacing in a library (ctypes wraps it)
+                raise KeyboardInterrupt from None
             out_d[label] = f"error: {type(e).__name__}: {e}"
             continue
+        if STOP_REQUESTED.is_set():  # a Ctrl-C that a library swallowed: no report from a cut run
+            raise KeyboardInterrupt
         out_d[label] = text
         seconds[label] = round(time.monotonic() - t0, 1)
         if note:

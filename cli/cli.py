@@ -115,20 +115,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tenantry: error: {where}: {e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        for s in old:  # a second signal while the line is printed changes nothing
-            signal.signal(s, signal.SIG_IGN)
-        signum = got[0] if got else signal.SIGINT
-        word = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
-        detail, kept = getattr(e, "detail", ""), getattr(e, "kept", "")
-        print(f"tenantry: {word}{' ' + detail if detail else ''}; "
-              f"{kept or 'nothing was being written'}", file=sys.stderr)
-        return SIGNAL_EXIT.get(signum, 130)
+        return _interrupted(e, old, got)
+    except Exception as e:
+        if got:  # a signal surfacing as another exception (ctypes wraps one raised in a call into Z3)
+            return _interrupted(e, old, got)
+        raise
     finally:
         for s, h in old.items():
             signal.signal(s, h)
         from tenantry.adversaries.outdir import STOP_REQUESTED
 
         STOP_REQUESTED.clear()
+
+
+def _interrupted(e: BaseException, old: dict, got: list[int]) -> int:
+    """Print the one line of a stop by SIGINT / SIGTERM (what was kept) and return its exit status."""
+    for s in old:  # a second signal while the line is printed changes nothing
+        signal.signal(s, signal.SIG_IGN)
+    signum = got[0] if got else signal.SIGINT
+    word = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+    detail, kept = getattr(e, "detail", ""), getattr(e, "kept", "")
+    print(f"tenantry: {word}{' ' + detail if detail else ''}; "
+          f"{kept or 'nothing was being written'}", file=sys.stderr)
+    return SIGNAL_EXIT.get(signum, 130)
 
 
 if __name__ == "__main__":
