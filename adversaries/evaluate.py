@@ -426,8 +426,11 @@ class DaskExecutor(cf.Executor):
         self._cluster = None
         try:
             if address is None:
+                import logging
+
+                # quiet: on Ctrl-C the nannies would log each worker's KeyboardInterrupt as a traceback
                 self._cluster = LocalCluster(n_workers=num_workers or os.cpu_count() or 1, threads_per_worker=1,
-                                             processes=True, dashboard_address=None)
+                                             processes=True, dashboard_address=None, silence_logs=logging.CRITICAL)
                 self._client = Client(self._cluster)
             else:
                 self._client = Client(address, timeout=10)

@@ -24,7 +24,7 @@ import attrs
 
 from .config import Config, ConfigError
 from .history import FleetStepRecord, History
-from .setups import config_to_dict
+from .setups import config_to_dict, read_toml
 from .simulate import ModelReplica, Recorder, check_workload, drive
 from .state import State, prefix_keys
 from .step import Step
@@ -589,11 +589,8 @@ def load_fleet_toml(path: str, replica: Config) -> FleetConfig | None:
     Raises:
         ConfigError: naming the file, ``[fleet]``, the key and the value.
     """
-    import tomllib
-
     where = f"{path}: [fleet]"
-    with open(path, "rb") as f:
-        doc = tomllib.load(f)
+    doc = read_toml(path)
     table = doc.get("fleet")
     if table is None:
         return None

@@ -418,6 +418,32 @@ def _build(cls: type, table: dict[str, Any], where: str) -> Any:
         raise ConfigError(cls.__name__, table, str(e), where) from None
 
 
+#: Largest configuration file read (bytes): a replica's TOML is a few KB; an endless or
+#: binary input (``/dev/zero``) is refused instead of filling the memory.
+MAX_TOML_BYTES = 1 << 20
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML document in ``path``, read once and bounded (:data:`MAX_TOML_BYTES`).
+
+    Raises:
+        ConfigError: naming the file when it is larger than the bound, not UTF-8, or not TOML.
+        OSError: if it cannot be opened (the CLI names the path).
+    """
+    with open(path, "rb") as f:
+        raw = f.read(MAX_TOML_BYTES + 1)
+    if len(raw) > MAX_TOML_BYTES:
+        raise ConfigError("toml", str(path), f"larger than {MAX_TOML_BYTES >> 20} MiB: not a configuration file",
+                          str(path))
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError("toml", str(path), f"not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start})",
+                          str(path)) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("toml", str(path), f"not valid TOML ({e})", str(path)) from None
+
+
 def load_config_toml(path: str | Path) -> Config:
     """Read a replica configuration from a TOML file.
 
@@ -432,11 +458,7 @@ def load_config_toml(path: str | Path) -> Config:
         FileNotFoundError: if the file does not exist.
     """
     path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("toml", str(path), f"not valid TOML ({e})", str(path)) from None
+    doc = read_toml(path)
     known = set(_SECTIONS) | {"replica", "tenants", "fleet"}  # [fleet]: read by model.fleet.load_fleet_toml
     for key in doc:
         if key not in known:

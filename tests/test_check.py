@@ -280,8 +280,10 @@ def test_command_prints_the_matrix_writes_the_report_and_replays(tmp_path, capsy
     assert err.count("\n") == 0 and "cell.json" in err and "not valid JSON" in err
 
 
-def test_command_exits_nonzero_when_a_claimed_invariant_breaks(monkeypatch, capsys):
+def test_command_exits_nonzero_when_a_claimed_invariant_breaks(monkeypatch, capsys, tmp_path):
     from tenantry.adversaries import check as check_mod
+
+    monkeypatch.chdir(tmp_path)  # the default ./tenantry-check of a user's main job must not matter (or be touched)
 
     def fake_run_check(**kw):
         c = {"setup": "vtc", "pattern": "flood", "objective": "ttft_p99_inflation", "score": 2.0, "finding": False,

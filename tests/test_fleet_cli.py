@@ -131,3 +131,33 @@ def test_verify_says_why_a_fleet_invariant_is_not_checked_and_refuses_a_replica_
     bad.write_text("\n".join(lines) + "\n")
     code, out, err = run_cli(["verify", "--history", str(bad), "--out", str(tmp_path / "r2")], capsys)
     assert code == 2 and "replica=9" in err and "replicas 0..1" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_fleet_setup_keeps_its_fleet_when_a_flag_overrides_one_part(capsys, workload):
+    """--policy fleet_rr --router least_kv runs fleet_rr's 4 replicas behind least_kv (a fresh
+    user's run got one replica); --accounting alone keeps its router."""
+    code, out, err = run_cli(["simulate", "--policy", "fleet_rr", "--router", "least_kv", "--workload",
+                              str(workload)], capsys)
+    assert code == 0, err
+    assert "fleet: 4 replicas" in err and "fleet_rr+least_kv" in out
+    row = next(line for line in out.splitlines() if line.startswith("fleet_rr+least_kv") and "replica " in line)
+    assert row.split()[-5].endswith("%") and all(t.isdigit() for t in row.split()[-4:])  # 4 replicas' requests
+    code, out, err = run_cli(["simulate", "--policy", "fleet_tenant_affinity", "--accounting", "fleet",
+                              "--workload", str(workload)], capsys)
+    assert code == 0, err
+    assert "fleet: 4 replicas" in err and "fleet_tenant_affinity+tenant_affinity" in out
+
+
+def test_a_fleet_table_and_fleet_setups_together_are_one_line_error(capsys, workload):
+    code, out, err = run_cli(["simulate", "--config", str(EXAMPLE), "--policy", "fleet_rr", "fleet_tenant_affinity",
+                              "--workload", str(workload)], capsys)
+    assert code == 2 and err.count("\n") == 1 and "[fleet] table" in err and "fleet_rr" in err, err
+
+
+def test_a_config_that_is_endless_or_not_utf8_is_one_line_error(tmp_path, capsys):
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b'[replica]\nname = "caf\xe9"\n')
+    code, _, err = run_cli(["simulate", "--config", str(latin)], capsys)
+    assert code == 2 and err.count("\n") == 1 and "not UTF-8" in err and "latin.toml" in err, err
+    code, _, err = run_cli(["simulate", "--config", "/dev/zero"], capsys)  # read at most 1 MiB, then refused
+    assert code == 2 and err.count("\n") == 1 and "larger than 1 MiB" in err, err

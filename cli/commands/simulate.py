@@ -158,41 +158,66 @@ def format_fleet_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join([head, "-" * len(head)] + [line(b) for b in body])
 
 
-def fleet_routers(args: argparse.Namespace, table: FleetConfig | None) -> list[str] | None:
-    """The router policies to run (``--router``, else the ``[fleet]`` table's, else
-    round robin), or None for one replica (no fleet flag and no ``[fleet]`` table).
+def fleet_plan(args: argparse.Namespace, names: list[str], table: FleetConfig | None) -> dict[str, list[str]] | None:
+    """The router policies to run per ``--policy`` name, or None for one replica each (no
+    fleet flag, no ``[fleet]`` table, no fleet setup).  A fleet setup (``fleet_*``) brings its
+    own fleet: ``--replicas`` / ``--router`` / ``--accounting`` override only their part of
+    it; other names take ``--router``, else the ``[fleet]`` table's router, else round robin.
 
     Raises:
-        ConfigError: naming ``--router`` and the value.
+        ConfigError: naming ``--router`` and the value; naming ``--policy`` when fleet and
+            one-replica setups are mixed without a fleet flag, or ``--config`` when its
+            ``[fleet]`` table would replace the fleet setups' own fleets.
     """
-    if args.replicas is None and args.router is None and args.accounting is None and table is None:
+    parts = {n: SETUPS[n].fleet for n in names if n in SETUPS and SETUPS[n].fleet is not None}
+    flags = args.replicas is not None or args.router is not None or args.accounting is not None
+    if parts and table is not None:
+        raise ConfigError("--config", str(args.config), f"has a [fleet] table, and --policy names fleet setups "
+                          f"({', '.join(parts)}) that bring their own fleet; drop one of them")
+    if parts and len(parts) != len(names) and not flags:
+        one = [n for n in names if n not in parts]
+        raise ConfigError("--policy", " ".join(names), f"mixes fleet setups ({', '.join(parts)}) and one-replica "
+                          f"setups ({', '.join(one)}); run them apart, or give --replicas / --router for all")
+    if not parts and not flags and table is None:
         return None
     if args.router and "all" in args.router and len(args.router) > 1:
         raise ConfigError("--router", " ".join(args.router), "give 'all' alone, or a list of router names")
-    routers = list(ROUTERS) if args.router == ["all"] else (args.router or [table.router if table else "round_robin"])
-    for r in routers:
+    explicit = list(ROUTERS) if args.router == ["all"] else args.router
+    for r in explicit or ():
         if r not in ROUTERS:
             raise ConfigError("--router", r, f"unknown router; choose from {', '.join(ROUTERS)}, or all")
-    return list(dict.fromkeys(routers))
+    default = table.router if table else "round_robin"
+    return {n: list(dict.fromkeys(explicit or [parts[n].router if n in parts else default])) for n in names}
+
+
+def fleet_label(args: argparse.Namespace, name: str, router: str) -> str:
+    """A fleet run's name: a fleet setup run as it is keeps its name; otherwise ``policy+router``."""
+    if args.router is None and name in SETUPS and SETUPS[name].fleet is not None:
+        return name
+    return f"{name.split(' ')[0]}+{router}"
 
 
 def fleet_configs(args: argparse.Namespace, configs: list[tuple[str, Any]], table: FleetConfig | None,
-                  routers: list[str]) -> list[tuple[str, FleetConfig]]:
-    """The fleets to run, one per (policy, router): ``--replicas`` copies of each
-    policy's replica (with the ``[fleet]`` table's pools when it has one for that
-    many replicas, else the replica's pool for all), ``--accounting`` over the table's.
+                  plan: dict[str, list[str]]) -> list[tuple[str, FleetConfig]]:
+    """The fleets to run, one per (policy, router): a fleet setup's own fleet (its
+    replicas, accounting, load factor and affinity subsets; model.setups ``Setup.fleet``),
+    else ``--replicas`` copies of the policy's replica (with the ``[fleet]`` table's pools
+    when it has one for that many replicas, else the replica's pool for all); the flags
+    override their part.
 
     Raises:
         ConfigError: naming the flag and the value.
     """
-    n = args.replicas or (len(table.replicas) if table else 1)
-    pools = [c.num_blocks for c in table.replicas] if table and len(table.replicas) == n else None
-    accounting = args.accounting or (table.accounting if table else "replica")
-    kw = dict(load_factor=table.load_factor, affinity_replicas=table.affinity_replicas,
-              tenant_replicas=table.tenant_replicas) if table else {}
     out = []
     for name, cfg in configs:
-        for router in routers:
+        part = SETUPS[name].fleet if name in SETUPS else None
+        n = args.replicas or (part.replicas if part else len(table.replicas) if table else 1)
+        pools = [c.num_blocks for c in table.replicas] if table and len(table.replicas) == n else None
+        accounting = args.accounting or (part.accounting if part else table.accounting if table else "replica")
+        kw = (dict(load_factor=part.load_factor, affinity_replicas=part.affinity_replicas) if part else
+              dict(load_factor=table.load_factor, affinity_replicas=table.affinity_replicas,
+                   tenant_replicas=table.tenant_replicas) if table else {})
+        for router in plan[name]:
             reps = tuple(attrs.evolve(cfg, num_blocks=b) for b in (pools or [cfg.num_blocks] * n))
             try:
                 fc = FleetConfig(reps, router=router, accounting=accounting, **kw)
@@ -202,28 +227,8 @@ def fleet_configs(args: argparse.Namespace, configs: list[tuple[str, Any]], tabl
                 if flag is None:
                     raise
                 raise ConfigError(flag, getattr(args, flag[2:]) or e.value, f"{e.why} (policy {name})") from None
-            out.append((f"{name.split(' ')[0]}+{router}", fc))
+            out.append((fleet_label(args, name, router), fc))
     return out
-
-
-def setup_fleets(names: list[str], configs: list[tuple[str, Any]]) -> list[tuple[str, FleetConfig]] | None:
-    """The fleets of fleet setups named by ``--policy`` without a fleet flag: each setup's
-    fleet part (replicas, router, accounting, load factor) over its policies applied to the
-    replica (:func:`~tenantry.model.setups.apply_setup`), or None when no fleet setup is named.
-
-    Raises:
-        ConfigError: naming ``--policy`` when fleet and one-replica setups are mixed.
-    """
-    parts = {n: SETUPS[n].fleet for n in names if n in SETUPS and SETUPS[n].fleet is not None}
-    if not parts:
-        return None
-    if len(parts) != len(names):
-        one = [n for n in names if n not in parts]
-        raise ConfigError("--policy", " ".join(names), f"mixes fleet setups ({', '.join(parts)}) and one-replica "
-                          f"setups ({', '.join(one)}); run them apart, or give --replicas / --router for all")
-    return [(name, FleetConfig((cfg,) * parts[name].replicas, router=parts[name].router,
-                               accounting=parts[name].accounting, load_factor=parts[name].load_factor,
-                               affinity_replicas=parts[name].affinity_replicas)) for name, cfg in configs]
 
 
 def _check_writable(path: Path) -> None:
@@ -257,8 +262,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         names = list(DEFAULT_SETUPS)
     table = load_fleet_toml(args.config, base) if args.config else None
-    routers = fleet_routers(args, table)
-    fleet_names = None if routers is None else [f"{n.split(' ')[0]}+{r}" for n in names for r in routers]
+    plan = fleet_plan(args, names, table)
+    fleet_names = None if plan is None else [fleet_label(args, n, r) for n in names for r in plan[n]]
     inputs = [args.config, args.workload, args.burstgpt] + [_split(a, "")[0] for a in (args.azure or []) + (args.mooncake or [])]
     paths: dict[str, Path] = {}
     if args.history is not None:
@@ -278,9 +283,10 @@ def run(args: argparse.Namespace) -> int:
         configs = [(names[0], base)]
     else:
         configs = [(name, apply_setup(base, name)) for name in names]
-    fleets = None if routers is None else fleet_configs(args, configs, table, routers)
-    if fleets is None:
-        fleets = setup_fleets(names, configs)
+    fleets = None if plan is None else fleet_configs(args, configs, table, plan)
+    if fleets is not None and args.replicas is None and table is None and any(
+            len(fc.replicas) == 1 for _, fc in fleets):
+        print("note: a fleet of 1 replica (--router / --accounting without --replicas N)", file=sys.stderr)
     horizon = args.horizon or max(3 * workload.duration_s, workload.duration_s + 600.0)
     window = args.window or (workload.duration_s if workload.duration_s > 0 else horizon)
     print(f"workload: {len(workload)} requests from {len(workload.tenants)} tenants over {workload.duration_s:.1f}s; "
@@ -320,9 +326,11 @@ def run(args: argparse.Namespace) -> int:
         raise Interrupted(doing, "kept: " + (", ".join(written) if written else "no history written")) from None
     bar.close()
     if fleets is not None:
-        n = len(fleets[0][1].replicas)
-        print(f"fleet: {n} replicas, pools {' '.join(str(c.num_blocks) for c in fleets[0][1].replicas)} blocks",
-              file=sys.stderr)
+        for name, fc in fleets if len({(len(fc.replicas), tuple(c.num_blocks for c in fc.replicas))
+                                       for _, fc in fleets}) > 1 else fleets[:1]:
+            n = len(fc.replicas)
+            print(f"fleet{'' if len(fleets) == 1 else ' ' + name}: {n} replica{'s' if n != 1 else ''}, pools "
+                  f"{' '.join(str(c.num_blocks) for c in fc.replicas)} blocks", file=sys.stderr)
     print(format_table(results, window))
     if fleets is not None:
         print()
