@@ -177,32 +177,12 @@ def saturated_state(n_tenants: int, policy: str, max_num_seqs: int = 256, warm_s
     return cfg, st
 
 
-def in_step_decision_us(cfg: Config, st: Any, repeats: int = 5) -> tuple[float, int]:
+def in_step_decision_us(cfg: Config, st: Any, repeats: int = 5, warm: bool = False) -> tuple[float, int]:
     """Microseconds per admitted request of the waiting phase of one step whose batch starts
     empty (the order policy's decisions inside a step, memoised keys included), best of
-    ``repeats``, and the requests admitted per step."""
-    import time
-
-    from tenantry.model.step import Step
-
-    st = attrs.evolve(st, running=(), kv=attrs.evolve(st.kv, used_blocks=0),
-                      tenants=tuple(t._replace(running=0, blocks=0) for t in st.tenants))
-    best, admitted = math.inf, 0
-    for _ in range(repeats):
-        s = Step(cfg, st)
-        t0 = time.perf_counter()
-        s.schedule_waiting()
-        best = min(best, time.perf_counter() - t0)
-        admitted = len(s.planned)
-    return best / max(admitted, 1) * 1e6, admitted
-
-
-def warm_decision_us(cfg: Config, st: Any, repeats: int = 5) -> tuple[float, int]:
-    """:func:`in_step_decision_us` one step later: microseconds per admitted request of the
-    waiting phase of the step after one that filled the emptied batch, so that the order
-    policy's key memo that step handed on is warm, as in every step of a steady run but the
-    first (:class:`~tenantry.model.policies.KeyMemo`); best of ``repeats``, and the requests
-    admitted."""
+    ``repeats``, and the requests admitted per step.  ``warm``: the step after one that filled
+    the emptied batch, so that the key memo that step handed on is warm, as in every step of a
+    steady run but the first (:class:`~tenantry.model.policies.KeyMemo`)."""
     import time
 
     from tenantry.model.step import Step, step
@@ -211,13 +191,17 @@ def warm_decision_us(cfg: Config, st: Any, repeats: int = 5) -> tuple[float, int
                       tenants=tuple(t._replace(running=0, blocks=0) for t in st.tenants))
     best, admitted = math.inf, 0
     for _ in range(repeats):
-        nxt, _ = step(cfg, st)
-        s = Step(cfg, nxt)
+        s = Step(cfg, step(cfg, st)[0] if warm else st)
         t0 = time.perf_counter()
         s.schedule_waiting()
         best = min(best, time.perf_counter() - t0)
         admitted = len(s.planned)
     return best / max(admitted, 1) * 1e6, admitted
+
+
+def warm_decision_us(cfg: Config, st: Any, repeats: int = 5) -> tuple[float, int]:
+    """:func:`in_step_decision_us` with ``warm=True``."""
+    return in_step_decision_us(cfg, st, repeats, warm=True)
 
 
 def step_us(cfg: Config, st: Any, steps: int, repeats: int = 3) -> float:

@@ -104,7 +104,24 @@ def advanced(s: Sequence, computed_tokens: int, output_done: int, shared_keys: t
         first_scheduled_s, first_token_s, cached_tokens))
 
 
-class Running(_SequenceABC):
+class _AsTuple:
+    """For a read-only sequence that stands for a tuple (:meth:`as_tuple`): it hashes, prints
+    and pickles as that tuple (a pickled one comes back as the plain tuple)."""
+
+    def as_tuple(self) -> tuple:  # pragma: no cover - each class gives its own
+        raise NotImplementedError
+
+    def __hash__(self) -> int:
+        return hash(self.as_tuple())
+
+    def __repr__(self) -> str:
+        return repr(self.as_tuple())
+
+    def __reduce__(self):
+        return (tuple, (self.as_tuple(),))
+
+
+class Running(_AsTuple, _SequenceABC):
     """The running sequences in batch order, with decode progress accounted lazily
     (SPEC.md 3): a read-only sequence of :class:`Sequence`, equal (and hashing
     equal) to the tuple of its sequences, which is what every reader sees.
@@ -172,14 +189,7 @@ class Running(_SequenceABC):
             return self.as_tuple() == other
         return NotImplemented
 
-    def __hash__(self) -> int:
-        return hash(self.as_tuple())
-
-    def __repr__(self) -> str:
-        return repr(self.as_tuple())
-
-    def __reduce__(self):
-        return (tuple, (self.as_tuple(),))
+    __hash__ = _AsTuple.__hash__  # a class that defines __eq__ loses the inherited __hash__
 
 
 def decoded(s: Sequence, steps: int) -> Sequence:
@@ -261,7 +271,7 @@ _CHUNK = 1 << _CHUNK_BITS
 _MASK = _CHUNK - 1
 
 
-class TenantTable(_SequenceABC):
+class TenantTable(_AsTuple, _SequenceABC):
     """Per-tenant records (:class:`TenantState`) as a persistent vector: a read-only
     sequence equal (and hashing equal) to the tuple of its records, which is what every
     reader sees, stored as chunks of 64 so that a step that changes k tenants copies k
@@ -313,14 +323,7 @@ class TenantTable(_SequenceABC):
             return self.as_tuple() == other
         return NotImplemented
 
-    def __hash__(self) -> int:
-        return hash(self.as_tuple())
-
-    def __repr__(self) -> str:
-        return repr(self.as_tuple())
-
-    def __reduce__(self):
-        return (tuple, (self.as_tuple(),))
+    __hash__ = _AsTuple.__hash__  # a class that defines __eq__ loses the inherited __hash__
 
 
 class TenantEdits:
