@@ -331,7 +331,30 @@ def _call(fn, args, kwargs):
     return fn(*args, **kwargs)
 
 
-class RayExecutor(cf.Executor):
+class _ClusterExecutor(cf.Executor):
+    """What :class:`RayExecutor` and :class:`DaskExecutor` share: the cluster's tasks not
+    finished yet, kept so that a shutdown (Ctrl-C) can cancel them."""
+
+    def __init__(self) -> None:
+        self._pending: set = set()
+        self._lock = threading.Lock()
+
+    def _track(self, task) -> None:
+        with self._lock:
+            self._pending.add(task)
+
+    def _forget(self, task) -> None:
+        with self._lock:
+            self._pending.discard(task)
+
+    def _take_pending(self) -> list:
+        """The unfinished tasks, no longer tracked (a shutdown cancels them)."""
+        with self._lock:
+            out, self._pending = list(self._pending), set()
+        return out
+
+
+class RayExecutor(_ClusterExecutor):
     """Runs each call as a Ray task: on a local Ray instance it starts, or on an
     existing cluster.
 
@@ -366,26 +389,19 @@ class RayExecutor(cf.Executor):
             ray.init(address=address, **opts)
         self.slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._task = ray.remote(num_cpus=1, max_retries=0)(_call)
-        self._refs: set = set()  # tasks not finished yet (what a shutdown cancels)
-        self._lock = threading.Lock()
+        super().__init__()
 
     def submit(self, fn, /, *args, **kwargs):  # noqa: D102
         ref = self._task.remote(fn, args, kwargs)
-        with self._lock:
-            self._refs.add(ref)
+        self._track(ref)
         fut = ref.future()
         fut.add_done_callback(lambda _f, ref=ref: self._forget(ref))
         return fut
 
-    def _forget(self, ref) -> None:
-        with self._lock:
-            self._refs.discard(ref)
-
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Cancel what is left when asked (killing its worker processes), and stop
         the local instance this executor started (a joined cluster keeps running)."""
-        with self._lock:
-            refs, self._refs = list(self._refs), set()
+        refs = self._take_pending()
         if cancel_futures:
             for ref in refs:
                 try:
@@ -397,7 +413,7 @@ class RayExecutor(cf.Executor):
             self._own = False
 
 
-class DaskExecutor(cf.Executor):
+class DaskExecutor(_ClusterExecutor):
     """Runs each call as a Dask task (``dask.distributed``): on a local cluster it
     starts, or on a running scheduler.
 
@@ -439,13 +455,11 @@ class DaskExecutor(cf.Executor):
                 self._cluster.close()
             raise ConfigError("--executor", where, f"cannot reach the Dask scheduler: {e}") from None
         self.slots = max(1, sum(self._client.nthreads().values()))
-        self._futures: set = set()
-        self._lock = threading.Lock()
+        super().__init__()
 
     def submit(self, fn, /, *args, **kwargs):  # noqa: D102
         f = self._client.submit(_call, fn, args, kwargs, pure=False, retries=0)
-        with self._lock:
-            self._futures.add(f)
+        self._track(f)
         out: cf.Future = cf.Future()
 
         def done(g, out=out) -> None:
@@ -461,15 +475,10 @@ class DaskExecutor(cf.Executor):
         f.add_done_callback(done)
         return out
 
-    def _forget(self, f) -> None:
-        with self._lock:
-            self._futures.discard(f)
-
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Cancel what is left when asked, and stop the local cluster this executor
         started (a joined scheduler keeps running)."""
-        with self._lock:
-            futures, self._futures = list(self._futures), set()
+        futures = self._take_pending()
         if cancel_futures and futures:
             try:
                 self._client.cancel(futures, force=True)
