@@ -28,7 +28,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import threading
-from typing import Any, Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -413,6 +414,23 @@ class RayExecutor(_ClusterExecutor):
             self._own = False
 
 
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored inside (main thread only; elsewhere nothing changes), so that processes
+    started meanwhile inherit SIG_IGN.  A Ctrl-C inside is lost: keep it short (a local Dask
+    cluster's start, about a second)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 class DaskExecutor(_ClusterExecutor):
     """Runs each call as a Dask task (``dask.distributed``): on a local cluster it
     starts, or on a running scheduler.
@@ -444,9 +462,13 @@ class DaskExecutor(_ClusterExecutor):
             if address is None:
                 import logging
 
-                # quiet: on Ctrl-C the nannies would log each worker's KeyboardInterrupt as a traceback
-                self._cluster = LocalCluster(n_workers=num_workers or os.cpu_count() or 1, threads_per_worker=1,
-                                             processes=True, dashboard_address=None, silence_logs=logging.CRITICAL)
+                # A terminal's Ctrl-C goes to the whole process group: workers started while SIGINT is
+                # ignored keep ignoring it (Python leaves an inherited SIG_IGN alone), so only this
+                # process stops the run and no worker prints a KeyboardInterrupt traceback; quiet logs too.
+                with _sigint_ignored():
+                    self._cluster = LocalCluster(n_workers=num_workers or os.cpu_count() or 1, threads_per_worker=1,
+                                                 processes=True, dashboard_address=None,
+                                                 silence_logs=logging.CRITICAL)
                 self._client = Client(self._cluster)
             else:
                 self._client = Client(address, timeout=10)

@@ -33,6 +33,9 @@ from .workload import Request, StepInput, Workload, as_workload
 #: Accounting modes (SPEC.md 5.3): ``replica``: every replica keeps its own counters;
 #: ``fleet``: one set of VTC counters shared by the router and every replica.
 ACCOUNTING = ("replica", "fleet")
+#: Most replicas a fleet may have: far beyond a lockstep simulation's reach on one machine,
+#: and a typo (``--replicas 1000000``) is refused before a million replicas are built.
+MAX_REPLICAS = 1024
 
 
 def _subsets(d: Any) -> dict[str, tuple[Any, ...]]:
@@ -86,6 +89,8 @@ class FleetConfig:
     def __attrs_post_init__(self) -> None:
         if not self.replicas:
             raise ConfigError("replicas", 0, "a fleet needs at least one replica")
+        if len(self.replicas) > MAX_REPLICAS:
+            raise ConfigError("replicas", len(self.replicas), f"at most {MAX_REPLICAS} replicas")
         if self.router not in ROUTERS:
             raise ConfigError("router", self.router, f"unknown router; choose from {', '.join(ROUTERS)}")
         if self.accounting not in ACCOUNTING:
@@ -601,8 +606,8 @@ def load_fleet_toml(path: str, replica: Config) -> FleetConfig | None:
         if key not in known:
             raise ConfigError(key, table[key], f"unknown key; expected one of {', '.join(sorted(known))}", where)
     n = table.get("replicas", 1)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError("replicas", n, "must be an integer >= 1", where)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REPLICAS:
+        raise ConfigError("replicas", n, f"must be an integer from 1 to {MAX_REPLICAS}", where)
     pools = table.get("num_blocks", [replica.num_blocks] * n)
     if not isinstance(pools, list) or len(pools) != n:
         raise ConfigError("num_blocks", pools, f"give a list of {n} pool sizes, one per replica", where)

@@ -73,7 +73,8 @@ def test_bad_fleet_flags_are_one_line(capsys, workload, flags, needle):
 
 
 @pytest.mark.parametrize("line, needle", [
-    ("replicas = 0", "[fleet]: replicas=0: must be an integer >= 1"),
+    ("replicas = 0", "[fleet]: replicas=0: must be an integer from 1 to 1024"),
+    ("replicas = 1000000", "[fleet]: replicas=1000000: must be an integer from 1 to 1024"),
     ("router = 'magic'", "[fleet]: router='magic': unknown router"),
     ("num_blocks = [4096, 4096]", "[fleet]: num_blocks=[4096, 4096]: give a list of 1 pool sizes"),
     ("colour = 1", "[fleet]: colour=1: unknown key"),
@@ -162,3 +163,10 @@ def test_a_config_that_is_endless_or_not_utf8_is_one_line_error(tmp_path, capsys
     assert code == 2 and err.count("\n") == 1 and "not UTF-8" in err and "latin.toml" in err, err
     code, _, err = run_cli(["simulate", "--config", "/dev/zero"], capsys)  # read at most 1 MiB, then refused
     assert code == 2 and err.count("\n") == 1 and "larger than 1 MiB" in err, err
+
+
+def test_replicas_beyond_the_cap_are_refused_before_anything_is_built(capsys):
+    """--replicas 1000000 grew past 1.6 GB building replicas before it was refused."""
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", "--replicas", "1000000"])
+    assert e.value.code == 2 and "at most 1024 replicas" in capsys.readouterr().err

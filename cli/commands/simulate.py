@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon", type=positive_float, default=None, help="stop the run at this time (seconds); default 3x the last arrival, at least 600 s after it")
     p.add_argument("--window", type=positive_float, default=None, help="'finished in time' and throughput window (seconds); default: the last arrival")
     p.add_argument("--seed", type=non_negative_int, default=9, help="seed of the synthetic default workload (default 9)")
-    p.add_argument("--replicas", type=positive_int, default=None,
+    p.add_argument("--replicas", type=replica_count, default=None,
                    help="run a fleet of N replicas of the configuration behind a router (default: the --config "
                         "file's [fleet] table, else one replica)")
     p.add_argument("--router", nargs="+", default=None,
@@ -156,6 +156,16 @@ def format_fleet_table(rows: list[dict[str, Any]]) -> str:
     line = lambda r: "  ".join(x.ljust(w) if i < 2 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))).rstrip()
     head = line(heads)
     return "\n".join([head, "-" * len(head)] + [line(b) for b in body])
+
+
+def replica_count(text: str) -> int:
+    """``--replicas``: a whole number from 1 to :data:`~tenantry.model.fleet.MAX_REPLICAS`."""
+    from tenantry.model.fleet import MAX_REPLICAS
+
+    n = positive_int(text)
+    if n > MAX_REPLICAS:
+        raise argparse.ArgumentTypeError(f"{text}: at most {MAX_REPLICAS} replicas")
+    return n
 
 
 def fleet_plan(args: argparse.Namespace, names: list[str], table: FleetConfig | None) -> dict[str, list[str]] | None:
