@@ -207,12 +207,22 @@ def select_round_robin(view: SelectView) -> int | None:
     """Request round robin: the first candidate at or after ``rr_next``, cyclically.
 
     One request per tenant per turn, whatever its size: the naive baseline.
+
+    Cost: with m candidates in a set and m * m > tenants, the indices r, r + 1,
+    ... are tried, at most m of them (O(tenants / m) expected when the
+    candidates are spread); otherwise, or when those hold none, one pass over
+    the candidates, O(m).  The pick is the same either way.
     """
     if not view.candidates:
         return None
-    r = view.rr_next
-    after = [i for i in view.candidates if i >= r]
-    return min(after) if after else min(view.candidates)
+    r, cands, n = view.rr_next, view.candidates, len(view.tenants)
+    m = len(cands)
+    if isinstance(cands, (set, frozenset)) and m * m > n:  # many candidates: one is near r
+        for i in range(r, min(r + m, n)):
+            if i in cands:
+                return i
+    after = [i for i in cands if i >= r]
+    return min(after) if after else min(cands)
 
 
 def key_vtc(view: SelectView, i: int) -> tuple:
@@ -285,9 +295,13 @@ def select_priority(view: SelectView) -> int | None:
 
 
 def key_aging(view: SelectView, i: int) -> tuple:
+    """``tier + aging_rate_per_s * arrival_s`` of the head, then its ``arrival_seq``: the
+    head's effective tier at ``t_s`` (``tier - aging_rate_per_s * (t_s - arrival_s)``)
+    plus ``aging_rate_per_s * t_s``, the same for every tenant, so it orders tenants as
+    the effective tier does (exactly so in real arithmetic, SPEC.md 4.3) and does not
+    read the clock: a memo of these keys outlives its step."""
     h = _head(view, i)
-    rate = view.config.order.aging_rate_per_s
-    return (view.config.tenants[i].tier - rate * (view.t_s - h.request.arrival_s), h.arrival_seq)
+    return (view.config.tenants[i].tier + view.config.order.aging_rate_per_s * h.request.arrival_s, h.arrival_seq)
 
 
 def select_aging(view: SelectView) -> int | None:
@@ -306,8 +320,8 @@ def _tier_of(view: SelectView, i: int) -> int:
 #: Key functions whose keys depend only on the tenant's record, the configuration and the
 #: step index through a head in cooldown (``key_drr`` also on the step's provisional charges,
 #: which the step marks dirty before it hands the memo on): a :class:`KeyMemo` of these
-#: may outlive its step.  Not ``key_aging`` (it reads the clock).
-STEP_INVARIANT_KEYS = frozenset({key_fcfs, key_vtc, key_drr, key_priority})
+#: may outlive its step.
+STEP_INVARIANT_KEYS = frozenset({key_fcfs, key_vtc, key_drr, key_priority, key_aging})
 
 
 def select_floors(view: SelectView) -> int | None:

@@ -181,6 +181,27 @@ def test_strict_priority_starves_and_aging_does_not(policy, waits):
     assert tuple(got) == waits
 
 
+def test_aging_ties_in_effective_tier_go_to_the_older_head_whatever_the_clock():
+    """Two heads with the same effective tier in real arithmetic (tier 0 queued at 10 s, tier 1 at
+    0 s, 0.1 tier per second): aging picks the older one at every step start.  The effective tier
+    computed with the clock, ``tier - rate * (t_s - arrival_s)``, rounds the tie away at some
+    starts (at 20.73 s the younger tier-0 head would win by 2e-16)."""
+    from tenantry.model.state import initial_state
+    from tenantry.model.step import Step
+
+    cfg = Config((TenantConfig("hi", tier=0), TenantConfig("lo", tier=1)), num_blocks=64, max_num_seqs=1,
+                 token_budget=64, max_context_tokens=64, order=OrderConfig(policy="aging", aging_rate_per_s=0.1),
+                 cost=CostConfig(mode="unit", unit_step_s=1.0))
+    assert 0 - 0.1 * (20.73 - 10.0) < 1 - 0.1 * (20.73 - 0.0)  # the rounding the clock-free key avoids
+    picks = {}
+    for t_s in (10.74, 20.73, 31.1):  # both queued, the pick planned at a step starting at t_s
+        s = Step(cfg, attrs.evolve(initial_state(cfg), t_s=t_s))
+        s.arrive(Request(1, "lo", 0.0, 16, 1))
+        s.arrive(Request(2, "hi", 10.0, 16, 1))
+        picks[t_s] = cfg.tenants[s.policy.select(s._view(set(s.backlogged)))].name
+    assert picks == {10.74: "lo", 20.73: "lo", 31.1: "lo"}
+
+
 def _worst_gap_ratio(history, cfg, policy):
     """Largest (normalised service gap growth over an interval) / (its bound), over tenant pairs."""
     from tenantry.spec.invariants_history import HistoryContext

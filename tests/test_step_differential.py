@@ -371,11 +371,11 @@ def test_keys_handed_on_change_no_pick():
     assert model == _history_text(cfg, wl, lambda c: ModelReplica(c, variant=_FreshKeys), 5.0)
 
 
-def test_keys_are_handed_on_once_and_not_for_aging():
-    """A step from a backlogged vtc state takes the memo the state carries (a second step from the
-    same state keys afresh and does the same); aging's keys read the clock and are not handed on."""
+def test_keys_are_handed_on_once_and_not_for_round_robin():
+    """A step from a backlogged vtc or aging state takes the memo the state carries (a second step
+    from the same state keys afresh and does the same); round robin keys nothing and hands nothing on."""
     wl = seed001_workload(seed=9)
-    for policy, carried in (("vtc", True), ("aging", False)):
+    for policy, carried in (("vtc", True), ("aging", True), ("round_robin", False)):
         cfg = apply_setup(seed001_config(wl.tenants), policy)
         rep = ModelReplica(cfg)
         for _ in drive(rep, wl, max_steps=400):
