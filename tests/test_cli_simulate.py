@@ -126,6 +126,17 @@ def test_a_config_files_own_policy_is_used_when_no_policy_is_named(tmp_path, cap
     assert policies == {"floors"}
 
 
+def test_a_config_with_its_own_tenants_and_no_workload_says_to_give_one(capsys):
+    """examples/fleet.toml names tenants a and b; without --workload the default (seed-001) workload
+    names bulk, app and chat: one line that says so and what to give, before any run."""
+    fleet = EXAMPLE.parent / "fleet.toml"
+    code, out, err = run_cli(["simulate", "--config", str(fleet)], capsys)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "--workload" in err and "bulk" in err and "a, b" in err and "workload:" not in out
+    code, out, err = run_cli(["simulate", "--config", str(EXAMPLE), "--horizon", "5"], capsys)
+    assert code == 0, err  # replica.toml's tenants are seed-001's: the default workload runs on it
+
+
 def test_read_history_rejects_negative_counts_and_steps_that_go_back(tmp_path):
     from tenantry.model.config import ConfigError
     from tenantry.model.history import read_history, write_history

@@ -286,9 +286,13 @@ def run(args: argparse.Namespace) -> int:
     workload = load_workload(args, base.block_size_tokens if base else 16)
     if not len(workload):
         raise ConfigError("workload", 0, "no requests to run (empty file, or --max-rows too small?)")
+    seed001 = not (args.workload or args.azure or args.mooncake or args.azure_pair or args.burstgpt)
     if base is None:
-        seed001 = not (args.workload or args.azure or args.mooncake or args.azure_pair or args.burstgpt)
         base = seed001_config(workload.tenants) if seed001 else default_config(workload.tenants)
+    elif seed001 and not set(workload.tenants) <= {t.name for t in base.tenants}:
+        raise ConfigError("--config", str(args.config), f"has tenants {', '.join(t.name for t in base.tenants)}, "
+                          f"and without --workload the run is seed-001's synthetic workload, whose tenants are "
+                          f"{', '.join(workload.tenants)}: give --workload FILE with requests of your tenants")
     if args.config and not args.policy:
         configs = [(names[0], base)]
     else:
