@@ -150,6 +150,16 @@ def test_a_fleet_setup_keeps_its_fleet_when_a_flag_overrides_one_part(capsys, wo
     assert any(line.split()[:2] == ["fleet_tenant_affinity", "fleet"] for line in out.splitlines())  # accounting
 
 
+def test_one_fleet_line_for_several_alike_fleets_names_none_of_them(capsys, workload):
+    """vtc and fcfs behind one router on the same 2 replicas: one 'fleet (each of the 2)' line, not a
+    line headed by the first fleet's name as if it were the only one (a fresh user's reading)."""
+    code, out, err = run_cli(["simulate", "--replicas", "2", "--router", "round_robin", "--policy", "vtc", "fcfs",
+                              "--workload", str(workload)], capsys)
+    assert code == 0, err
+    heads = [line for line in err.splitlines() if line.startswith("fleet")]
+    assert len(heads) == 1 and heads[0].startswith("fleet (each of the 2): 2 replicas"), heads
+
+
 def test_a_fleet_table_and_fleet_setups_together_are_one_line_error(capsys, workload):
     code, out, err = run_cli(["simulate", "--config", str(EXAMPLE), "--policy", "fleet_rr", "fleet_tenant_affinity",
                               "--workload", str(workload)], capsys)

@@ -340,10 +340,11 @@ def run(args: argparse.Namespace) -> int:
         raise Interrupted(doing, "kept: " + (", ".join(written) if written else "no history written")) from None
     bar.close()
     if fleets is not None:
-        for name, fc in fleets if len({(len(fc.replicas), tuple(c.num_blocks for c in fc.replicas))
-                                       for _, fc in fleets}) > 1 else fleets[:1]:
+        alike = len({(len(fc.replicas), tuple(c.num_blocks for c in fc.replicas)) for _, fc in fleets}) == 1
+        for name, fc in fleets[:1] if alike else fleets:
             n = len(fc.replicas)
-            print(f"fleet{'' if len(fleets) == 1 else ' ' + name}: {n} replica{'s' if n != 1 else ''}, pools "
+            label = "" if len(fleets) == 1 else f" (each of the {len(fleets)})" if alike else " " + name
+            print(f"fleet{label}: {n} replica{'s' if n != 1 else ''}, pools "
                   f"{' '.join(str(c.num_blocks) for c in fc.replicas)} blocks", file=sys.stderr)
     print(format_table(results, window))
     if fleets is not None:
