@@ -550,7 +550,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         gate = _Gate()
         started = [0]
         start_lock = threading.Lock()
-        bar = tqdm(total=len(keys), desc=f"tenantry {kind}", unit="cell", disable=not progress, dynamic_ncols=True)
+        bar = None  # made once the executor is up (an unreachable cluster is one line, no bar)
 
         spent = {"seconds": 0.0, "evaluations": 0}  # cell-thread seconds and evaluations of the cells done
 
@@ -586,6 +586,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
                 ex = make_executor(workers, executor_kind)
             if cell_threads is None and workers is None and executor_slots(ex):  # a cluster: as many cells as CPUs
                 n_threads[0] = max(n_threads[0], executor_slots(ex))
+            bar = tqdm(total=len(keys), desc=f"tenantry {kind}", unit="cell", disable=not progress,
+                       dynamic_ncols=True)
             try:
                 _cells_in_threads(keys, one, n_threads[0], done)
             finally:

@@ -4,8 +4,9 @@
 Run on demand (not a test):  python benchmarks/bench_fast.py [--quick] [--only simulate tenants running spread evaluations]
 
 * simulate: ``tenantry simulate``'s default work (the seed-001 workload, 2,827
-  requests, under fcfs, rate_limit and vtc, step records kept), seconds, new
-  and frozen step; and the seed's own unchecked ``fairness.py`` (extracted from
+  requests, under fcfs, rate_limit and vtc; no step records, as the command
+  keeps none without ``--history``; then the same with step records kept),
+  seconds, new and frozen step; and the seed's own unchecked ``fairness.py`` (extracted from
   ../shared/seeds/001_*.txt when present) run in a subprocess, for the ratio
   the issue asks about;
 * step at N tenants: microseconds per ``step()`` on a saturated replica
@@ -102,12 +103,14 @@ def bench_simulate(repeats: int, quick: bool) -> None:
     wl = seed001_workload(seed=9)
     horizon = 60.0 if quick else max(3 * wl.duration_s, wl.duration_s + 600.0)
     cfgs = [apply_setup(seed001_config(wl.tenants), n) for n in ("fcfs", "rate_limit", "vtc")]
-    t = best_of(lambda: [sim.simulate(c, wl, horizon_s=horizon) for c in cfgs], repeats)
+    t = best_of(lambda: [sim.simulate(c, wl, horizon_s=horizon, record_steps=False) for c in cfgs], repeats)
     print(line(f"simulate seed-001 x3 policies{' (60 s)' if quick else ''}", t))
+    t_rec = best_of(lambda: [sim.simulate(c, wl, horizon_s=horizon) for c in cfgs], repeats)
+    print(line("  the same, step records kept", t_rec))
     f = None if quick else min(fairness_py_seconds() or float("inf") for _ in range(repeats))
     if f is not None and f != float("inf"):
-        print(f"{'  seed fairness.py':<34} {f:.3f} s: new/fairness.py {t['new'] / f:.1f}, "
-              f"frozen/fairness.py {t['frozen'] / f:.1f}")
+        print(f"{'  seed fairness.py':<34} {f:.3f} s: new/fairness.py {t['new'] / f:.1f} "
+              f"({t_rec['new'] / f:.1f} with records), frozen/fairness.py {t['frozen'] / f:.1f}")
 
 
 def _run_steps(cfg: Config, st, steps: int) -> None:

@@ -92,3 +92,19 @@ def test_the_executor_flag_is_checked_before_any_work():
             executor(bad)
     with pytest.raises(ConfigError):
         make_executor(1, "spark:1.2.3.4")
+
+
+def test_no_progress_bar_starts_before_the_executor_is_up(tmp_path, monkeypatch, capsys):
+    """An executor that cannot start (an unreachable cluster) is the one line of its error: no
+    '0%' bar drawn before it and closed after it, and no report folder left behind."""
+    from tenantry.adversaries import evaluate
+
+    def unreachable(workers, kind):
+        raise ConfigError("--executor", kind, "cannot reach the Dask scheduler")
+
+    monkeypatch.setattr(evaluate, "make_executor", unreachable)
+    with pytest.raises(ConfigError, match="cannot reach"):
+        run_check(out=tmp_path / "r", **{**TINY, "progress": True}, executor_kind="dask:tcp://127.0.0.1:9")
+    err = capsys.readouterr().err
+    assert "0%" not in err and "cell/s" not in err, err
+    assert not (tmp_path / "r").exists()
