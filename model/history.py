@@ -447,17 +447,22 @@ def read_text(path: str | os.PathLike) -> str:
 def json_lines(path: str | os.PathLike) -> Iterator[tuple[str, dict]]:
     """Yield (``file:line``, object) for each non-blank line, as a stream (:func:`text_lines`);
     bad JSON is a ConfigError."""
-    for n, line in text_lines(path):
+    for n, text in text_lines(path):
         where = f"{path}:{n}"
-        line = line.rstrip("\r\n")
+        line = text.rstrip("\r\n")
         if not line.strip():
             continue
+        array = ("; this is a JSON array: the format is JSON Lines, one object per line (jq -c '.[]' converts "
+                 "an array)") if line.lstrip().startswith("[") else ""
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ConfigError("json", line[:60], f"bad JSON: {e.msg} at column {e.colno}", where) from None
+            at = e.msg if e.msg.endswith(" at") else e.msg + " at"  # "Unterminated string starting at"
+            cut = ("; its last line has no line ending: the file looks truncated (cut off mid-line)"
+                   if not text.endswith("\n") else "")
+            raise ConfigError("json", line[:60], f"bad JSON: {at} column {e.colno}{array}{cut}", where) from None
         if not isinstance(obj, dict):
-            raise ConfigError("json", line[:60], "each line must be a JSON object", where)
+            raise ConfigError("json", line[:60], f"each line must be a JSON object{array}", where)
         yield where, obj
 
 
@@ -657,13 +662,17 @@ def read_history(path: str | os.PathLike) -> History:
     Step lines are optional (a history from request logs alone has none).
 
     Raises:
-        ConfigError: naming the file, line and field on malformed input.
+        ConfigError: naming the file, line and field on malformed input; an
+            empty file; a file that looks truncated (a last line cut off
+            mid-way, fewer request lines than the header's ``requests``, or
+            step lines and no request line at all), naming its last line.
     """
     header: dict[str, Any] | None = None
     steps: list[StepRecord] = []
     fleet_steps: list[FleetStepRecord] = []
     requests: list[RequestRecord] = []
     last: dict[int | None, StepRecord] = {}  # the previous step of each replica (a fleet history, 6.2)
+    where = None
     for where, obj in json_lines(path):
         kind = obj.get("kind")
         if kind == "header":
@@ -686,5 +695,27 @@ def read_history(path: str | os.PathLike) -> History:
             requests.append(_record(RequestRecord, obj, where))
         else:
             raise ConfigError("kind", kind, "must be header, step, fleet_step or request", where)
+    _complete(path, where, header, steps, requests)
     return History(header=header or {}, steps=tuple(steps), requests=tuple(sorted(requests, key=lambda r: r.request_id)),
                    fleet_steps=tuple(fleet_steps))
+
+
+def _complete(path: Any, last: str | None, header: dict | None, steps: list, requests: list) -> None:
+    """Refuse a history that is empty or looks truncated (see :func:`read_history`); ``last`` is
+    ``file:line`` of its last record, or None when it has none."""
+    if last is None:
+        raise ConfigError("lines", 0, "empty file: a history is a header line, then step lines and request "
+                          "lines (SPEC.md 6)", str(path))
+    want = (header or {}).get("requests")
+    kind = "request" if requests else "step" if steps else "header"
+    ends = f"the file ends after this {kind} line"
+    if kind == "step" and (steps[-1].running or any(steps[-1].queued.values())):
+        s = steps[-1]
+        ends += f", with requests in flight (step {s.step_index}: {len(s.running)} running, " \
+                f"{sum(s.queued.values())} queued)"
+    if _is_count(want) and len(requests) < want:
+        raise ConfigError("request records", len(requests), f"the header says {want}, but {ends}: it looks "
+                          "truncated (cut before its end)", last)
+    if steps and not requests and want is None:
+        raise ConfigError("request records", 0, f"{len(steps)} step lines and no request line, and {ends}: it "
+                          "looks truncated (request lines follow the steps)", last)
