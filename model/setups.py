@@ -385,7 +385,7 @@ def config_from_dict(d: dict[str, Any], where: str = "history header") -> Config
         raise ConfigError("config", d if len(repr(d)) <= 60 else type(d).__name__,
                           "must be an object (a configuration's fields)", where)
     tenants = d.get("tenants")
-    if not isinstance(tenants, list) or not tenants or not all(isinstance(t, dict) for t in tenants):
+    if not isinstance(tenants, (list, tuple)) or not tenants or not all(isinstance(t, dict) for t in tenants):
         raise ConfigError("config.tenants", tenants if len(repr(tenants)) <= 60 else type(tenants).__name__,
                           "must be a non-empty list of tenant objects", where)
     for key in _SECTIONS:
