@@ -258,3 +258,10 @@ def test_header_of_the_wrong_shape_is_one_line(tmp_path, clean, capsys):
         hdr = {k: v for k, v in objs[0].items() if k != "config"} if cfg is None else {**objs[0], "config": cfg}
         err = _refused(tmp_path, capsys, _write_lines(tmp_path / f"{name}.jsonl", [hdr] + objs[1:]))
         assert f"{name}.jsonl" in err and words in err
+
+
+def test_step_naming_an_unknown_tenant_names_its_line(tmp_path, clean, capsys):
+    objs = _lines_of(clean)
+    i, objs = _step_with(objs, queued={**objs[1]["queued"], "zed": 0})
+    err = _refused(tmp_path, capsys, _write_lines(tmp_path / "zed.jsonl", objs))
+    assert f"zed.jsonl:{i + 1}: queued='zed': step 0 names a tenant that the header's configuration does not" in err

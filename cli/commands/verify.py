@@ -146,20 +146,18 @@ def _history_tenants(path: str, history: Any, config: Any, config_path: str | No
     if not names:
         return
     known = set(names)
+    def line_of(kind: str, key: str, value: Any) -> str:  # file:line of that record (only on an error path)
+        return next((w for w, obj in json_lines(path) if obj.get("kind") == kind and obj.get(key) == value), str(path))
+
     bad = next((r for r in history.requests if r.tenant not in known), None)
     if bad is not None:
-        where = str(path)
-        for w, obj in json_lines(path):  # find its line (only on this error path)
-            if obj.get("kind") == "request" and obj.get("request_id") == bad.request_id:
-                where = w
-                break
         raise ConfigError("tenant", bad.tenant, f"request {bad.request_id} names a tenant that {source} does not "
-                          f"(tenants: {', '.join(sorted(known))})", where)
+                          f"(tenants: {', '.join(sorted(known))})", line_of("request", "request_id", bad.request_id))
     for s in history.steps:
         extra = sorted(set(s.queued) - known)
         if extra:
-            raise ConfigError("tenant", extra[0], f"step {s.step_index} names a tenant that {source} does not "
-                              f"(tenants: {', '.join(sorted(known))})", str(path))
+            raise ConfigError("queued", extra[0], f"step {s.step_index} names a tenant that {source} does not "
+                              f"(tenants: {', '.join(sorted(known))})", line_of("step", "step_index", s.step_index))
 
 
 def run_history(args: argparse.Namespace) -> int:
