@@ -611,8 +611,8 @@ def _is_pair(v: Any) -> bool:
     return isinstance(v, list) and len(v) == 2 and all(_is_count(x) for x in v)
 
 
-def _is_block_id(v: Any) -> bool:
-    return _is_count(v) or isinstance(v, str)
+def _is_block_id(v: Any) -> bool:  # an adapter's block number or a model's key (any int, or a string)
+    return isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
 
 
 #: The JSON shape of each structured field of a step and fleet_step line: (test, what it must be).  A
@@ -631,7 +631,7 @@ _SHAPES = {
         "events": (lambda v: v is None or isinstance(v, list), "a list of event objects"),
         "held": (_map_of(_is_count), "an object of request id: KV blocks (integers >= 0)"),
         "block_ids": (_map_of(_list_of(_is_block_id)),
-                      "an object of request id: list of block ids (integers >= 0 or strings)"),
+                      "an object of request id: list of block ids (integers or strings)"),
         "reserved": (_is_count, "a request id (an integer >= 0) or null"),
     },
     FleetStepRecord: {
