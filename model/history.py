@@ -447,17 +447,22 @@ def read_text(path: str | os.PathLike) -> str:
 def json_lines(path: str | os.PathLike) -> Iterator[tuple[str, dict]]:
     """Yield (``file:line``, object) for each non-blank line, as a stream (:func:`text_lines`);
     bad JSON is a ConfigError."""
-    for n, line in text_lines(path):
+    for n, text in text_lines(path):
         where = f"{path}:{n}"
-        line = line.rstrip("\r\n")
+        line = text.rstrip("\r\n")
         if not line.strip():
             continue
+        array = ("; this is a JSON array: the format is JSON Lines, one object per line (jq -c '.[]' converts "
+                 "an array)") if line.lstrip().startswith("[") else ""
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ConfigError("json", line[:60], f"bad JSON: {e.msg} at column {e.colno}", where) from None
+            at = e.msg if e.msg.endswith(" at") else e.msg + " at"  # "Unterminated string starting at"
+            cut = ("; its last line has no line ending: the file looks truncated (cut off mid-line)"
+                   if not text.endswith("\n") else "")
+            raise ConfigError("json", line[:60], f"bad JSON: {at} column {e.colno}{array}{cut}", where) from None
         if not isinstance(obj, dict):
-            raise ConfigError("json", line[:60], "each line must be a JSON object", where)
+            raise ConfigError("json", line[:60], f"each line must be a JSON object{array}", where)
         yield where, obj
 
 
@@ -490,6 +495,10 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
     if unknown:
         raise ConfigError(unknown[0], obj[unknown[0]], f"unknown field in a {obj.get('kind')} line", where)
     kwargs = {k: v for k, v in obj.items() if k != "kind"}
+    defaults = attrs.fields_dict(cls)
+    for name, (ok, what) in _SHAPES.get(cls, {}).items():
+        if name in kwargs and not (kwargs[name] is None and defaults[name].default is None) and not ok(kwargs[name]):  # before any conversion: a wrong type is one line, not a traceback
+            raise ConfigError(name, _short(kwargs[name]), f"must be {what}", where)
     if cls is StepRecord:
         kwargs["batch"] = tuple(tuple(x) for x in kwargs["batch"])
         kwargs["preempted"] = tuple(kwargs["preempted"])
@@ -502,13 +511,7 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
         raise ConfigError("reserved_reason", kwargs["reserved_reason"],
                           f"must be one of {', '.join(map(str, RESERVE_REASONS))}", where)
     if cls is FleetStepRecord:
-        pairs = kwargs["routed"]
-        if not isinstance(pairs, list) or not all(isinstance(x, list) and len(x) == 2 and all(_is_count(y) for y in x)
-                                                  for x in pairs):
-            raise ConfigError("routed", pairs, "must be a list of [request_id, replica] pairs of integers >= 0", where)
-        kwargs["routed"] = tuple(tuple(x) for x in pairs)
-        if not isinstance(kwargs["stepped"], list) or not all(_is_count(y) for y in kwargs["stepped"]):
-            raise ConfigError("stepped", kwargs["stepped"], "must be a list of replica numbers (integers >= 0)", where)
+        kwargs["routed"] = tuple(tuple(x) for x in kwargs["routed"])
         kwargs["stepped"] = tuple(kwargs["stepped"])
     if cls is RequestRecord and kwargs.get("prefix_ids") is not None:
         if not isinstance(kwargs["prefix_ids"], list) or not all(type(x) is int for x in kwargs["prefix_ids"]):
@@ -521,21 +524,25 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
     for name in _COUNTS.get(cls, ()):
         v = kwargs.get(name)
         low = 1 if name in ("prompt_tokens", "output_tokens") else 0
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < low):
+        if name not in kwargs or (v is None and defaults[name].default is None):
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise ConfigError(name, v, f"must be an integer >= {low}", where)
     for name in _TIMES.get(cls, ()):
         v = kwargs.get(name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+        if name not in kwargs or (v is None and defaults[name].default is None):
+            continue
+        if not _is_seconds(v):
             raise ConfigError(name, v, "must be a finite number of seconds >= 0", where)
     try:
         return cls(**kwargs)
     except TypeError as e:
-        raise ConfigError(cls.__name__, kwargs, str(e), where) from None
+        raise ConfigError(cls.__name__, _short(kwargs), str(e), where) from None
 
 
 def _event(e: Any, where: str) -> StepEvent:
-    if not isinstance(e, dict) or e.get("kind") not in EVENT_KINDS or not isinstance(e.get("request_id"), int):
-        raise ConfigError("events", e, f"each event is an object with a kind ({', '.join(EVENT_KINDS)}) and a "
+    if not isinstance(e, dict) or e.get("kind") not in EVENT_KINDS or not _is_count(e.get("request_id")):
+        raise ConfigError("events", _short(e), f"each event is an object with a kind ({', '.join(EVENT_KINDS)}) and a "
                           "request_id", where)
     unknown = sorted(set(e) - _fields(StepEvent))
     if unknown:
@@ -543,6 +550,13 @@ def _event(e: Any, where: str) -> StepEvent:
     allowed = PREEMPT_REASONS if e.get("kind") == "preempted" else REJECT_REASONS
     if e.get("reason") is not None and e["reason"] not in allowed:
         raise ConfigError("events.reason", e["reason"], f"must be one of {', '.join(allowed)}", where)
+    for name in ("tokens", "blocks"):
+        if name in e and not _is_count(e[name]):
+            raise ConfigError(f"events.{name}", _short(e[name]), f"must be an integer >= 0 (event {e['kind']} of "
+                              f"request {e['request_id']})", where)
+    if e.get("retry_after_s") is not None and not _is_seconds(e["retry_after_s"]):
+        raise ConfigError("events.retry_after_s", _short(e["retry_after_s"]), "must be a finite number of seconds >= 0",
+                          where)
     return StepEvent(**e)
 
 
@@ -577,19 +591,88 @@ def _is_count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_seconds(v: Any) -> bool:
+    return _is_number(v) and v >= 0
+
+
+def _list_of(ok: Any) -> Any:
+    return lambda v: isinstance(v, list) and all(ok(x) for x in v)
+
+
+def _map_of(ok: Any) -> Any:
+    return lambda v: isinstance(v, dict) and all(ok(x) for x in v.values())
+
+
+def _is_pair(v: Any) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(_is_count(x) for x in v)
+
+
+def _is_block_id(v: Any) -> bool:  # an adapter's block number or a model's key (any int, or a string)
+    return isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
+
+
+#: The JSON shape of each structured field of a step and fleet_step line: (test, what it must be).  A
+#: field whose default is None may also be null.  Scalar counts and times are checked by _COUNTS and _TIMES.
+_SHAPES = {
+    StepRecord: {
+        "batch": (_list_of(_is_pair), "a list of [request_id, tokens] pairs of integers >= 0"),
+        "preempted": (_list_of(_is_count), "a list of request ids (integers >= 0)"),
+        "running": (_list_of(_is_count), "a list of request ids (integers >= 0)"),
+        "queued": (_map_of(_is_count), "an object of tenant name: requests waiting (integers >= 0)"),
+        "blocks_in_use": (_map_of(_is_count), "an object of tenant name: KV blocks (integers >= 0)"),
+        "counters": (_map_of(_is_number), "an object of tenant name: finite number"),
+        "deficits": (_map_of(_is_number), "an object of tenant name: finite number"),
+        "service": (_map_of(_is_number), "an object of tenant name: finite number"),
+        "block_seconds": (_map_of(_is_number), "an object of tenant name: finite number"),
+        "events": (lambda v: v is None or isinstance(v, list), "a list of event objects"),
+        "held": (_map_of(_is_count), "an object of request id: KV blocks (integers >= 0)"),
+        "block_ids": (_map_of(_list_of(_is_block_id)),
+                      "an object of request id: list of block ids (integers or strings)"),
+        "reserved": (_is_count, "a request id (an integer >= 0) or null"),
+    },
+    FleetStepRecord: {
+        "routed": (_list_of(_is_pair), "a list of [request_id, replica] pairs of integers >= 0"),
+        "stepped": (_list_of(_is_count), "a list of replica numbers (integers >= 0)"),
+        "counters": (_map_of(_is_number), "an object of tenant name: finite number, or null"),
+    },
+    RequestRecord: {
+        "tenant": (lambda v: isinstance(v, str) and v != "", "a tenant name (a non-empty string)"),
+    },
+}
+
+
+def _short(v: Any, limit: int = 60) -> Any:
+    """``v`` itself when its repr is short, else the first ``limit`` characters of its JSON with '...'."""
+    if len(repr(v)) <= limit:
+        return v
+    try:
+        text = json.dumps(v, sort_keys=True)
+    except (TypeError, ValueError):
+        text = repr(v)
+    return text[:limit] + "..."
+
+
 def read_history(path: str | os.PathLike) -> History:
     """Read a history written by :func:`write_history` (or by another scheduler).
 
     Step lines are optional (a history from request logs alone has none).
 
     Raises:
-        ConfigError: naming the file, line and field on malformed input.
+        ConfigError: naming the file, line and field on malformed input; an
+            empty file; a file that looks truncated (a last line cut off
+            mid-way, fewer request lines than the header's ``requests``, or
+            step lines and no request line at all), naming its last line.
     """
     header: dict[str, Any] | None = None
     steps: list[StepRecord] = []
     fleet_steps: list[FleetStepRecord] = []
     requests: list[RequestRecord] = []
     last: dict[int | None, StepRecord] = {}  # the previous step of each replica (a fleet history, 6.2)
+    where = None
     for where, obj in json_lines(path):
         kind = obj.get("kind")
         if kind == "header":
@@ -612,5 +695,27 @@ def read_history(path: str | os.PathLike) -> History:
             requests.append(_record(RequestRecord, obj, where))
         else:
             raise ConfigError("kind", kind, "must be header, step, fleet_step or request", where)
+    _complete(path, where, header, steps, requests)
     return History(header=header or {}, steps=tuple(steps), requests=tuple(sorted(requests, key=lambda r: r.request_id)),
                    fleet_steps=tuple(fleet_steps))
+
+
+def _complete(path: Any, last: str | None, header: dict | None, steps: list, requests: list) -> None:
+    """Refuse a history that is empty or looks truncated (see :func:`read_history`); ``last`` is
+    ``file:line`` of its last record, or None when it has none."""
+    if last is None:
+        raise ConfigError("lines", 0, "empty file: a history is a header line, then step lines and request "
+                          "lines (SPEC.md 6)", str(path))
+    want = (header or {}).get("requests")
+    kind = "request" if requests else "step" if steps else "header"
+    ends = f"the file ends after this {kind} line"
+    if kind == "step" and (steps[-1].running or any(steps[-1].queued.values())):
+        s = steps[-1]
+        ends += f", with requests in flight (step {s.step_index}: {len(s.running)} running, " \
+                f"{sum(s.queued.values())} queued)"
+    if _is_count(want) and len(requests) < want:
+        raise ConfigError("request records", len(requests), f"the header says {want}, but {ends}: it looks "
+                          "truncated (cut before its end)", last)
+    if steps and not requests and want is None:
+        raise ConfigError("request records", 0, f"{len(steps)} step lines and no request line, and {ends}: it "
+                          "looks truncated (request lines follow the steps)", last)

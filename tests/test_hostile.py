@@ -131,7 +131,7 @@ CASES = [
     ("verify-history-header-only", lambda t: _lines(t / "h.jsonl", HEADER) and ["verify", "--history", "h.jsonl"], 2,
      ["h.jsonl", "none in this file"]),
     ("verify-history-empty-file", lambda t: (t / "h.jsonl").touch() or ["verify", "--history", "h.jsonl"], 2,
-     ["h.jsonl", "none in this file"]),
+     ["h.jsonl", "empty file"]),
     ("verify-history-unknown-tenant", lambda t: _history(t, tenant="zed") and ["verify", "--history", "h.jsonl"], 2,
      ["h.jsonl:2", "tenant='zed'"]),
     ("verify-history-config-other-tenants", lambda t: _history(t) and (t / "c.toml").write_text(

@@ -119,3 +119,149 @@ def test_a_flood_of_findings_is_capped_when_printed_and_in_report_json(tmp_path,
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
     assert (rep["findings_total"], rep["findings_by_invariant"]) == (251, {"KV-CONSERVE": 250, "NO-LOSS": 1})
     assert [f["step"] for f in rep["findings"]] == list(range(100)) + [3]
+
+
+def _lines_of(history):
+    from tenantry.model.history import history_lines
+
+    return [json.loads(line) for line in history_lines(history)]
+
+
+def _write_lines(path, objs):
+    path.write_text("".join(json.dumps(o) + "\n" for o in objs))
+    return path
+
+
+def _refused(tmp_path, capsys, path):
+    """verify --history on ``path``: exit 2, one stderr line (returned), no report folder written."""
+    out = tmp_path / f"{path.name}-report"
+    code = main(["verify", "--history", str(path), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("tenantry: error: ") and len(err.splitlines()) == 1, err
+    assert "Traceback" not in err and not out.exists()
+    return err
+
+
+def _fleet_history(tmp_path):
+    """A 4-replica tenant-affinity fleet history of 4 requests from 2 tenants: replicas 2 and 3 get nothing."""
+    wl = tmp_path / "wl.jsonl"
+    wl.write_text("".join(json.dumps({"request_id": i, "tenant": "ab"[i % 2], "arrival_s": 0.1 * i,
+                                      "prompt_tokens": 50, "output_tokens": 4}) + "\n" for i in range(4)))
+    h = tmp_path / "fleet.jsonl"
+    assert main(["simulate", "--replicas", "4", "--router", "tenant_affinity", "--policy", "vtc",
+                 "--workload", str(wl), "--history", str(h)]) == 0
+    return h
+
+
+def test_header_only_history_is_not_a_pass(tmp_path, clean, capsys):
+    header = _lines_of(clean)[0]
+    for name, hdr in (("only-header", {**header, "requests": 0}), ("no-count", {k: v for k, v in header.items()
+                                                                                 if k != "requests"})):
+        err = _refused(tmp_path, capsys, _write_lines(tmp_path / f"{name}.jsonl", [hdr]))
+        assert f"{name}.jsonl: request records=0" in err and "nothing to check" in err
+    fleet_header = json.loads(_fleet_history(tmp_path).read_text().splitlines()[0])
+    capsys.readouterr()
+    err = _refused(tmp_path, capsys, _write_lines(tmp_path / "fleet-header.jsonl", [{**fleet_header, "requests": 0}]))
+    assert "fleet-header.jsonl: request records=0" in err and "nothing to check" in err  # passed with 0 findings
+
+
+def test_truncated_history_names_its_last_line(tmp_path, clean, capsys):
+    objs = _lines_of(clean)
+    full = "".join(json.dumps(o) + "\n" for o in objs)
+    n = len(objs)
+    # cut mid-line: the last line is partial JSON
+    (tmp_path / "cut.jsonl").write_text(full[:-40])
+    err = _refused(tmp_path, capsys, tmp_path / "cut.jsonl")
+    assert f"cut.jsonl:{n}: json=" in err and "bad JSON" in err and "looks truncated" in err
+    # cut at a line's end among the steps, requests in flight, no request line
+    k = next(i for i, o in enumerate(objs) if o["kind"] == "step" and o["running"] and i > 3)
+    _write_lines(tmp_path / "steps.jsonl", objs[:k + 1])
+    err = _refused(tmp_path, capsys, tmp_path / "steps.jsonl")
+    s = objs[k]
+    assert f"steps.jsonl:{k + 1}: request records=0: the header says {len(clean.requests)}" in err
+    assert f"in flight (step {s['step_index']}: {len(s['running'])} running" in err and "looks truncated" in err
+    # the same without the header's request count
+    _write_lines(tmp_path / "nocount.jsonl", [{k2: v for k2, v in objs[0].items() if k2 != "requests"}] + objs[1:k + 1])
+    err = _refused(tmp_path, capsys, tmp_path / "nocount.jsonl")
+    assert f"nocount.jsonl:{k + 1}: request records=0: {k} step lines and no request line" in err
+    assert "looks truncated" in err
+    # cut among the request lines
+    _write_lines(tmp_path / "reqs.jsonl", objs[:n - 3])
+    err = _refused(tmp_path, capsys, tmp_path / "reqs.jsonl")
+    assert f"reqs.jsonl:{n - 3}: request records={len(clean.requests) - 3}: the header says " \
+           f"{len(clean.requests)}, but the file ends after this request line" in err
+
+
+def test_fleet_replica_without_requests_is_named(tmp_path, capsys):
+    h = _fleet_history(tmp_path)
+    capsys.readouterr()
+    assert main(["verify", "--history", str(h), "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    for r in (2, 3):
+        assert f"not checked: replica {r}: skipped: the router sent it no requests and it ran no step: nothing on " \
+               "it to check" in out
+    assert not any("no step records" in line for line in out)
+    assert f"{h}: fleet of 4 replicas, 16 fleet steps, 4 requests (replicas 2, 3 got none), 0 findings" in out
+    cov = json.loads((tmp_path / "r" / "report.json").read_text())["coverage"]
+    assert not any(k.startswith("replica 2:") for k in cov) and cov["replica 0: KV-CONSERVE"] == "checked"
+
+
+def _step_with(objs, **fields):
+    i = next(i for i, o in enumerate(objs) if o["kind"] == "step")
+    return i, objs[:i] + [{**objs[i], **fields}] + objs[i + 1:]
+
+
+@pytest.mark.parametrize("case, field", [
+    ("batch-int", "batch"), ("batch-short-pair", "batch"), ("running-str", "running"),
+    ("queued-str-value", "queued"), ("counters-str", "counters"), ("service-null", "service"),
+    ("step-index-null", "step_index"), ("event-tokens-str", "events.tokens"), ("events-int", "events"),
+    ("held-str-value", "held"), ("block-ids-int", "block_ids"), ("reserved-str", "reserved"),
+    ("missing-free-blocks", "free_blocks"), ("request-tenant-int", "tenant"),
+])
+def test_malformed_field_is_one_line_naming_file_line_and_field(tmp_path, clean, capsys, case, field):
+    objs = _lines_of(clean)
+    bad = {"batch-int": {"batch": 5}, "batch-short-pair": {"batch": [[1]]}, "running-str": {"running": "x"},
+           "queued-str-value": {"queued": {"a": "x", "b": 0}}, "counters-str": {"counters": "x"},
+           "service-null": {"service": None}, "step-index-null": {"step_index": None},
+           "event-tokens-str": {"events": [{"kind": "queued", "request_id": 0, "tokens": "x"}]},
+           "events-int": {"events": 5}, "held-str-value": {"held": {"0": "x"}}, "block-ids-int": {"block_ids": {"0": 5}},
+           "reserved-str": {"reserved": "x"}}
+    if case == "missing-free-blocks":
+        i = 1
+        objs[i] = {k: v for k, v in objs[i].items() if k != "free_blocks"}
+    elif case == "request-tenant-int":
+        i = next(i for i, o in enumerate(objs) if o["kind"] == "request")
+        objs[i] = {**objs[i], "tenant": 5}
+    else:
+        i, objs = _step_with(objs, **bad[case])
+    err = _refused(tmp_path, capsys, _write_lines(tmp_path / f"{case}.jsonl", objs))
+    assert f"{case}.jsonl:{i + 1}: {field}=" in err
+
+
+def test_empty_file_and_json_array_are_one_line(tmp_path, clean, capsys):
+    (tmp_path / "empty.jsonl").write_text("")
+    assert "empty.jsonl: lines=0: empty file" in _refused(tmp_path, capsys, tmp_path / "empty.jsonl")
+    objs = _lines_of(clean)
+    (tmp_path / "one-array.jsonl").write_text(json.dumps(objs) + "\n")
+    (tmp_path / "pretty-array.jsonl").write_text(json.dumps(objs, indent=1) + "\n")
+    for name in ("one-array", "pretty-array"):
+        err = _refused(tmp_path, capsys, tmp_path / f"{name}.jsonl")
+        assert f"{name}.jsonl:1: json=" in err and "this is a JSON array: the format is JSON Lines" in err
+
+
+def test_header_of_the_wrong_shape_is_one_line(tmp_path, clean, capsys):
+    objs = _lines_of(clean)
+    for name, cfg, words in (("cfg-int", 5, "config=5: must be an object"),
+                             ("tenants-int", {**objs[0]["config"], "tenants": 5}, "config.tenants=5: must be a "
+                                                                                  "non-empty list of tenant objects"),
+                             ("no-config", None, "no-config.jsonl:1: config=None: the header has no configuration")):
+        hdr = {k: v for k, v in objs[0].items() if k != "config"} if cfg is None else {**objs[0], "config": cfg}
+        err = _refused(tmp_path, capsys, _write_lines(tmp_path / f"{name}.jsonl", [hdr] + objs[1:]))
+        assert f"{name}.jsonl" in err and words in err
+
+
+def test_step_naming_an_unknown_tenant_names_its_line(tmp_path, clean, capsys):
+    objs = _lines_of(clean)
+    i, objs = _step_with(objs, queued={**objs[1]["queued"], "zed": 0})
+    err = _refused(tmp_path, capsys, _write_lines(tmp_path / "zed.jsonl", objs))
+    assert f"zed.jsonl:{i + 1}: queued='zed': step 0 names a tenant that the header's configuration does not" in err

@@ -129,15 +129,14 @@ def _out(args: argparse.Namespace) -> tuple[Path, bool]:
 
 
 def _history_tenants(path: str, history: Any, config: Any, config_path: str | None) -> None:
-    """Refuse a history whose records name tenants the configuration does not, a --config that does not
-    match the header's tenants, or a history with no request records (one line naming the file)."""
+    """Refuse a history whose records name tenants the configuration does not, or a --config that does
+    not match the header's tenants (one line naming the file)."""
     from tenantry.model.history import json_lines
 
-    if not history.requests:
-        raise ConfigError("request records", 0, "none in this file: there is nothing to check (a history has "
-                          "a header line, optional step lines and one request line per request)", str(path))
     header_cfg = history.header.get("config") if isinstance(history.header.get("config"), dict) else None
-    header_names = [t.get("name") for t in (header_cfg or {}).get("tenants", []) if isinstance(t, dict)]
+    header_tenants = (header_cfg or {}).get("tenants")
+    header_names = [t.get("name") for t in header_tenants if isinstance(t, dict)] \
+        if isinstance(header_tenants, list) else []  # another shape: config_from_dict names it
     names = [t.name for t in config.tenants] if config is not None else header_names
     source = f"--config {config_path}" if config is not None else "the header's configuration"
     if config is not None and header_names and sorted(header_names) != sorted(names):
@@ -147,20 +146,18 @@ def _history_tenants(path: str, history: Any, config: Any, config_path: str | No
     if not names:
         return
     known = set(names)
+    def line_of(kind: str, key: str, value: Any) -> str:  # file:line of that record (only on an error path)
+        return next((w for w, obj in json_lines(path) if obj.get("kind") == kind and obj.get(key) == value), str(path))
+
     bad = next((r for r in history.requests if r.tenant not in known), None)
     if bad is not None:
-        where = str(path)
-        for w, obj in json_lines(path):  # find its line (only on this error path)
-            if obj.get("kind") == "request" and obj.get("request_id") == bad.request_id:
-                where = w
-                break
         raise ConfigError("tenant", bad.tenant, f"request {bad.request_id} names a tenant that {source} does not "
-                          f"(tenants: {', '.join(sorted(known))})", where)
+                          f"(tenants: {', '.join(sorted(known))})", line_of("request", "request_id", bad.request_id))
     for s in history.steps:
         extra = sorted(set(s.queued) - known)
         if extra:
-            raise ConfigError("tenant", extra[0], f"step {s.step_index} names a tenant that {source} does not "
-                              f"(tenants: {', '.join(sorted(known))})", str(path))
+            raise ConfigError("queued", extra[0], f"step {s.step_index} names a tenant that {source} does not "
+                              f"(tenants: {', '.join(sorted(known))})", line_of("step", "step_index", s.step_index))
 
 
 def run_history(args: argparse.Namespace) -> int:
@@ -171,6 +168,10 @@ def run_history(args: argparse.Namespace) -> int:
     with report_folder(out, "verify", default=default, size=1, unit="history",
                        inputs=[args.history, args.config]) as tmp:
         history = read_history(args.history)
+        if not history.requests:  # one replica or a fleet: a pass on nothing must not look like a pass
+            raise ConfigError("request records", 0, "none in this file: there is nothing to check (a history has "
+                              "a header line, optional step lines and one request line per request)",
+                              str(args.history))
         judge = _fleet_history if "fleet" in history.header else _replica_history
         found = judge(args, history, tmp)
     print(f"report: {out}")
@@ -187,6 +188,9 @@ def _replica_history(args: argparse.Namespace, history: Any, tmp: Any) -> list:
         from tenantry.model.setups import load_config_toml
 
         config = load_config_toml(args.config)
+    if config is None and "config" not in history.header:
+        raise ConfigError("config", None, "the header has no configuration: give the scheduler's with --config TOML",
+                          f"{args.history}:1")
     _history_tenants(args.history, history, config, args.config)
     from tenantry.spec.invariants import config_from_dict, coverage
     from tenantry.verify.protocol import CLAIMABLE, Claims
@@ -251,10 +255,20 @@ def _fleet_history(args: argparse.Namespace, history: Any, tmp: Any) -> list:
     except ConfigError as e:
         raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
     found.sort(key=lambda f: (f.step if f.step is not None else 1 << 60, f.invariant))
-    cov = {f"replica {r}: {i}": why for r, part in enumerate(parts) for i, why in coverage(part, None).items()}
+    # a replica the router sent nothing ran no step: one line says so, not a catalog of "no step records"
+    idle = [r for r, part in enumerate(parts) if not part.steps and not part.requests]
+    cov = {}
+    for r, part in enumerate(parts):
+        if r in idle:
+            cov[f"replica {r}"] = "skipped: the router sent it no requests and it ran no step: nothing on it to check"
+            continue
+        for i, why in coverage(part, None).items():
+            cov[f"replica {r}: {i}"] = why.replace("the history has no step records",
+                                                   f"replica {r} has no step records in this history")
     cov.update(fleet_coverage(history))
+    who = f" ({'replica' if len(idle) == 1 else 'replicas'} {', '.join(map(str, idle))} got none)" if idle else ""
     summary = (f"fleet of {len(parts)} replicas, {len(history.fleet_steps)} fleet steps, "
-               f"{len(history.requests)} requests, {len(found)} findings")
+               f"{len(history.requests)} requests{who}, {len(found)} findings")
     _history_report(args, tmp, found, cov, summary, summary[0].upper() + summary[1:] + ".",
                     {"fleet": len(parts), "steps": len(history.steps), "requests": len(history.requests)})
     return found
