@@ -600,10 +600,20 @@ def _is_seconds(v: Any) -> bool:
 
 
 def _list_of(ok: Any) -> Any:
+    if ok is _is_count:  # the common shapes without a call per element (a history has one per step)
+        return lambda v: type(v) is list and all(type(x) is int and x >= 0 for x in v)
+    if ok is _is_pair:
+        return lambda v: type(v) is list and all(type(x) is list and len(x) == 2 and type(x[0]) is int
+                                                 and type(x[1]) is int and x[0] >= 0 and x[1] >= 0 for x in v)
     return lambda v: isinstance(v, list) and all(ok(x) for x in v)
 
 
 def _map_of(ok: Any) -> Any:
+    if ok is _is_count:
+        return lambda v: type(v) is dict and all(type(x) is int and x >= 0 for x in v.values())
+    if ok is _is_number:
+        return lambda v: type(v) is dict and all((type(x) is float or type(x) is int) and math.isfinite(x)
+                                                 for x in v.values())
     return lambda v: isinstance(v, dict) and all(ok(x) for x in v.values())
 
 
