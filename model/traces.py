@@ -322,7 +322,7 @@ def read_workload_jsonl(path: str | os.PathLike) -> Workload:
             raise ConfigError("request_id", r.request_id, f"duplicate; first on {seen[r.request_id]}", where)
         seen[r.request_id] = where
         requests.append(r)
-    return Workload(requests)
+    return Workload(requests, origin=seen)
 
 
 def _workload_line(r: Request) -> str:

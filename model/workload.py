@@ -8,7 +8,7 @@ JSON Lines live in :mod:`tenantry.model.traces`.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import attrs
 
@@ -95,11 +95,17 @@ class Workload:
     """Requests sorted by (arrival_s, request_id), with unique ids (cancellations included:
     :attr:`Request.cancel_s`).
 
+    ``origin`` maps a request id to where it was read (``file:line``, set by
+    :func:`~tenantry.model.traces.read_workload_jsonl`), for errors found later
+    (:func:`~tenantry.model.simulate.check_workload`); not part of equality, and empty
+    for a workload built in code.
+
     Raises:
         ConfigError: on a duplicate request id.
     """
 
     requests: tuple[Request, ...] = attrs.field(converter=lambda rs: tuple(sorted(rs, key=lambda r: (r.arrival_s, r.request_id))))
+    origin: Mapping[int, str] = attrs.field(factory=dict, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         seen: set[int] = set()

@@ -221,3 +221,14 @@ def test_a_config_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_p
     code, _, err = run_cli(["simulate", "--config", str(empty)], capsys)
     assert code == 2 and "empty.toml: tenants=None: give at least one [[tenants]] table" in err, err
 
+
+def test_an_unknown_tenant_in_a_workload_file_names_file_line_request_and_tenants(tmp_path, capsys):
+    """The error named the tenant and the request, but not the file and line it came from."""
+    cfg = tmp_path / "r.toml"
+    cfg.write_text('[[tenants]]\nname = "b"\n\n[[tenants]]\nname = "a"\n')
+    wl = tmp_path / "w.jsonl"
+    wl.write_text('{"request_id":0,"tenant":"a","arrival_s":0,"prompt_tokens":10,"output_tokens":1}\n\n'
+                  '{"request_id":7,"tenant":"zzz","arrival_s":0.5,"prompt_tokens":10,"output_tokens":1}\n')
+    code, _, err = run_cli(["simulate", "--config", str(cfg), "--workload", str(wl), "--policy", "fcfs"], capsys)
+    assert code == 2 and err.splitlines()[-1] == (f"tenantry: error: {wl}:3: tenant='zzz': request 7 names a "
+                                                  "tenant the configuration does not have (a, b)"), err
