@@ -294,17 +294,24 @@ def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: l
 
 
 def _proofs(timeout_s: float) -> tuple[str, bool]:
-    """Every Z3 proof and twin with a short per-obligation timeout: (summary, all ok)."""
-    from tenantry.proofs.core import run_all
+    """Every Z3 proof and twin with a short per-obligation timeout: (summary, none failed).
+
+    Failed: a proof refuted, a twin or limit that Z3 proved (its mechanism not needed) or whose
+    counterexample does not replay on the model.  A row Z3 did not decide within ``timeout_s``
+    (``unknown``) is listed as undecided and is not a failure (``tenantry prove`` decides it
+    with its longer timeout)."""
+    from tenantry.proofs.core import UNKNOWN, run_all
     from tenantry.proofs.registry import PROOFS
 
     outs = run_all(PROOFS, twins=True, timeout_ms=int(timeout_s * 1000))
     of = {k: [o for o in outs if o.kind == k] for k in ("proof", "twin", "limit")}
-    bad = [o.id for o in outs if not o.ok]
+    failed = [o.id for o in outs if not o.ok and o.verdict != UNKNOWN]
+    undecided = [o.id for o in outs if o.verdict == UNKNOWN]
     count = lambda k: f"{sum(o.ok for o in of[k])}/{len(of[k])}"  # noqa: E731
     text = (f"{count('proof')} proved, {count('twin')} twins and {count('limit')} limits refuted and replayed "
-            f"(at most {timeout_s:g} s per obligation)" + (f"; not ok: {', '.join(bad)}" if bad else ""))
-    return text, not bad
+            f"(at most {timeout_s:g} s per obligation)" + (f"; FAILED: {', '.join(failed)}" if failed else "")
+            + (f"; undecided in {timeout_s:g} s (not failures): {', '.join(undecided)}" if undecided else ""))
+    return text, not failed
 
 
 def _stateful(out: Path | None, setups: Sequence[str], max_examples: int) -> tuple[str, bool]:
@@ -346,19 +353,23 @@ STATEFUL_SETUPS = ("protected", "hysteresis", "salted_cache")
 
 def _extras(out: Path | None, systems: Sequence = (), proof_timeout_s: float = 2.0,
             stateful_examples: int = 8, note: Callable[[str], None] | None = None,
-            ) -> tuple[dict[str, str], bool, dict[str, float]]:
+            ) -> tuple[dict[str, str], bool, list[str], dict[str, float]]:
     """A short run of the proofs and the stateful suite of the model setups, and each
     other system's own extras (``system.extras(out)``: a scheduler under test's
     stateful run and its determinism across processes).
 
     Returns ({name: one-line result}, whether an extra found a broken invariant,
-    {name: wall seconds}); the seconds go to timing.json only, never into matrix.json or report.md.
-    A failing proof is reported, not counted as a broken claim of a setup.  ``note`` is told
-    when each extra starts and ends (the progress lines after the matrix's bar).
+    [names of the extras that failed], {name: wall seconds}); the seconds go to timing.json
+    only, never into matrix.json or report.md.  A failing proof is not a broken claim of a
+    setup but fails the run (``proofs`` in the failed names), as does an extra that raised
+    (reported as ``error: ...``); one whose library is missing is ``not available``, not
+    failed.  ``note`` is told when each extra starts and ends (the progress lines after the
+    matrix's bar).
     """
     out_d: dict[str, str] = {}
     seconds: dict[str, float] = {}
     broke = False
+    failed: list[str] = []
     runs = []
     if any(isinstance(s, str) for s in systems) or not systems:
         runs += [("proofs", lambda: _proofs(proof_timeout_s)),
@@ -379,6 +390,7 @@ def _extras(out: Path | None, systems: Sequence = (), proof_timeout_s: float = 2
             if STOP_REQUESTED.is_set():  # the crash is a Ctrl-C surfacing in a library (ctypes wraps it)
                 raise KeyboardInterrupt from None
             out_d[label] = f"error: {type(e).__name__}: {e}"
+            failed.append(label)
             continue
         if STOP_REQUESTED.is_set():  # a Ctrl-C that a library swallowed: no report from a cut run
             raise KeyboardInterrupt
@@ -386,9 +398,11 @@ def _extras(out: Path | None, systems: Sequence = (), proof_timeout_s: float = 2
         seconds[label] = round(time.monotonic() - t0, 1)
         if note:
             note(f"{label}: {text} ({seconds[label]:.0f} s)")
-        if label != "proofs" and not ok:
+        if label == "proofs" and not ok:
+            failed.append(label)
+        elif not ok:
             broke = True
-    return out_d, broke, seconds
+    return out_d, broke, failed, seconds
 
 
 #: Of a cell's share of the total time: the part for its searches, and for shrinking (the rest: replay, files).
@@ -509,6 +523,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
 
     Returns:
         {"summary": ..., "cells": {(setup, pattern): record}, "claimed_broken": bool,
+        "extras_failed": [extra names that failed: a proof did not hold, an extra raised],
         "unmet": [(setup, pattern), ...] (expected to hurt, did not), ...}
 
     Raises:
@@ -605,8 +620,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             elif plots == "all":
                 plotted = {k: c.get("plots", []) for k, c in cells.items()}
             skip_extras = deadline is not None and time.monotonic() >= deadline
-            extra, stateful_broke, extra_s = (_extras(outp, systems, note=note) if extras and not skip_extras
-                                              else ({}, False, {}))
+            extra, stateful_broke, extras_failed, extra_s = (_extras(outp, systems, note=note)
+                                                             if extras and not skip_extras else ({}, False, [], {}))
             if extras and skip_extras:
                 extra = {"proofs": "skipped: the total budget was spent", "stateful": "skipped: the total budget was spent"}
         except BaseException as e:
@@ -636,7 +651,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             **({"fleet_patterns": list(FLEET_PATTERNS)} if not explicit_patterns and any(
                 _fleet_of(s) for s in systems) else {}),
             "describe": {label(s): s.describe() for s in systems if hasattr(s, "describe")},
-            "extras": extra,
+            "extras": extra, "extras_failed": extras_failed,
             "expected": sum(1 for k in keys if cells[k]["expected_hurt"]),
             "unmet": [list(k) for k in unmet], "seed_dependent": [list(k) for k in unstable],
         }
@@ -652,5 +667,6 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
                        "evaluations_per_s": round(evaluations / wall_s, 2) if wall_s > 0 else None,
                        "workers": workers or os.cpu_count(), "extras_s": extra_s, "cells_done_s": done_s},
                       outp / "timing.json")
-    return {"summary": summary, "cells": cells, "claimed_broken": claimed_broken, "wall_s": wall_s,
+    return {"summary": summary, "cells": cells, "claimed_broken": claimed_broken,
+            "extras_failed": extras_failed, "wall_s": wall_s,
             "evaluations": evaluations, "extras_s": extra_s, "unmet": unmet, "seed_dependent": unstable}

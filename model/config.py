@@ -41,17 +41,34 @@ COST_MODES = ("roofline", "unit")
 PROMPT_ESTIMATES = ("tokens", "bytes")
 
 
+#: Longest text a :class:`ConfigError` message shows of a value (or a field name) in full;
+#: a longer one is shown as its first :data:`EXCERPT_HEAD` characters, '...' and its length.
+EXCERPT_LIMIT, EXCERPT_HEAD = 80, 60
+
+
+def excerpt(text: str) -> str:
+    """``text`` itself when at most :data:`EXCERPT_LIMIT` characters, else its first
+    :data:`EXCERPT_HEAD` characters, ``...`` and its length, e.g. ``'xxxx...' (100,002 chars)``
+    (an error message quoting a 100 kB value stays one short line)."""
+    if len(text) <= EXCERPT_LIMIT:
+        return text
+    return f"{text[:EXCERPT_HEAD]}... ({len(text):,} chars)"
+
+
 class ConfigError(ValueError):
     """A configuration or workload value is invalid.
 
-    ``str(err)`` is one line naming where (file, line, field) and the value;
-    the parts are kept as attributes ``where``, ``field`` and ``value``.
+    ``str(err)`` is one line naming where (file, line, field) and the value:
+    ``where: field=value: why``, or ``where: why`` for an error of the whole file
+    (``field`` empty).  A long value or field is shown as an :func:`excerpt` of its
+    repr; the parts are kept whole as attributes ``where``, ``field`` and ``value``.
     """
 
     def __init__(self, field: str, value: Any, why: str, where: str = "") -> None:
         self.where, self.field, self.value, self.why = where, field, value, why
         prefix = f"{where}: " if where else ""
-        super().__init__(f"{prefix}{field}={value!r}: {why}")
+        what = f"{excerpt(field)}={excerpt(repr(value))}: " if field else ""
+        super().__init__(f"{prefix}{what}{why}")
 
     def __reduce__(self):
         # Picklable with its parts, so an error raised in a worker process
@@ -151,15 +168,15 @@ class TenantConfig:
     def __attrs_post_init__(self) -> None:
         if (self.token_rate_per_s is None) != (self.token_burst_tokens is None):
             raise ConfigError(
-                f"tenant {self.name}: token_rate_per_s/token_burst_tokens",
+                "token_rate_per_s/token_burst_tokens",
                 (self.token_rate_per_s, self.token_burst_tokens),
-                "give both or neither",
+                f"give both or neither (tenant {excerpt(repr(self.name))})",
             )
         if (self.request_rate_per_s is None) != (self.request_burst is None):
             raise ConfigError(
-                f"tenant {self.name}: request_rate_per_s/request_burst",
+                "request_rate_per_s/request_burst",
                 (self.request_rate_per_s, self.request_burst),
-                "give both or neither",
+                f"give both or neither (tenant {excerpt(repr(self.name))})",
             )
 
     @property

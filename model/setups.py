@@ -437,22 +437,43 @@ MAX_TOML_BYTES = 1 << 20
 def read_toml(path: str | Path) -> dict[str, Any]:
     """The TOML document in ``path``, read once and bounded (:data:`MAX_TOML_BYTES`).
 
+    ``path`` must be a regular file: a FIFO, a device (``/dev/null``, ``/dev/zero``), a
+    folder or a socket is refused without reading it (opened non-blocking, so a FIFO with
+    no writer does not hang; a pipe could not be read twice, and a configuration is read
+    once for the replica and once for ``[fleet]``).  An empty regular file is an empty
+    document (``{}``).
+
     Raises:
-        ConfigError: naming the file when it is larger than the bound, not UTF-8, or not TOML.
+        ConfigError: naming the file when it is not a regular file, is larger than the
+            bound, is not UTF-8, or is not TOML.
         OSError: if it cannot be opened (the CLI names the path).
     """
-    with open(path, "rb") as f:
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+                    else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+            raise ConfigError("", None, f"not a regular file ({kind}); a configuration is a TOML file", str(path))
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         raw = f.read(MAX_TOML_BYTES + 1)
     if len(raw) > MAX_TOML_BYTES:
-        raise ConfigError("toml", str(path), f"larger than {MAX_TOML_BYTES >> 20} MiB: not a configuration file",
-                          str(path))
+        raise ConfigError("", None, f"larger than {MAX_TOML_BYTES >> 20} MiB: not a configuration file", str(path))
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise ConfigError("toml", str(path), f"not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start})",
+        raise ConfigError("", None, f"not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start})",
                           str(path)) from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError("toml", str(path), f"not valid TOML ({e})", str(path)) from None
+        raise ConfigError("", None, f"not valid TOML ({e})", str(path)) from None
 
 
 def load_config_toml(path: str | Path) -> Config:
@@ -485,5 +506,6 @@ def load_config_toml(path: str | Path) -> Config:
             raise ConfigError(key, replica[key], f"unknown key; expected one of {', '.join(sorted(_REPLICA_KEYS))}", f"{path}: [replica]")
     try:
         return Config(tenants=tenants, **replica, **kwargs)
-    except ConfigError as e:
-        raise ConfigError(e.field, e.value, e.why, f"{path}: [replica]") from None
+    except ConfigError as e:  # a check across the tables (duplicate tenant names: [[tenants]])
+        table = "[[tenants]]" if e.field == "tenants" else "[replica]"
+        raise ConfigError(e.field, e.value, e.why, f"{path}: {table}") from None

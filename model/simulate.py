@@ -28,7 +28,9 @@ def check_workload(config: Config, workload: Workload) -> None:
     """Every request names a configured tenant.
 
     Raises:
-        ConfigError: naming the first request whose tenant is unknown.
+        ConfigError: naming the first request (in arrival order) whose tenant is unknown:
+            where it was read (``file:line``, :attr:`Workload.origin`, when read from a
+            file), its id, the tenant and the configured tenants.
     """
     known = {t.name for t in config.tenants}
     for r in workload.requests:
@@ -36,6 +38,7 @@ def check_workload(config: Config, workload: Workload) -> None:
             raise ConfigError(
                 "tenant", r.tenant,
                 f"request {r.request_id} names a tenant the configuration does not have ({', '.join(sorted(known))})",
+                workload.origin.get(r.request_id, ""),
             )
 
 

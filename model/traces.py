@@ -322,7 +322,7 @@ def read_workload_jsonl(path: str | os.PathLike) -> Workload:
             raise ConfigError("request_id", r.request_id, f"duplicate; first on {seen[r.request_id]}", where)
         seen[r.request_id] = where
         requests.append(r)
-    return Workload(requests)
+    return Workload(requests, origin=seen)
 
 
 def _workload_line(r: Request) -> str:
@@ -451,11 +451,13 @@ class TracePart:
             raise ConfigError("tenant", self.tenant, "must be a non-empty string or None")
 
     def transformed(self) -> list[Request]:
-        """The window's requests, renamed, with arrival (t - start_s) / speedup + offset_s."""
+        """The window's requests, renamed, with arrival (t - start_s) / speedup + offset_s
+        (and a cancellation's ``cancel_s`` re-timed the same way, so it stays after its arrival)."""
         lo = self.start_s or 0.0
         hi = math.inf if self.duration_s is None else lo + self.duration_s
-        return [attrs.evolve(r, tenant=self.tenant or r.tenant,
-                             arrival_s=(r.arrival_s - lo) / self.speedup + self.offset_s)
+        at = lambda t: (t - lo) / self.speedup + self.offset_s  # noqa: E731
+        return [attrs.evolve(r, tenant=self.tenant or r.tenant, arrival_s=at(r.arrival_s),
+                             cancel_s=None if r.cancel_s is None else at(r.cancel_s))
                 for r in self.requests if lo <= r.arrival_s < hi]
 
 

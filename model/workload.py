@@ -8,7 +8,7 @@ JSON Lines live in :mod:`tenantry.model.traces`.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import attrs
 
@@ -29,14 +29,17 @@ class Request:
         prefix_ids: content ids of the prompt's leading full KV blocks, one per
             block of ``block_size_tokens`` tokens; equal ids at equal positions
             behind equal ids mean equal content (a shareable prefix).  Blocks
-            past the end of this tuple have content unique to this request.
+            past the end of this tuple have content unique to this request;
+            ids past the prompt's full blocks (``prompt_tokens //
+            block_size_tokens``) are ignored (SPEC.md 4.6), not an error: the
+            request does not know the replica's block size.
         predicted_output_tokens: the client's or predictor's estimate of the
             output length (for ``vtc_predict``); None means unknown.
         prompt_bytes: prompt length in bytes (for the byte-length estimate);
             None means 4 bytes per token.
-        cancel_s: the client cancels the request at this time (seconds): it
-            is delivered to the first step starting at or after it (SPEC.md
-            5.1); None: never cancelled.  Cancellations are part of the
+        cancel_s: the client cancels the request at this time (seconds, at
+            least ``arrival_s``): it is delivered to the first step starting at
+            or after it (SPEC.md 5.1); None: never cancelled.  Cancellations are part of the
             workload, so removing a request removes its cancellation.
     """
 
@@ -86,6 +89,9 @@ def check_request_fields(r: Request, where: str = "") -> None:
     if r.cancel_s is not None and (isinstance(r.cancel_s, bool) or not isinstance(r.cancel_s, (int, float))
                                    or not math.isfinite(r.cancel_s) or r.cancel_s < 0):
         raise ConfigError("cancel_s", r.cancel_s, "must be a finite number of seconds >= 0, or absent", where)
+    if r.cancel_s is not None and r.cancel_s < r.arrival_s:
+        raise ConfigError("cancel_s", r.cancel_s, f"before the arrival_s of request {r.request_id} ({r.arrival_s!r}): "
+                          "a request cannot be cancelled before it is sent", where)
     if not all(type(x) is int for x in r.prefix_ids):
         raise ConfigError("prefix_ids", r.prefix_ids, "must be integers", where)
 
@@ -95,11 +101,17 @@ class Workload:
     """Requests sorted by (arrival_s, request_id), with unique ids (cancellations included:
     :attr:`Request.cancel_s`).
 
+    ``origin`` maps a request id to where it was read (``file:line``, set by
+    :func:`~tenantry.model.traces.read_workload_jsonl`), for errors found later
+    (:func:`~tenantry.model.simulate.check_workload`); not part of equality, and empty
+    for a workload built in code.
+
     Raises:
         ConfigError: on a duplicate request id.
     """
 
     requests: tuple[Request, ...] = attrs.field(converter=lambda rs: tuple(sorted(rs, key=lambda r: (r.arrival_s, r.request_id))))
+    origin: Mapping[int, str] = attrs.field(factory=dict, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         seen: set[int] = set()
@@ -126,7 +138,10 @@ class Workload:
 
     def with_cancellations(self, cancellations: Iterable[tuple[float, int]]) -> "Workload":
         """This workload with the requests named in ``(t_s, request_id)`` pairs cancelled at t_s
-        (the earliest when a request is named twice; unknown ids are ignored)."""
+        (the earliest when a request is named twice; unknown ids are ignored).
+
+        Raises:
+            ConfigError: when a t_s is before its request's ``arrival_s``."""
         when: dict[int, float] = {}
         for t_s, rid in cancellations:
             when[rid] = min(t_s, when.get(rid, t_s))

@@ -447,3 +447,31 @@ def test_the_total_budget_divides_evaluations_and_paces_seconds(tmp_path):
                     searches=("random",))
     assert [c["searches"]["random"]["evaluations"] for c in res["cells"].values()] == [2, 2]
     assert res["summary"]["total_budget"] == "4 evaluations"
+
+
+def test_a_failed_proof_in_the_extras_makes_check_exit_1(monkeypatch, tmp_path, capsys):
+    """A proof of the short run that does not hold failed the run's extras but check exited 0."""
+    import attrs
+    import z3
+
+    from tenantry.adversaries import check as check_mod
+    from tenantry.proofs import registry
+    from tenantry.proofs.core import Proof
+
+    holds = attrs.evolve(registry.PROOFS[0], twins=())  # a real proof, proved in well under a second
+    broken = Proof("BROKEN-DEMO", "demo", "x > 0 for every integer x", "any N",
+                   lambda: [("positive", z3.Not(z3.Int("x") > 0))])  # satisfiable: a counterexample, refuted
+    monkeypatch.setattr(check_mod, "STATEFUL_SETUPS", ("protected",))
+    argv = ["check", "--policy", "fcfs", "--pattern", "flood", "--budget", "2", "--quiet", "--workers", "1",
+            "--plots", "none"]
+    monkeypatch.setattr(registry, "PROOFS", (holds,))
+    assert _code([*argv, "--out", str(tmp_path / "ok")]) == 0
+    out, err = capsys.readouterr()
+    assert "proofs: 1/1 proved" in out and "FAILED" not in out and "failed: exit 1" not in err
+    monkeypatch.setattr(registry, "PROOFS", (holds, broken))
+    assert _code([*argv, "--out", str(tmp_path / "bad")]) == 1
+    out, err = capsys.readouterr()
+    assert "proofs: 1/2 proved" in out and "FAILED: BROKEN-DEMO" in out, out
+    assert "proofs failed: exit 1" in err and "claimed invariant broke" not in err, err
+    summary = json.loads((tmp_path / "bad" / "matrix.json").read_text())["summary"]
+    assert summary["extras_failed"] == ["proofs"] and "BROKEN-DEMO" in summary["extras"]["proofs"]

@@ -176,3 +176,70 @@ def test_simulate_reads_a_burstgpt_trace_with_the_tenant_column_chosen(tmp_path,
     rows = {name: line for name in ("API log", "Conversation log") for line in out.splitlines()
             if line.startswith(f"vtc     {name}")}
     assert sum(int(rows[n][len(f"vtc     {n}"):].split()[0]) for n in rows) == 30  # the failure kept
+
+
+def test_a_long_value_in_a_config_error_is_an_excerpt(tmp_path, capsys):
+    """A 100 kB tenant name or field value was echoed in full (100 kB on one line)."""
+    big = "x" * 100_000
+    cases = {
+        "dup.toml": (f'[[tenants]]\nname = "{big}"\n\n[[tenants]]\nname = "{big}"\n', "[[tenants]]: tenants='xxx"),
+        "weight.toml": (f'[[tenants]]\nname = "a"\nweight = "{big}"\n', "[[tenants]] #1: weight='xxx"),
+        "bucket.toml": (f'[[tenants]]\nname = "{big}"\ntoken_rate_per_s = 3\n',
+                        "token_rate_per_s/token_burst_tokens=(3, None): give both or neither (tenant 'xxx"),
+    }
+    for name, (text, needle) in cases.items():
+        (tmp_path / name).write_text(text)
+        code, _, err = run_cli(["simulate", "--config", str(tmp_path / name)], capsys)
+        assert code == 2 and err.count("\n") == 1 and len(err) < 400, (name, len(err))
+        assert f"{name}: " in err and needle in err and "... (100,002 chars)" in err, err
+
+
+def test_config_error_keeps_the_whole_value_and_shows_an_excerpt():
+    import pickle
+
+    from tenantry.model.config import ConfigError
+
+    e = pickle.loads(pickle.dumps(ConfigError("name", "y" * 500, "too long", "r.toml")))
+    assert e.value == "y" * 500
+    assert str(e) == f"r.toml: name='{'y' * 59}... (502 chars): too long"
+    assert str(ConfigError("name", "y" * 78, "ok", "r.toml")) == f"r.toml: name='{'y' * 78}': ok"  # 80 chars: whole
+
+
+def test_a_toml_syntax_error_names_the_file_once(tmp_path, capsys):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[[tenants\nname = 1\n")
+    code, _, err = run_cli(["simulate", "--config", str(cfg)], capsys)
+    assert code == 2 and err.count("bad.toml") == 1 and err.count("\n") == 1, err
+    assert err == f"tenantry: error: {cfg}: not valid TOML (Expected ']]' at the end of an array declaration " \
+                  "(at line 1, column 10))\n"
+
+
+def test_a_config_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path, capsys):
+    """--config /dev/null said 'tenants=None'; a FIFO with no writer blocked for ever."""
+    import os
+
+    fifo = tmp_path / "cfg.fifo"
+    os.mkfifo(fifo)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for path, kind in ((fifo, "a named pipe"), ("/dev/null", "a character device"), (folder, "a directory")):
+        p = subprocess.run([sys.executable, "-m", "tenantry.cli", "simulate", "--config", str(path)],
+                           capture_output=True, text=True, timeout=60)  # a hang fails here, not for ever
+        assert p.returncode == 2 and p.stderr == (f"tenantry: error: {path}: not a regular file ({kind}); "
+                                                  "a configuration is a TOML file\n"), p.stderr
+    empty = tmp_path / "empty.toml"  # an empty regular file is an empty document: no tenants
+    empty.write_text("")
+    code, _, err = run_cli(["simulate", "--config", str(empty)], capsys)
+    assert code == 2 and "empty.toml: tenants=None: give at least one [[tenants]] table" in err, err
+
+
+def test_an_unknown_tenant_in_a_workload_file_names_file_line_request_and_tenants(tmp_path, capsys):
+    """The error named the tenant and the request, but not the file and line it came from."""
+    cfg = tmp_path / "r.toml"
+    cfg.write_text('[[tenants]]\nname = "b"\n\n[[tenants]]\nname = "a"\n')
+    wl = tmp_path / "w.jsonl"
+    wl.write_text('{"request_id":0,"tenant":"a","arrival_s":0,"prompt_tokens":10,"output_tokens":1}\n\n'
+                  '{"request_id":7,"tenant":"zzz","arrival_s":0.5,"prompt_tokens":10,"output_tokens":1}\n')
+    code, _, err = run_cli(["simulate", "--config", str(cfg), "--workload", str(wl), "--policy", "fcfs"], capsys)
+    assert code == 2 and err.splitlines()[-1] == (f"tenantry: error: {wl}:3: tenant='zzz': request 7 names a "
+                                                  "tenant the configuration does not have (a, b)"), err

@@ -267,15 +267,16 @@ def _feature_run() -> Config:
 
 
 def test_same_inputs_give_byte_identical_history(tmp_path):
+    # request 7 arrives at 4.9 and is cancelled at 6.0 (4.0, before its arrival, is refused: SPEC.md 6.1)
     wl = [R(i, "ab"[i % 3 == 0], i * 0.7, prompt=20 + 37 * i % 300, out=1 + 13 * i % 60, prefix_ids=(i % 2, 5)) for i in range(60)]
     paths = []
     for k in range(2):
         p = tmp_path / f"h{k}.jsonl"
-        write_history(simulate(_feature_run(), as_workload(wl).with_cancellations([(4.0, 7)]), header={"seed": 1}), p)
+        write_history(simulate(_feature_run(), as_workload(wl).with_cancellations([(6.0, 7)]), header={"seed": 1}), p)
         paths.append(p)
     assert paths[0].read_bytes() == paths[1].read_bytes()
     back = read_history(paths[0])
-    assert back.requests == simulate(_feature_run(), as_workload(wl).with_cancellations([(4.0, 7)])).requests
+    assert back.requests == simulate(_feature_run(), as_workload(wl).with_cancellations([(6.0, 7)])).requests
 
 
 def test_a_killed_writer_leaves_the_old_file(tmp_path):
@@ -348,3 +349,26 @@ def test_history_lines_follow_the_published_json_schema(tmp_path):
     bad = dict(lines[-1], surprise=1)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+def test_cancel_s_before_arrival_is_refused_and_at_the_arrival_step_is_dropped():
+    """SPEC.md 5.1 / 6.1: a cancellation before the arrival is an error; one due at the
+    arrival's own step is applied before the arrival and finds nothing (the request runs)."""
+    with pytest.raises(ConfigError) as e:
+        R(1, t=2.5, cancel_s=1.0)
+    assert e.value.field == "cancel_s" and "before the arrival_s of request 1 (2.5)" in str(e.value)
+    cfg = unit_config()  # steps of 1 s: the arrival at 0.5 is delivered to the step starting at 1.0
+    h = simulate(cfg, [R(0, out=20), R(1, t=0.5, cancel_s=0.5), R(2, t=0.5, cancel_s=0.9), R(3, t=0.5, cancel_s=1.5)])
+    assert [r.outcome for r in h.requests] == ["finished", "finished", "finished", "cancelled"]
+
+
+def test_prefix_ids_past_the_prompts_full_blocks_are_ignored():
+    """SPEC.md 4.6 / 6.1: ids past floor(prompt / B) are not an error and change nothing."""
+    cfg = attrs.evolve(unit_config(), prefix_cache="shared")
+    def run(ids):
+        h = simulate(cfg, [R(0, prompt=40, out=3, prefix_ids=ids[0]), R(1, "b", t=5.0, prompt=40, out=3,
+                                                                         prefix_ids=ids[1])])
+        return [(r.outcome, r.first_token_s, r.finish_s) for r in h.requests], [s.batch for s in h.steps]
+    exact = run(((1, 2), (1, 2)))  # 40 tokens, B = 16: two full blocks
+    assert run(((1, 2, 3, 4, 5), (1, 2, 9))) == exact and run(((1, 2), (1, 2, 7, 8))) == exact
+    assert run(((1, 9), (1, 2))) != exact  # the ids within the full blocks do matter (the reuse)

@@ -195,6 +195,8 @@ WL = '{"arrival_s":0.5,"output_tokens":3,"prompt_tokens":10,"request_id":0,"tena
     (WL + WL.replace('"tenant"', '"prefix_ids":7,"tenant"').replace(":0,", ":1,"), 2, ["prefix_ids=7"]),
     (WL + WL.replace('"tenant"', '"prefix_ids":[1,"x"],"tenant"').replace(":0,", ":1,"), 2, ["prefix_ids="]),
     (WL + WL, 2, ["request_id=0", "duplicate", "bad_input.txt:1"]),
+    (WL + WL.replace('"tenant"', '"cancel_s":0.25,"tenant"').replace(":0,", ":1,"), 2,
+     ["cancel_s=0.25", "before the arrival_s of request 1 (0.5)"]),  # was accepted: never cancelled
     (WL + "{not json}\n", 2, ["json=", "bad JSON"]),
 ])
 def test_workload_jsonl_bad_input(tmp_path, text, line, needles):
@@ -419,3 +421,11 @@ def test_seed001_workload():
     gaps = {name: [r.arrival_s for r in w if r.tenant == name][:3] for name in w.tenants}
     assert len({tuple(g) for g in gaps.values()}) == 3  # distinct derived seeds
     assert [r.request_id for r in w] == list(range(len(w)))
+
+
+def test_compose_retimes_cancellations_with_their_arrivals():
+    """A part's cancel_s kept its old time while the arrival moved (offset, speedup): the
+    cancellation fell before the arrival (now an error) or at the wrong time."""
+    a = [Request(0, "x", 10.0, 10, 2, cancel_s=14.0), Request(1, "x", 20.0, 10, 2)]
+    w = T.compose([T.TracePart(a, speedup=2.0, offset_s=100.0, start_s=10.0)])
+    assert [(r.arrival_s, r.cancel_s) for r in w] == [(100.0, 102.0), (105.0, None)]

@@ -11,7 +11,9 @@ workload's file, the wall time and evaluations per second, and writes the
 report folder (``--out``, replaced only when it is a check report; the
 default folder never by a smaller run).  ``--budget`` is per cell,
 ``--total-budget`` for the whole run.  Exit status 1 when an invariant that
-a setup claims broke (with ``--strict``, also when a pattern did not hurt a
+a setup claims broke or an extra failed (a proof or twin of the short run did
+not hold; one undecided within its short timeout is listed, not a failure)
+(with ``--strict``, also when a pattern did not hurt a
 setup it is expected to hurt), else 0; 2 on bad input; 130 / 143 on Ctrl-C /
 SIGTERM (nothing written).
 
@@ -181,8 +183,9 @@ def run(args: argparse.Namespace) -> int:
 
 def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str = "a claimed invariant broke") -> int:
     """Print a matrix run (:func:`~tenantry.adversaries.check.run_check`'s result) as ``check``
-    does, and return the exit status: 1 when an invariant broke (or, ``strict``, an
-    expectation was not met), else 0.  ``tenantry verify --target`` prints the same."""
+    does, and return the exit status: 1 when an invariant broke, an extra failed (a proof
+    of the short run did not hold, or an extra raised) or, ``strict``, an expectation was not
+    met; else 0.  ``tenantry verify --target`` prints the same."""
     from tenantry.adversaries.report import ABBREV, LEGEND, cell_lines, fleet_text, matrix_text
 
     s, cells = res["summary"], res["cells"]
@@ -210,6 +213,10 @@ def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str
     code = 0
     if res["claimed_broken"]:
         print(f"{what}: exit 1", file=sys.stderr)
+        code = 1
+    failed = res.get("extras_failed") or []
+    if failed:
+        print(f"{' and '.join(failed)} failed: exit 1", file=sys.stderr)
         code = 1
     if strict and unmet:
         print(f"--strict: {len(unmet)} expected to hurt and did not: exit 1", file=sys.stderr)

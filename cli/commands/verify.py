@@ -309,7 +309,10 @@ def run_target(args: argparse.Namespace) -> int:
         if len(wl) == 0:
             raise ConfigError("--workload", args.workload, "no requests in this file", args.workload)
         if args.cancellations:  # deprecated: workloads carry cancel_s
-            wl = wl.with_cancellations(_read_cancellations(args.cancellations))
+            try:
+                wl = wl.with_cancellations(_read_cancellations(args.cancellations))
+            except ConfigError as e:  # a cancellation before its request's arrival
+                raise ConfigError(e.field, e.value, e.why, e.where or str(args.cancellations)) from None
         factory = load_factory(args.target, path=args.target_path)
         roles = [(n, "victim") for n in wl.tenants]
         adversaries = tuple(n.strip() for n in args.adversaries.split(",") if n.strip())
