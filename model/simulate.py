@@ -231,7 +231,10 @@ class Feed:
 
     The one rule every driver shares (SPEC.md 5.1): a request arrives at the
     first step starting at or after its ``arrival_s``; its cancellation (its
-    ``cancel_s``) at the first step starting at or after that time.
+    ``cancel_s``) at the first step starting at or after that time, or at the
+    step after its arrival's when both fall due at the same step (a step
+    applies cancellations before arrivals, so the cancellation would find
+    nothing and the cancelled request would run).
     """
 
     def __init__(self, workload: Workload | Iterable[Request]) -> None:
@@ -239,6 +242,7 @@ class Feed:
         self.requests = wl.requests
         self.cancels = wl.cancellations
         self.i = self.c = 0
+        self.held: tuple[int, ...] = ()  # cancellations held back from the step their request arrived at
 
     @property
     def exhausted(self) -> bool:
@@ -259,7 +263,15 @@ class Feed:
         d = self.c
         while d < len(cancels) and cancels[d][0] <= t_s:
             d += 1
-        out = StepInput(arrivals=reqs[self.i:j], cancellations=tuple(rid for _, rid in cancels[self.c:d]))
+        arrivals = reqs[self.i:j]
+        due = self.held + tuple(rid for _, rid in cancels[self.c:d])
+        self.held = ()
+        if due and arrivals:
+            now = {r.request_id for r in arrivals}
+            self.held = tuple(rid for rid in due if rid in now)
+            if self.held:
+                due = tuple(rid for rid in due if rid not in now)
+        out = StepInput(arrivals=arrivals, cancellations=due)
         self.i, self.c = j, d
         return out
 

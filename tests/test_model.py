@@ -351,15 +351,17 @@ def test_history_lines_follow_the_published_json_schema(tmp_path):
         jsonschema.validate(bad, schema)
 
 
-def test_cancel_s_before_arrival_is_refused_and_at_the_arrival_step_is_dropped():
+def test_cancel_s_before_arrival_is_refused_and_at_the_arrival_step_is_applied_at_the_next():
     """SPEC.md 5.1 / 6.1: a cancellation before the arrival is an error; one due at the
-    arrival's own step is applied before the arrival and finds nothing (the request runs)."""
+    arrival's own step is delivered at the next step (applied before the arrival, it would find
+    nothing and the cancelled request would run to the end)."""
     with pytest.raises(ConfigError) as e:
         R(1, t=2.5, cancel_s=1.0)
     assert e.value.field == "cancel_s" and "before the arrival_s of request 1 (2.5)" in str(e.value)
     cfg = unit_config()  # steps of 1 s: the arrival at 0.5 is delivered to the step starting at 1.0
     h = simulate(cfg, [R(0, out=20), R(1, t=0.5, cancel_s=0.5), R(2, t=0.5, cancel_s=0.9), R(3, t=0.5, cancel_s=1.5)])
-    assert [r.outcome for r in h.requests] == ["finished", "finished", "finished", "cancelled"]
+    assert [r.outcome for r in h.requests] == ["finished", "cancelled", "cancelled", "cancelled"]
+    assert [r.finish_s for r in h.requests[1:]] == [2.0, 2.0, 2.0]  # each at the step after its arrival's (1.0)
 
 
 def test_prefix_ids_past_the_prompts_full_blocks_are_ignored():
