@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -110,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     except json.JSONDecodeError as e:
         print(f"tenantry: error: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # stdout closed by its reader (`tenantry simulate | head`): stop quietly, as cat does
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        except (OSError, ValueError):
+            pass
+        return 141  # 128 + SIGPIPE, what a shell reports for a program stopped by a closed pipe
     except OSError as e:  # unreadable input or unwritable output: name the path
         where = e.filename if e.filename is not None else ""
         print(f"tenantry: error: {where}: {e.strerror or e}", file=sys.stderr)

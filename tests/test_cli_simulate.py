@@ -243,3 +243,17 @@ def test_an_unknown_tenant_in_a_workload_file_names_file_line_request_and_tenant
     code, _, err = run_cli(["simulate", "--config", str(cfg), "--workload", str(wl), "--policy", "fcfs"], capsys)
     assert code == 2 and err.splitlines()[-1] == (f"tenantry: error: {wl}:3: tenant='zzz': request 7 names a "
                                                   "tenant the configuration does not have (a, b)"), err
+
+
+def test_a_closed_stdout_stops_quietly(tmp_path):
+    """`tenantry simulate | head` whose reader is gone: no 'error: : Broken pipe' line and no
+    traceback, exit 141 (128 + SIGPIPE) as a shell reports for a program stopped by its pipe."""
+    wl = tmp_path / "w.jsonl"
+    wl.write_text("".join(f'{{"request_id":{i},"tenant":"a","arrival_s":{i * 0.1},"prompt_tokens":20,"output_tokens":2}}\n'
+                          for i in range(5)))
+    p = subprocess.Popen([sys.executable, "-m", "tenantry.cli", "simulate", "--workload", str(wl), "--policy", "fcfs"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone before anything is written
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141, err
+    assert "error" not in err and "Traceback" not in err, err
