@@ -502,7 +502,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("vtc_cancel_keeps_lift", ("VTC-GAP",),
            "a queue emptied by cancellation does not raise the lift l: a newcomer inherits an old l",
            CancelKeepsLift, _cfg("vtc", tenants=(TenantConfig("a"), TenantConfig("b")), max_num_seqs=1, max_context_tokens=16),
-           dict(idle_gaps=True, cancels=True, max_requests=40), examples=1000),
+           dict(idle_gaps=True, cancels=True, max_requests=24), examples=1500),  # killed at the 1,123rd
     Mutant("vtc_prompt_only", ("VTC-GAP",), "VTC counters charge prompts but not generated tokens",
            PromptOnlyCounter, _cfg("vtc"), dict(long_outputs=True)),
     Mutant("drr_unbounded_carry", ("DRR-DEFICIT",), "DRR refill ignores the carry bound",
