@@ -61,13 +61,15 @@ class ConfigError(ValueError):
     ``str(err)`` is one line naming where (file, line, field) and the value:
     ``where: field=value: why``, or ``where: why`` for an error of the whole file
     (``field`` empty).  A long value or field is shown as an :func:`excerpt` of its
-    repr; the parts are kept whole as attributes ``where``, ``field`` and ``value``.
+    repr, but for a ``path`` or a command-line flag's value (``--...``), shown whole;
+    the parts are kept whole as attributes ``where``, ``field`` and ``value``.
     """
 
     def __init__(self, field: str, value: Any, why: str, where: str = "") -> None:
         self.where, self.field, self.value, self.why = where, field, value, why
         prefix = f"{where}: " if where else ""
-        what = f"{excerpt(field)}={excerpt(repr(value))}: " if field else ""
+        whole = field == "path" or field.startswith("--")  # a path, or what the user typed on the command line
+        what = f"{excerpt(field)}={repr(value) if whole else excerpt(repr(value))}: " if field else ""
         super().__init__(f"{prefix}{what}{why}")
 
     def __reduce__(self):
