@@ -405,23 +405,45 @@ def h_work_conserving(h: HistoryContext) -> list[Finding]:
 def h_token_bucket(h: HistoryContext) -> list[Finding]:
     """TOKEN-BUCKET (SPEC.md 7.3), history form: the prompt tokens a tenant had
     admitted in any window [t1, t2] of admission times total at most
-    burst + rate * (t2 - t1)."""
+    burst + rate * (t2 - t1); with ``reserve_output``, less the output refunded
+    in the window (a request leaving before its last token gives back its
+    reserved output, which may have been taken before t1)."""
     cfg, out = h.config, []
     if not cfg.admission.token_bucket or cfg.admission.prompt_estimate != "tokens":
         return out
-    start = {s.step_index: s.start_s for s in h.steps}
     for t in cfg.tenants:
         if t.token_rate_per_s is None:
             continue
-        adm = sorted((start.get(r.admitted_step, r.arrival_s), r.request_id, r.prompt_tokens)
-                     for r in h.history.requests if r.tenant == t.name and r.admitted_step is not None)
-        over = _window_over(((ts, p, rid) for ts, rid, p in adm), t.token_rate_per_s, t.token_burst_tokens)
+        over = _window_over(_bucket_ledger(h, t.name, with_output=False), t.token_rate_per_s, t.token_burst_tokens)
         if over is not None:
             excess, (t1, r1), (t2, r2) = over
+            less = " less the output refunded" if cfg.admission.reserve_output else ""
             out.append(_f("TOKEN-BUCKET", None, f"prompt tokens admitted between t={t1:.6g}s and "
-                          f"t={t2:.6g}s exceed burst + rate x window", excess, t.token_burst_tokens,
+                          f"t={t2:.6g}s{less} exceed burst + rate x window", excess, t.token_burst_tokens,
                           [t.name], [r1, r2]))
     return out
+
+
+def _bucket_ledger(h: HistoryContext, tenant: str, with_output: bool) -> list[tuple[float, int, int]]:
+    """Tenant ``tenant``'s token-bucket charges as (time s, tokens, request id), in time order:
+    each admitted request's prompt (plus its output allowance when ``with_output``) at its
+    admission (the start of the step that queued it), and with ``reserve_output`` the output a
+    request cancelled or rejected after admission did not generate, refunded (negative) at its
+    end; refunds of cancellations come before the admissions at one time and refunds of
+    rejections after them (the step's phases)."""
+    start = {s.step_index: s.start_s for s in h.steps}
+    refunds = h.config.admission.reserve_output
+    ledger = []  # (time, order, tokens, request id)
+    for r in h.history.requests:
+        if r.tenant != tenant or r.admitted_step is None:
+            continue
+        ledger.append((start.get(r.admitted_step, r.arrival_s), 1,
+                       r.prompt_tokens + (r.output_tokens if with_output else 0), r.request_id))
+        if refunds and r.outcome in ("cancelled", "rejected") and r.finish_s is not None:
+            ledger.append((r.finish_s, 0 if r.outcome == "cancelled" else 2,
+                           -(r.output_tokens - r.tokens_generated), r.request_id))
+    ledger.sort()
+    return [(ts, n, rid) for ts, _, n, rid in ledger]
 
 
 def _window_over(charges, rate: float, burst: float):
@@ -450,21 +472,10 @@ def h_token_limit(h: HistoryContext) -> list[Finding]:
     cfg, out = h.config, []
     if not cfg.admission.token_bucket or cfg.admission.prompt_estimate != "tokens":
         return out
-    start = {s.step_index: s.start_s for s in h.steps}
     for t in cfg.tenants:
         if t.token_rate_per_s is None:
             continue
-        ledger = []  # (time, order, tokens, request id): refunds before admissions at one time (phase 1 first)
-        for r in h.history.requests:
-            if r.tenant != t.name or r.admitted_step is None:
-                continue
-            ledger.append((start.get(r.admitted_step, r.arrival_s), 1, r.prompt_tokens + r.output_tokens,
-                           r.request_id))
-            if r.outcome in ("cancelled", "rejected") and r.finish_s is not None:
-                ledger.append((r.finish_s, 0 if r.outcome == "cancelled" else 2,
-                               -(r.output_tokens - r.tokens_generated), r.request_id))
-        ledger.sort()
-        over = _window_over(((ts, n, rid) for ts, _, n, rid in ledger), t.token_rate_per_s, t.token_burst_tokens)
+        over = _window_over(_bucket_ledger(h, t.name, with_output=True), t.token_rate_per_s, t.token_burst_tokens)
         if over is not None:
             excess, (t1, r1), (t2, r2) = over
             out.append(_f("TOKEN-LIMIT", None, f"prompt + output tokens charged between t={t1:.6g}s and "

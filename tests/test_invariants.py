@@ -202,6 +202,27 @@ def test_aging_ties_in_effective_tier_go_to_the_older_head_whatever_the_clock():
     assert picks == {10.74: "lo", 20.73: "lo", 31.1: "lo"}
 
 
+def test_token_bucket_history_form_counts_the_refund_of_a_reservation_taken_before_the_window():
+    """With ``reserve_output``, a request admitted at 0 s reserves 999 output tokens and waits (b holds
+    the one slot); 490 prompt tokens are admitted at 5.01 s, the waiting request is cancelled at 5.06 s
+    (its 999 come back) and 990 more are admitted at 5.07 s: 1,480 prompt tokens in 0.06 s, legal.
+    The history form once judged prompts alone against burst + rate x window and flagged the
+    model here (the state form passed); refunds in the window now count against them."""
+    cfg = Config((TenantConfig("a", token_rate_per_s=100.0, token_burst_tokens=1000.0), TenantConfig("b")),
+                 num_blocks=1000, max_num_seqs=1, token_budget=2048, max_context_tokens=4096,
+                 admission=AdmissionConfig(token_bucket=True, reserve_output=True),
+                 cost=CostConfig(mode="unit", unit_step_s=0.01))
+    wl = [Request(9, "b", 0.0, 1, 3000), Request(0, "a", 0.001, 1, 999, cancel_s=5.05), Request(1, "a", 5.0, 490, 1),
+          Request(2, "a", 5.06, 990, 1)]
+    run = run_checked(cfg, wl, depth="state")
+    assert [r.admitted_step is not None for r in run.history.requests] == [True, True, True, True]  # all admitted
+    assert run.findings == ()
+    cheat = attrs.evolve(run.history, requests=tuple(attrs.evolve(r, outcome="unfinished", finish_s=None)
+                                                     if r.request_id == 0 else r for r in run.history.requests))
+    got = check_history(cheat, cfg, ids=("TOKEN-BUCKET",))  # without the refund the 990 could not have come in
+    assert [f.invariant for f in got] == ["TOKEN-BUCKET"] and got[0].observed == 1480 - 100.0 * 0.06  # less rate x window
+
+
 def _worst_gap_ratio(history, cfg, policy):
     """Largest (normalised service gap growth over an interval) / (its bound), over tenant pairs."""
     from tenantry.spec.invariants_history import HistoryContext
