@@ -344,9 +344,17 @@ def boundary_sizes(limits: Limits, shift: int) -> list[tuple[int, int]]:
     return [(pr, o) for pr, o in out if pr >= 1]
 
 
+#: Content id of the one-block prompt of ``boundary``'s bursts (never sent by a victim).
+BOUNDARY_BLOCK_ID = DOC_BASE + 900_000
+
+
 def gen_boundary(p, rng, limits):
     """Requests sized at the limits the system claims (:func:`boundary_sizes`), then a burst
-    of ``max_num_seqs + 1`` (and queue bound + 1, request burst + 1) small requests at one instant."""
+    of ``max_num_seqs + 1`` (and queue bound + 1, request burst + 1) small requests at one instant.
+
+    The bursts' prompts are exactly one KV block, all with one content id, so with a prefix
+    cache a later one's whole prompt is cached: the limit of a cache hit (the last prompt
+    token must still be computed, to sample the first output token; SPEC.md 4.6)."""
     sizes = boundary_sizes(limits, int(p["shift"]))
     t, out = p["start_s"], []
     for _ in range(int(p["rounds"])):
@@ -354,8 +362,9 @@ def gen_boundary(p, rng, limits):
             out.append(_req(ADVERSARY, t, min(prompt, MAX_BOUNDARY_TOKENS), output))
             t += p["gap_s"]
         bursts = [limits.max_num_seqs] + [int(b) for b in (limits.queue_bound, limits.request_burst) if b is not None]
-        for n in bursts:
-            out += [_req(ADVERSARY, t, limits.block_size_tokens, 2) for _ in range(n + 1 + int(p["shift"]))]
+        for n in bursts:  # prompts of exactly one block, all of one content: from the second burst on it is cached
+            out += [_req(ADVERSARY, t, limits.block_size_tokens, 2, prefix_ids=(BOUNDARY_BLOCK_ID,))
+                    for _ in range(n + 1 + int(p["shift"]))]
             t += p["gap_s"]
     return [r for r in out if r.arrival_s < WINDOW_S], (ADVERSARY,)
 

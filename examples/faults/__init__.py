@@ -47,6 +47,7 @@ FAULTS: dict[str, Fault] = {
     "budget_plus_one": _f("budget_plus_one", "BATCH-LIMITS", "2 boundary: prompt of token_budget + 1"),
     "context_off_by_one": _f("context_off_by_one", "REFUSAL-TRUTH", "2 boundary: output at the context limit"),
     "pool_off_by_one": _f("pool_off_by_one", "REFUSAL-TRUTH", "2 boundary: exactly the pool"),
+    "full_prefix_hit": _f("full_prefix_hit", "BATCH-LIMITS", "2 boundary: a prompt wholly in the prefix cache"),
     "cancel_prefill_leak": _f("cancel_prefill_leak", "KV-CONSERVE", "3 cancellation during prefill"),
     "cancel_prefill_in_batch": _f("cancel_prefill_in_batch", "NO-LOSS", "3 cancellation during prefill"),
     "three_faults": _f("three_faults", ("KV-CONSERVE", "REFUSAL-TRUTH", "WORK-CONSERVING"), "4 three faults"),

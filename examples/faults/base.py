@@ -478,7 +478,7 @@ class Scheduler:
     def start(self, seq: Seq, budget: int, out: StepOut) -> int:
         """Move ``seq`` from its queue into the batch with its first chunk; the chunk's
         size, or 0 when its blocks are not free (new work never preempts)."""
-        hits = self.pool.lookup(self.cache_keys(seq)[: (seq.target - 1) // self.B]) if self.pool.prefix_cache else []
+        hits = self.pool.lookup(self.cache_keys(seq)[: self.reusable_blocks(seq)]) if self.pool.prefix_cache else []
         computed = len(hits) * self.B
         n = self.first_chunk(seq, computed, budget)
         new = self.pool.allocate(self.blocks(computed + n) - len(hits))
@@ -497,6 +497,11 @@ class Scheduler:
         self.running.append(seq)
         out.batch.append((seq.rid, n, computed))
         return n
+
+    def reusable_blocks(self, seq: Seq) -> int:
+        """Leading prompt blocks a cache hit may cover: the full blocks before the last prompt
+        token, which is always computed (its logits give the first output token)."""
+        return (seq.target - 1) // self.B
 
     def first_chunk(self, seq: Seq, computed: int, budget: int) -> int:
         """Tokens a request entering the batch computes in this step (after ``computed`` cached ones)."""
