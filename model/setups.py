@@ -434,46 +434,66 @@ def _build(cls: type, table: dict[str, Any], where: str) -> Any:
 MAX_TOML_BYTES = 1 << 20
 
 
+#: Documents read from pipes (``--config <(...)``), by the pipe's (device, inode): a pipe can be
+#: read only once, and a configuration is read once for the replica and once for ``[fleet]``.
+_PIPED: dict[tuple[int, int], dict[str, Any]] = {}
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
     """The TOML document in ``path``, read once and bounded (:data:`MAX_TOML_BYTES`).
 
-    ``path`` must be a regular file: a FIFO, a device (``/dev/null``, ``/dev/zero``), a
-    folder or a socket is refused without reading it (opened non-blocking, so a FIFO with
-    no writer does not hang; a pipe could not be read twice, and a configuration is read
-    once for the replica and once for ``[fleet]``).  An empty regular file is an empty
+    ``path`` is a regular file or a pipe (``--config <(cat r.toml)``, a FIFO: read to
+    its end once, and the same document is given again when the same pipe is read a
+    second time, as the replica and ``[fleet]`` readers both do; a FIFO no process
+    writes is an empty document, not a hang).  A device (``/dev/null``, ``/dev/zero``),
+    a folder or a socket is refused without reading it.  An empty file is an empty
     document (``{}``).
 
     Raises:
-        ConfigError: naming the file when it is not a regular file, is larger than the
-            bound, is not UTF-8, or is not TOML.
+        ConfigError: naming the file when it is not a regular file or a pipe, is larger
+            than the bound, is not UTF-8, or is not TOML.
         OSError: if it cannot be opened (the CLI names the path).
     """
+    import copy
     import os
     import stat
 
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # non-blocking: a FIFO with no writer opens at once
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = ("a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
-                    else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
-                    else "a socket" if stat.S_ISSOCK(mode) else "not a file")
-            raise ConfigError("", None, f"not a regular file ({kind}); a configuration is a TOML file", str(path))
+        st = os.fstat(fd)
+        mode, key = st.st_mode, (st.st_dev, st.st_ino)
+        if stat.S_ISFIFO(mode):
+            if key in _PIPED:
+                os.close(fd)
+                return copy.deepcopy(_PIPED[key])
+            os.set_blocking(fd, True)  # wait for the writer's bytes (no writer: end of file at once)
+        elif not stat.S_ISREG(mode):
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a character device" if stat.S_ISCHR(mode)
+                    else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "not a file")
+            raise ConfigError("", None, f"not a regular file or a pipe ({kind}); a configuration is a TOML file",
+                              str(path))
         f = os.fdopen(fd, "rb")
     except BaseException:
-        os.close(fd)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
         raise
     with f:
         raw = f.read(MAX_TOML_BYTES + 1)
     if len(raw) > MAX_TOML_BYTES:
         raise ConfigError("", None, f"larger than {MAX_TOML_BYTES >> 20} MiB: not a configuration file", str(path))
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        doc = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise ConfigError("", None, f"not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start})",
                           str(path)) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("", None, f"not valid TOML ({e})", str(path)) from None
+    if stat.S_ISFIFO(mode):
+        _PIPED[key] = copy.deepcopy(doc)
+    return doc
 
 
 def load_config_toml(path: str | Path) -> Config:

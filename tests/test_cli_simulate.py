@@ -214,19 +214,30 @@ def test_a_toml_syntax_error_names_the_file_once(tmp_path, capsys):
                   "(at line 1, column 10))\n"
 
 
-def test_a_config_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path, capsys):
-    """--config /dev/null said 'tenants=None'; a FIFO with no writer blocked for ever."""
+def test_a_config_that_is_not_a_file_or_a_pipe_is_refused_without_reading_it(tmp_path, capsys):
+    """--config /dev/null said 'tenants=None'; a FIFO with no writer blocked for ever; a pipe
+    (``--config <(cat r.toml)``) is read once, and its [fleet] table is seen too."""
     import os
 
-    fifo = tmp_path / "cfg.fifo"
-    os.mkfifo(fifo)
     folder = tmp_path / "folder"
     folder.mkdir()
-    for path, kind in ((fifo, "a named pipe"), ("/dev/null", "a character device"), (folder, "a directory")):
+    for path, kind in (("/dev/null", "a character device"), (folder, "a directory")):
         p = subprocess.run([sys.executable, "-m", "tenantry.cli", "simulate", "--config", str(path)],
-                           capture_output=True, text=True, timeout=60)  # a hang fails here, not for ever
-        assert p.returncode == 2 and p.stderr == (f"tenantry: error: {path}: not a regular file ({kind}); "
-                                                  "a configuration is a TOML file\n"), p.stderr
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and p.stderr == (f"tenantry: error: {path}: not a regular file or a pipe "
+                                                  f"({kind}); a configuration is a TOML file\n"), p.stderr
+    fifo = tmp_path / "cfg.fifo"
+    os.mkfifo(fifo)  # no writer: an empty document at once (a hang fails the timeout, not for ever)
+    p = subprocess.run([sys.executable, "-m", "tenantry.cli", "simulate", "--config", str(fifo)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "cfg.fifo: tenants=None: give at least one [[tenants]] table" in p.stderr, p.stderr
+    wl = tmp_path / "w.jsonl"
+    wl.write_text("".join(f'{{"request_id":{i},"tenant":"{"ab"[i % 2]}","arrival_s":{i * 0.1},"prompt_tokens":40,'
+                          f'"output_tokens":2}}\n' for i in range(8)))
+    fleet = EXAMPLE.parent / "fleet.toml"
+    p = subprocess.run(f"{sys.executable} -m tenantry.cli simulate --config <(cat {fleet}) --workload {wl}",
+                       shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "fleet: 4 replicas, pools 4096 4096 2048 2048 blocks" in p.stderr, p.stderr
     empty = tmp_path / "empty.toml"  # an empty regular file is an empty document: no tenants
     empty.write_text("")
     code, _, err = run_cli(["simulate", "--config", str(empty)], capsys)

@@ -172,7 +172,7 @@ def test_a_config_that_is_endless_or_not_utf8_is_one_line_error(tmp_path, capsys
     code, _, err = run_cli(["simulate", "--config", str(latin)], capsys)
     assert code == 2 and err.count("\n") == 1 and "not UTF-8" in err and "latin.toml" in err, err
     code, _, err = run_cli(["simulate", "--config", "/dev/zero"], capsys)  # not a regular file: never read
-    assert code == 2 and err.count("\n") == 1 and "/dev/zero: not a regular file (a character device)" in err, err
+    assert code == 2 and err.count("\n") == 1 and "/dev/zero: not a regular file or a pipe (a character device)" in err, err
     huge = tmp_path / "huge.toml"
     with open(huge, "wb") as f:  # sparse: read at most 1 MiB + 1 byte, then refused
         f.truncate((1 << 20) + 1)
