@@ -133,6 +133,16 @@ def searches_for(setup: "str | System", pattern: str, searches: Sequence[str]) -
     return out
 
 
+def _replay_out(replay_root: "str | os.PathLike | None", rel: Path, suffix: str) -> Path | None:
+    """Where a cell's replay command writes its report: ``<report>-replay/<rel><suffix>``,
+    beside the report, never in it (None without a report folder: the command's default)."""
+    if replay_root is None:
+        return None
+    from tenantry.verify.run import replay_twin
+
+    return replay_twin(replay_root) / f"{rel}{suffix}-replay"
+
+
 def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, executor: cf.Executor, out: Path | None,
              searches: Sequence[str] = DEFAULT_SEARCHES, shrink_evaluations: int = DEFAULT_SHRINK,
              plots: bool = False, progress: bool = False, victims: str = "excerpt",
@@ -197,7 +207,8 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
         "adversaries": list(scenario.adversaries), "victims": list(scenario.victims), "adversary_requests": sum(
             1 for x in scenario.workload if x.tenant in set(scenario.adversaries)),
         "workload": str(rel / "workload.jsonl"), "workload_name": "workload.jsonl",
-        "replay": (setup.replay_command(Path(replay_root or ".") / rel, scenario.horizon_s, scenario.roles)
+        "replay": (setup.replay_command(Path(replay_root or ".") / rel, scenario.horizon_s, scenario.roles,
+                                        replay_out=_replay_out(replay_root, rel, ""))
                    if hasattr(setup, "replay_command")
                    else f"tenantry check --replay {shlex.quote(str(Path(replay_root or '.') / rel))}"), "shrunk": None,
     }
@@ -211,7 +222,8 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
                        shrink_evaluations=sh.evaluations)
             if hasattr(setup, "replay_command"):
                 rec["shrunk_replay"] = setup.replay_command(Path(replay_root or ".") / rel, scenario.horizon_s,
-                                                            scenario.roles, name="shrunk")
+                                                            scenario.roles, name="shrunk",
+                                                            replay_out=_replay_out(replay_root, rel, "-shrunk"))
     witnesses = _witnesses(setup, findings, sources, rel=rel, replay_root=replay_root, depth=depth,
                            executor=executor, shrink_evaluations=shrink_evaluations, progress=progress)
     rec["evaluations"] += sum(w[2] for w in witnesses)
@@ -283,7 +295,9 @@ def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: l
         if sh is not None and sh.finding is not None:
             f["witness_finding"] = sh.finding.to_json()
         cell = Path(replay_root or ".") / rel
-        f["replay"] = (setup.replay_command(cell, sc.horizon_s, sc.roles, name=stem) if hasattr(setup, "replay_command")
+        f["replay"] = (setup.replay_command(cell, sc.horizon_s, sc.roles, name=stem,
+                                            replay_out=_replay_out(replay_root, rel, f"-{stem}"))
+                       if hasattr(setup, "replay_command")
                        else f"tenantry check --replay {shlex.quote(str(cell / f'{stem}.jsonl'))}")
     for i, f in enumerate(findings):  # the invariant's other findings name the same witness
         j = first.get(f["invariant"])

@@ -2,6 +2,7 @@
 ``tenantry check``'s report layout; a hostile target still gets its report."""
 
 import json
+from pathlib import Path
 import shlex
 import sys
 import textwrap
@@ -79,9 +80,11 @@ def test_buggy_target_matrix_and_replay(tmp_path, on_path):
     argv = shlex.split(first["replay"])
     assert argv[:2] == ["tenantry", "verify"] and "--adversaries" in argv
     argv[argv.index("--workload") + 1] = str(out / first["witness"])
-    argv[argv.index("--out") + 1] = str(tmp_path / "r3")
+    replay_out = Path(argv[argv.index("--out") + 1])  # as printed: beside the report, not in it
+    assert replay_out.is_relative_to(Path(f"{out}-replay")), replay_out
     assert main(argv[1:]) == 1
-    again = json.loads((tmp_path / "r3" / "report.json").read_text())
+    assert not [p for p in out.rglob("*") if p.name.endswith("-replay")]  # the report stays replaceable
+    again = json.loads((replay_out / "report.json").read_text())
     assert next(f for f in again["findings"] if f["invariant"] == "KV-CONSERVE")["step"] == first["witness_finding"]["step"]
 
 

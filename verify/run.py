@@ -349,9 +349,10 @@ class TargetSystem:
         return None, checked
 
     def replay_command(self, cell: Path, horizon_s: float, roles: Iterable[tuple[str, str]] = (),
-                       name: str = "workload") -> str:
+                       name: str = "workload", replay_out: Path | None = None) -> str:
         """The command that re-runs a cell's workload (``name``: ``workload`` or ``shrunk``) on the
-        target with the cell's tenant order and roles (into ``<cell>-replay``)."""
+        target with the cell's tenant order and roles, into ``replay_out`` (default
+        ``<cell>-replay``; a report passes a folder outside itself: ``<report>-replay/...``)."""
         import shlex
 
         roles = tuple(roles)
@@ -362,7 +363,7 @@ class TargetSystem:
                 + (f" --adversaries {shlex.quote(','.join(adv))} --victims {shlex.quote(','.join(vic))}" if adv else "")
                 + (" --tiered" if self.tiered else "")
                 + (f" --target-path {shlex.quote(self.path)}" if self.path else "")
-                + f" --out {shlex.quote(str(cell) + ('' if name == 'workload' else '-' + name) + '-replay')}")
+                + f" --out {shlex.quote(str(replay_out) if replay_out is not None else str(cell) + ('' if name == 'workload' else '-' + name) + '-replay')}")
 
     def extras(self, out: Path | None):
         """The target's own extras in ``tenantry check``'s report: a short stateful run."""
@@ -371,12 +372,20 @@ class TargetSystem:
 
             try:
                 stateful_check(_load(self), target=self.target, out_dir=(out or Path(".")) / "stateful",
-                               max_examples=10, timeout_s=self.timeout_s)
+                               max_examples=10, timeout_s=self.timeout_s,
+                               replay_dir=None if out is None else replay_twin(out) / "stateful")
             except TenantryFailure as e:
                 return f"{e.title}; replay: {e.replay}", False
             return "10 stateful examples passed", True
 
         return [("stateful", stateful)]
+
+
+def replay_twin(report: Path | str) -> Path:
+    """``<report>-replay``: where the replay commands printed in a report write their own
+    reports (beside it, not in it: a report holding a folder it did not list could not be
+    replaced by the next run)."""
+    return Path(f"{Path(report)}-replay")
 
 
 def _load(system: TargetSystem) -> Callable[..., Any]:

@@ -79,10 +79,13 @@ class TenantryFailure(AssertionError):
 
 
 def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload,
-                 horizon_s: float | None = None, tenants: Iterable[str] = ()) -> tuple[Path, str]:
+                 horizon_s: float | None = None, tenants: Iterable[str] = (),
+                 replay_dir: Path | str | None = None) -> tuple[Path, str]:
     """Write the workload (cancellations included) under ``out_dir``; return (path, replay command).
     ``tenants``: the tenant order the run had (the command passes it as ``--victims``; without
-    it the replay orders tenants by first arrival, and order breaks ties)."""
+    it the replay orders tenants by first arrival, and order breaks ties).  The command writes
+    its report to ``replay_dir / <name>-replay`` (default ``out_dir``; a report folder passes
+    its ``<report>-replay`` twin, so that running the replay leaves the report as it was)."""
     from tenantry.model.traces import write_workload_jsonl
 
     out = Path(out_dir)
@@ -93,7 +96,7 @@ def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload
         cmd += f" --horizon-s {horizon_s}"
     if tenants:
         cmd += f" --victims {shlex.quote(','.join(tenants))}"
-    return path, cmd + f" --out {shlex.quote(str(out / f'{name}-replay'))}"
+    return path, cmd + f" --out {shlex.quote(str(Path(replay_dir or out) / f'{name}-replay'))}"
 
 
 def shrink_finding(verdict: Callable[[Workload], Any], invariant: str, workload: Workload, *,
@@ -138,7 +141,8 @@ def pattern_check(factory: Callable[[], Any], pattern: str, *, target: str, out_
 
 def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | str, max_examples: int | None = None,
                    steps_per_example: int = 20, timeout_s: float | None = 10.0, tenants: Iterable[str] = STATEFUL_TENANTS,
-                   derandomize: bool = True, max_evaluations: int = 150) -> None:
+                   derandomize: bool = True, max_evaluations: int = 150,
+                   replay_dir: Path | str | None = None) -> None:
     """Hypothesis stateful run of the scheduler; raise :class:`TenantryFailure` with the shrunk workload.
 
     The machine is :class:`tenantry.testing.stateful.ReplicaMachine` over a fresh
@@ -174,7 +178,8 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
                             max_evaluations=max_evaluations)
         v = verdict(wl)
         findings = [f for f in v.findings if f.invariant == first.invariant] or e.findings
-        path, cmd = write_replay(out_dir, f"stateful-{first.invariant}", target, wl, tenants=names)
+        path, cmd = write_replay(out_dir, f"stateful-{first.invariant}", target, wl, tenants=names,
+                                 replay_dir=replay_dir)
         raise TenantryFailure(f"{target}: a stateful run breaks {first.invariant} (shrunk from "
                               f"{len(e.workload)} to {len(wl)} requests)", list(findings), wl, path,
                               cmd) from None
