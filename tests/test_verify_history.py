@@ -45,6 +45,20 @@ def test_clean_history_passes(tmp_path, clean, capsys):
     assert "0 findings" in capsys.readouterr().out
 
 
+def test_a_claim_that_does_not_apply_is_listed_as_not_judged(tmp_path, clean, capsys):
+    """--claims VTC-GAP on an fcfs history: the claim does not apply, so it is not judged; it is said
+    beside what was checked (stdout, the report, a warning), not only as 'not applicable' in report.md."""
+    path = tmp_path / "h.jsonl"
+    write_history(clean, path)
+    code = main(["verify", "--history", str(path), "--claims", "VTC-GAP", "--out", str(tmp_path / "r")])
+    out = capsys.readouterr()
+    assert code == 0
+    assert "not checked: VTC-GAP: skipped: claimed, but it does not apply to this configuration" in out.out
+    assert "VTC-GAP is claimed but does not apply" in out.err
+    cov = json.loads((tmp_path / "r" / "report.json").read_text())["coverage"]
+    assert cov["VTC-GAP"].startswith("skipped: claimed") and cov["FCFS-TENANT"] == "not claimed"
+
+
 def test_vanished_request_breaks_no_loss(tmp_path, clean):
     victim = next(r for r in clean.requests if r.tenant == "b" and r.outcome == "finished")
     k = next(s.step_index for s in clean.steps if victim.request_id in s.running)

@@ -208,6 +208,14 @@ def _replica_history(args: argparse.Namespace, history: Any, tmp: Any) -> list:
     except ConfigError as e:  # the header's configuration: name the file
         raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
     cov = coverage(history, Claims(cfg, invariants=claimed))
+    from tenantry.spec.invariants import INVARIANTS
+
+    for i in claimed:  # claimed but not judged: said where the checked ones are, as target mode warns
+        if cov.get(i, "").startswith("not applicable"):
+            cov[i] = (f"skipped: claimed, but it does not apply to this configuration (SPEC.md "
+                      f"{INVARIANTS[i].spec} says where it is claimed): not judged")
+            print(f"tenantry verify: {args.history}: {i} is claimed but does not apply to the configuration "
+                  f"(SPEC.md {INVARIANTS[i].spec}): not judged", file=sys.stderr)
     summary = f"{len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings"
     _history_report(args, tmp, found, cov, summary,
                     f"{summary}; claimed: {', '.join(claimed) or 'nothing beyond safety'}.",
