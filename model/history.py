@@ -393,8 +393,10 @@ def text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     import stat
 
     limit = max_input_bytes()
-    try:
-        f = open(path, "rb")
+    try:  # opened non-blocking, so that a FIFO no process writes is an empty input, not a hang
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.set_blocking(fd, True)  # then read as usual (a writer's bytes are waited for)
+        f = os.fdopen(fd, "rb")
     except OSError as e:
         raise ConfigError("path", str(path), e.strerror or "cannot read file") from None
     with f:

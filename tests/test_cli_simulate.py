@@ -268,3 +268,18 @@ def test_a_closed_stdout_stops_quietly(tmp_path):
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141, err
     assert "error" not in err and "Traceback" not in err, err
+
+
+def test_a_workload_fifo_with_no_writer_and_an_empty_workload_name_the_file(tmp_path, capsys):
+    """A FIFO no process writes blocked for ever; an empty workload said 'workload=0' without its file."""
+    import os
+
+    fifo = tmp_path / "w.fifo"
+    os.mkfifo(fifo)
+    p = subprocess.run([sys.executable, "-m", "tenantry.cli", "simulate", "--workload", str(fifo)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and f"{fifo}: workload=0: no requests to run" in p.stderr, p.stderr
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    code, out, err = run_cli(["simulate", "--workload", str(empty)], capsys)
+    assert code == 2 and f"{empty}: workload=0: no requests to run" in err, err

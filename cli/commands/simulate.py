@@ -78,7 +78,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"policy setups to compare: {', '.join(SETUPS)}, or all (the one-replica ones; default: "
                         f"the --config file's own policy, else {' '.join(DEFAULT_SETUPS)}); a fleet setup (fleet_*) "
                         "runs its fleet (its replicas, router and accounting) unless --replicas / --router / "
-                        "--accounting say otherwise")
+                        "--accounting say otherwise; with --config, a named setup replaces the file's order policy, "
+                        "admission switches, eviction and prefix cache (its tenants, tiers, weights, pool and batch "
+                        "limits stay), so give no --policy to run the file as written")
     p.add_argument("--horizon", type=positive_float, default=None, help="stop the run at this time (seconds); default 3x the last arrival, at least 600 s after it")
     p.add_argument("--window", type=positive_float, default=None, help="'finished in time' and throughput window (seconds); default: the last arrival")
     p.add_argument("--seed", type=non_negative_int, default=9, help="seed of the synthetic default workload (default 9)")
@@ -285,7 +287,8 @@ def run(args: argparse.Namespace) -> int:
             _check_writable(out)  # fail before the run, not after it (folders are made when writing)
     workload = load_workload(args, base.block_size_tokens if base else 16)
     if not len(workload):
-        raise ConfigError("workload", 0, "no requests to run (empty file, or --max-rows too small?)")
+        source = args.workload or args.burstgpt or ", ".join(_split(a, "")[0] for a in (args.azure or []) + (args.mooncake or []))
+        raise ConfigError("workload", 0, "no requests to run (empty file, or --max-rows too small?)", str(source or ""))
     seed001 = not (args.workload or args.azure or args.mooncake or args.azure_pair or args.burstgpt)
     if base is None:
         base = seed001_config(workload.tenants) if seed001 else default_config(workload.tenants)
