@@ -205,7 +205,8 @@ def missing(inv: Invariant, history: History, config: Config) -> str | None:
         if need == "held" and shareable and not any(s.held is not None for s in steps):
             return "blocks per request are not recorded and the prefix cache can share blocks"
         if need == "block_ids" and not any(s.block_ids for s in steps):
-            return "no block ids are recorded (the scheduler does not report them)"
+            return ("no block ids are recorded (the scheduler does not report them; the model records them "
+                    "with simulate --history --detail)")
         if need == "books":  # the policy's own books: VTC counters, DRR deficits (floors' tier counters: none)
             if config.order.policy == "floors":
                 return "tier counters are not recorded in histories (the state form checks them)"

@@ -283,3 +283,24 @@ def test_a_workload_fifo_with_no_writer_and_an_empty_workload_name_the_file(tmp_
     empty.write_text("\n")
     code, out, err = run_cli(["simulate", "--workload", str(empty)], capsys)
     assert code == 2 and f"{empty}: workload=0: no requests to run" in err, err
+
+
+def test_detail_records_block_ids_so_verify_judges_salt_isolation(tmp_path, capsys):
+    """simulate --history without --detail keeps no block ids, so verify --history skips SALT-ISOLATION
+    (and says how to record them); with --detail it is checked.  --detail alone is a usage error."""
+    wl = tmp_path / "w.jsonl"
+    wl.write_text("".join(f'{{"request_id":{i},"tenant":"{("bulk", "app")[i % 2]}","arrival_s":{i * 0.05},'
+                          f'"prompt_tokens":64,"output_tokens":3,"prefix_ids":[1,2,3]}}\n' for i in range(12)))
+    found = {}
+    for flags in ((), ("--detail",)):
+        h = tmp_path / f"h{len(flags)}.jsonl"
+        assert run_cli(["simulate", "--config", str(EXAMPLE), "--workload", str(wl), "--history", str(h), *flags],
+                       capsys)[0] == 0
+        code, out, err = run_cli(["verify", "--history", str(h), "--claims", "SALT-ISOLATION",
+                                  "--out", str(tmp_path / f"r{len(flags)}")], capsys)
+        assert code == 0, err
+        found[flags] = out
+    assert "not checked: SALT-ISOLATION: skipped: no block ids" in found[()] and "--detail" in found[()]
+    assert "SALT-ISOLATION" in next(line for line in found[("--detail",)].splitlines() if line.startswith("checked:"))
+    code, out, err = run_cli(["simulate", "--workload", str(wl), "--detail"], capsys)
+    assert code == 2 and "--detail" in err and "only with --history" in err

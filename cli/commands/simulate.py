@@ -96,6 +96,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the run's history to exactly PATH; with several policies, put {policy} in PATH "
                         "(e.g. out/h.{policy}.jsonl) for one file per policy.  An existing file is replaced only "
                         "when it is a tenantry history")
+    p.add_argument("--detail", action="store_true",
+                   help="with --history: also record each running request's KV blocks and block ids per step, "
+                        "what verify --history needs to judge KV-CAP with a shared cache, SALT-ISOLATION and "
+                        "WORK-CONSERVING (larger files)")
 
 
 def _split(arg: str, default: str) -> tuple[str, str]:
@@ -278,6 +282,8 @@ def run(args: argparse.Namespace) -> int:
     fleet_names = None if plan is None else [fleet_label(args, n, r) for n in names for r in plan[n]]
     inputs = [args.config, args.workload, args.burstgpt] + [_split(a, "")[0] for a in (args.azure or []) + (args.mooncake or [])]
     paths: dict[str, Path] = {}
+    if args.detail and args.history is None:
+        raise ConfigError("--detail", True, "only with --history (it adds to the step records a history file keeps)")
     if args.history is not None:
         paths = history_paths(args.history, fleet_names or names)
         if len(set(paths.values())) < len(paths):
@@ -311,10 +317,12 @@ def run(args: argparse.Namespace) -> int:
     if fleets is None:
         runs = [(name, cfg, lambda cfg=cfg, name=name: simulate(cfg, workload, horizon_s=horizon,
                                                                  record_steps=args.history is not None,
-                                                                 header={"policy": name})) for name, cfg in configs]
+                                                                 detail=args.detail, header={"policy": name}))
+                for name, cfg in configs]
     else:
         runs = [(name, fc.replicas[0], lambda fc=fc, name=name: simulate_fleet(fc, workload, horizon_s=horizon,
-                                                                             header={"policy": name}))
+                                                                             header={"policy": name},
+                                                                             detail=args.detail))
                 for name, fc in fleets]
     results, rows, written, doing = [], [], [], ""
     unit = "policy" if fleets is None else "fleet"

@@ -203,9 +203,17 @@ def _replica_history(args: argparse.Namespace, history: Any, tmp: Any) -> list:
         claimed = tuple(c for c in header_claims if c in CLAIMABLE)
     try:
         cfg = config if config is not None else config_from_dict(history.header.get("config") or {})
-        Claims(cfg, invariants=claimed)  # validates the ids
-        found = verify_history(history, config, claimed)
     except ConfigError as e:  # the header's configuration: name the file
+        raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
+    try:
+        Claims(cfg, invariants=claimed)  # validates the ids
+    except ConfigError as e:  # the ids came from --claims (the command line) or from the header
+        if args.claims:
+            raise ConfigError("--claims", args.claims, e.why) from None
+        raise ConfigError(e.field, e.value, e.why, f"{args.history}: header") from None
+    try:
+        found = verify_history(history, config, claimed)
+    except ConfigError as e:
         raise ConfigError(e.field, e.value, e.why, f"{args.history}: {e.where or 'header'}") from None
     cov = coverage(history, Claims(cfg, invariants=claimed))
     from tenantry.spec.invariants import INVARIANTS
