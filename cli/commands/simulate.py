@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "admission switches, eviction and prefix cache (its tenants, tiers, weights, pool and batch "
                         "limits stay), so give no --policy to run the file as written")
     p.add_argument("--horizon", type=positive_float, default=None, help="stop the run at this time (seconds); default 3x the last arrival, at least 600 s after it")
-    p.add_argument("--window", type=positive_float, default=None, help="'finished in time' and throughput window (seconds); default: the last arrival")
+    p.add_argument("--window", type=positive_float, default=None, help="'finished in time' and throughput window (seconds); default: the last arrival, or the horizon when that is earlier")
     p.add_argument("--seed", type=non_negative_int, default=9, help="seed of the synthetic default workload (default 9)")
     p.add_argument("--replicas", type=replica_count, default=None,
                    help="run a fleet of N replicas of the configuration behind a router (default: the --config "
@@ -311,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
             len(fc.replicas) == 1 for _, fc in fleets):
         print("note: a fleet of 1 replica (--router / --accounting without --replicas N)", file=sys.stderr)
     horizon = args.horizon or max(3 * workload.duration_s, workload.duration_s + 600.0)
-    window = args.window or (workload.duration_s if workload.duration_s > 0 else horizon)
+    window = args.window or (min(workload.duration_s, horizon) if workload.duration_s > 0 else horizon)  # never past the run
     print(f"workload: {len(workload)} requests from {len(workload.tenants)} tenants over {workload.duration_s:.1f}s; "
           f"horizon {horizon:g}s", file=sys.stderr)
     if fleets is None:
