@@ -138,7 +138,7 @@ def _replay_out(replay_root: "str | os.PathLike | None", rel: Path, suffix: str)
     beside the report, never in it (None without a report folder: the command's default)."""
     if replay_root is None:
         return None
-    from tenantry.verify.run import replay_twin
+    from .outdir import replay_twin
 
     return replay_twin(replay_root) / f"{rel}{suffix}-replay"
 

@@ -392,3 +392,10 @@ def check_output_file(path: str | os.PathLike, flag: str, *, inputs: Iterable[st
     if p.exists() and not is_history_file(p):
         raise ConfigError(flag, str(path), "exists and is not a tenantry history; give a new file name "
                           "(or remove this file yourself)")
+
+
+def replay_twin(report: "str | os.PathLike") -> Path:
+    """``<report>-replay``: where the replay commands printed in a report write their own
+    reports (beside it, not in it: a report holding a folder it did not list could not be
+    replaced by the next run)."""
+    return Path(f"{Path(report)}-replay")

@@ -368,6 +368,8 @@ class TargetSystem:
     def extras(self, out: Path | None):
         """The target's own extras in ``tenantry check``'s report: a short stateful run."""
         def stateful() -> tuple[str, bool]:
+            from tenantry.adversaries.outdir import replay_twin
+
             from .suite import TenantryFailure, stateful_check
 
             try:
@@ -379,13 +381,6 @@ class TargetSystem:
             return "10 stateful examples passed", True
 
         return [("stateful", stateful)]
-
-
-def replay_twin(report: Path | str) -> Path:
-    """``<report>-replay``: where the replay commands printed in a report write their own
-    reports (beside it, not in it: a report holding a folder it did not list could not be
-    replaced by the next run)."""
-    return Path(f"{Path(report)}-replay")
 
 
 def _load(system: TargetSystem) -> Callable[..., Any]:
