@@ -500,7 +500,7 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
     defaults = attrs.fields_dict(cls)
     for name, (ok, what) in _SHAPES.get(cls, {}).items():
         if name in kwargs and not (kwargs[name] is None and defaults[name].default is None) and not ok(kwargs[name]):  # before any conversion: a wrong type is one line, not a traceback
-            raise ConfigError(name, _short(kwargs[name]), f"must be {what}", where)
+            raise ConfigError(name, kwargs[name], f"must be {what}", where)
     if cls is StepRecord:
         kwargs["batch"] = tuple(tuple(x) for x in kwargs["batch"])
         kwargs["preempted"] = tuple(kwargs["preempted"])
@@ -539,12 +539,12 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
     try:
         return cls(**kwargs)
     except TypeError as e:
-        raise ConfigError(cls.__name__, _short(kwargs), str(e), where) from None
+        raise ConfigError(cls.__name__, kwargs, str(e), where) from None
 
 
 def _event(e: Any, where: str) -> StepEvent:
     if not isinstance(e, dict) or e.get("kind") not in EVENT_KINDS or not _is_count(e.get("request_id")):
-        raise ConfigError("events", _short(e), f"each event is an object with a kind ({', '.join(EVENT_KINDS)}) and a "
+        raise ConfigError("events", e, f"each event is an object with a kind ({', '.join(EVENT_KINDS)}) and a "
                           "request_id", where)
     unknown = sorted(set(e) - _fields(StepEvent))
     if unknown:
@@ -554,10 +554,10 @@ def _event(e: Any, where: str) -> StepEvent:
         raise ConfigError("events.reason", e["reason"], f"must be one of {', '.join(allowed)}", where)
     for name in ("tokens", "blocks"):
         if name in e and not _is_count(e[name]):
-            raise ConfigError(f"events.{name}", _short(e[name]), f"must be an integer >= 0 (event {e['kind']} of "
+            raise ConfigError(f"events.{name}", e[name], f"must be an integer >= 0 (event {e['kind']} of "
                               f"request {e['request_id']})", where)
     if e.get("retry_after_s") is not None and not _is_seconds(e["retry_after_s"]):
-        raise ConfigError("events.retry_after_s", _short(e["retry_after_s"]), "must be a finite number of seconds >= 0",
+        raise ConfigError("events.retry_after_s", e["retry_after_s"], "must be a finite number of seconds >= 0",
                           where)
     return StepEvent(**e)
 
@@ -655,17 +655,6 @@ _SHAPES = {
         "tenant": (lambda v: isinstance(v, str) and v != "", "a tenant name (a non-empty string)"),
     },
 }
-
-
-def _short(v: Any, limit: int = 60) -> Any:
-    """``v`` itself when its repr is short, else the first ``limit`` characters of its JSON with '...'."""
-    if len(repr(v)) <= limit:
-        return v
-    try:
-        text = json.dumps(v, sort_keys=True)
-    except (TypeError, ValueError):
-        text = repr(v)
-    return text[:limit] + "..."
 
 
 def read_history(path: str | os.PathLike) -> History:

@@ -382,15 +382,15 @@ def config_from_dict(d: dict[str, Any], where: str = "history header") -> Config
         ConfigError: naming the field when the dict is not a configuration.
     """
     if not isinstance(d, dict):
-        raise ConfigError("config", d if len(repr(d)) <= 60 else type(d).__name__,
+        raise ConfigError("config", d,
                           "must be an object (a configuration's fields)", where)
     tenants = d.get("tenants")
     if not isinstance(tenants, (list, tuple)) or not tenants or not all(isinstance(t, dict) for t in tenants):
-        raise ConfigError("config.tenants", tenants if len(repr(tenants)) <= 60 else type(tenants).__name__,
+        raise ConfigError("config.tenants", tenants,
                           "must be a non-empty list of tenant objects", where)
     for key in _SECTIONS:
         if key in d and not isinstance(d[key], dict):
-            raise ConfigError(f"config.{key}", d[key] if len(repr(d[key])) <= 60 else type(d[key]).__name__,
+            raise ConfigError(f"config.{key}", d[key],
                               "must be an object", where)
     try:
         parts = dict(d)
