@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator, NamedTuple, Protocol
 import numpy as np
 
 from .config import Config, ConfigError
+from .fast import FastReplica, unsupported
 from .history import History, RequestRecord, StepEvent, StepRecord
 from .setups import config_to_dict
 from .state import State, block_ids, free_blocks, initial_state, running_holdings, running_ids
@@ -96,6 +97,8 @@ class Recorder:
         )
 
     def history(self, state: State, header: dict[str, Any]) -> History:
+        """The run's history; ``state``: the last state (or anything whose ``sequences()``
+        gives the requests still in flight, as :class:`~tenantry.model.fast.FastReplica`)."""
         for s in state.sequences():
             self._fold_sequence(s)
         recs = tuple(RequestRecord(**self.requests[k]) for k in sorted(self.requests))
@@ -339,6 +342,7 @@ def simulate(
     variant: type[Step] | None = None,
     detail: bool = False,
     cancellations: Iterable[tuple[float, int]] = (),
+    fast: bool | None = None,
 ) -> History:
     """Run ``workload`` on the replica ``config`` and return its history.
 
@@ -353,6 +357,11 @@ def simulate(
             (:class:`Recorder`).
         header: extra header fields (e.g. a seed, a workload name).
         variant: run this :class:`~tenantry.model.step.Step` subclass (a mutant).
+        fast: run on :class:`~tenantry.model.fast.FastReplica` (the same request
+            records, computed in place): None (the default) when the run keeps no step
+            records, runs the model (no variant) and the fast replica implements the
+            configuration (:func:`~tenantry.model.fast.unsupported`); False never; True
+            always (ValueError where it cannot).
         cancellations: deprecated: (t_s, request_id) pairs, folded into the
             workload (:meth:`~tenantry.model.workload.Workload.with_cancellations`);
             give requests a ``cancel_s`` instead.
@@ -367,13 +376,24 @@ def simulate(
         warnings.warn("simulate(cancellations=...) is deprecated: give requests a cancel_s "
                       "(Workload.with_cancellations)", DeprecationWarning, stacklevel=2)
         wl = wl.with_cancellations(cancellations)
+    if fast is None:
+        fast = not record_steps and variant is None and unsupported(config) is None
+    elif fast and (record_steps or variant is not None):
+        raise ValueError("simulate(fast=True) keeps no step records and runs no variant")
     rec = Recorder(config, record_steps, detail)
     for r in wl.requests:
         rec.offered(r)
-    state = initial_state(config)
-    for tr in run_steps(config, wl, horizon_s=horizon_s, max_steps=max_steps, variant=variant):
-        rec.observe(tr.state, tr.output)
-        state = tr.state
+    if fast:
+        check_workload(config, wl)
+        rep = FastReplica(config)
+        for _ in drive(rep, wl, horizon_s=horizon_s, max_steps=max_steps):
+            rec.observe(None, rep.last)
+        state = rep
+    else:
+        state = initial_state(config)
+        for tr in run_steps(config, wl, horizon_s=horizon_s, max_steps=max_steps, variant=variant):
+            rec.observe(tr.state, tr.output)
+            state = tr.state
     hdr = {"config": config_to_dict(config), "requests": len(wl), **(header or {})}
     return rec.history(state, hdr)
 

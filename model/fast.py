@@ -1,0 +1,510 @@
+"""The fast replica: the model's steps computed in place, for runs that keep no step records (issue 13).
+
+:func:`tenantry.model.step.step` is the specification: pure, one phase a method, a
+new :class:`~tenantry.model.state.State` per step.  A run that records nothing but
+each request's outcome (``tenantry simulate`` without ``--history``, the studies)
+needs none of that per step, so :class:`FastReplica` runs the same five phases
+(SPEC.md 5) on one mutable copy of the state: per-tenant lists, one list of
+running sequences in batch order updated in place, the order policy's keys in a
+heap with lazy deletion, and no step output beyond the events and the sequences
+that left.  Its cost per step is one tight pass over the batch plus what changed.
+
+It implements a subset of the configurations (:func:`unsupported` names what it
+lacks; :func:`tenantry.model.simulate.simulate` falls back to the readable step
+for the rest), and on that subset the request records it yields are those of the
+readable step byte for byte: ``tests/test_step_differential.py`` compares them on
+the seed-001 workload, the Azure pair and every check cell's workload.  A change
+to the step that this module does not mirror must narrow :func:`unsupported`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import Iterator, NamedTuple
+
+from .config import Config
+from .history import Event
+from .policies import step_duration_s
+from .workload import Request, StepInput
+
+#: Order policies the fast replica implements (their keys: :meth:`FastReplica._key`,
+#: those of :mod:`tenantry.model.policies`).
+ORDERS = ("fcfs", "vtc", "priority", "aging")
+#: Victim policies it implements (:meth:`FastReplica._victim_key`).
+VICTIMS = ("newest", "largest", "lowest_priority", "most_over_share")
+
+
+def unsupported(config: Config) -> str | None:
+    """Why the fast replica cannot run ``config`` (the first mechanism it lacks), or
+    None when it can: a prefix cache, an order policy outside :data:`ORDERS`, the
+    starvation guard or skip budget, strict tiers, token buckets, KV caps, KV
+    watermarks, tier slot caps, estimated-wait shedding, preemption for priority,
+    or a victim policy outside :data:`VICTIMS`."""
+    o, a, e = config.order, config.admission, config.eviction
+    checks = (
+        (config.prefix_cache != "off", f"prefix cache {config.prefix_cache!r}"),
+        (o.policy not in ORDERS, f"order policy {o.policy!r}"),
+        (o.guard_steps is not None or o.guard_wait_s is not None, "starvation guard"),
+        (o.guard_skips is not None, "skip budget"),
+        (o.strict_tiers, "strict tiers"),
+        (a.token_bucket, "token bucket"),
+        (a.kv_cap, "KV caps"),
+        (bool(a.kv_watermarks), "KV watermarks"),
+        (bool(a.tier_slot_caps), "tier slot caps"),
+        (bool(a.wait_limits_s), "estimated-wait shedding"),
+        (e.preempt_for_priority, "preemption for priority"),
+        (e.victim not in VICTIMS, f"victim policy {e.victim!r}"),
+    )
+    return next((why for bad, why in checks if bad), None)
+
+
+class FastSeq:
+    """One admitted request in the fast replica, updated in place; it reads like a
+    :class:`~tenantry.model.state.Sequence` for every field the recorder folds
+    (:class:`~tenantry.model.simulate.Recorder`).
+
+    Attributes:
+        request, request_id, tenant (index), arrival_seq: as in ``Sequence``.
+        prompt, output: the request's prompt and output tokens.
+        computed_tokens, output_done, blocks (private KV blocks: there is no prefix
+            cache), preemptions, wasted_tokens, ready_step, first_scheduled_s,
+            first_token_s, cached_tokens (always 0): as in ``Sequence``.
+        running: in the batch; planned: tokens planned in the current step.
+    """
+
+    __slots__ = ("request", "request_id", "tenant", "arrival_seq", "prompt", "output", "computed_tokens",
+                 "output_done", "blocks", "preemptions", "wasted_tokens", "ready_step", "first_scheduled_s",
+                 "first_token_s", "cached_tokens", "running", "planned")
+
+    def __init__(self, request: Request, tenant: int, arrival_seq: int, ready_step: int) -> None:
+        self.request, self.request_id, self.tenant, self.arrival_seq = request, request.request_id, tenant, arrival_seq
+        self.prompt, self.output = request.prompt_tokens, request.output_tokens
+        self.computed_tokens = self.output_done = self.blocks = self.preemptions = self.wasted_tokens = 0
+        self.ready_step = ready_step
+        self.first_scheduled_s = self.first_token_s = None
+        self.cached_tokens = 0
+        self.running = False
+        self.planned = 0
+
+
+class FastOutput(NamedTuple):
+    """What the recorder reads of a step when it keeps no step record: its index, its
+    events (:class:`~tenantry.model.history.Event`) and the sequences that left it."""
+
+    step_index: int
+    events: list
+    finished: list
+
+
+class FastReplica:
+    """The reference model as a :class:`~tenantry.model.simulate.Replica`, stepping in place.
+
+    Args:
+        config: a configuration :func:`unsupported` accepts.
+
+    Raises:
+        ValueError: if :func:`unsupported` names a mechanism of ``config``.
+
+    Attributes:
+        t_s: when the next step starts (seconds); k: the next step's index.
+        last: the last step's :class:`FastOutput` (None before the first).
+    """
+
+    stopped = False
+
+    def __init__(self, config: Config) -> None:
+        why = unsupported(config)
+        if why is not None:
+            raise ValueError(f"the fast replica does not implement the configuration's {why}")
+        self.cfg = config
+        ts = config.tenants
+        n = len(ts)
+        self.t_s, self.k, self.last_step_s = 0.0, 0, config.cost.empty_step_s
+        self.index = {t.name: i for i, t in enumerate(ts)}
+        self.weight = [t.weight for t in ts]
+        self.tier = [t.tier for t in ts]
+        self.queues: list[deque[FastSeq]] = [deque() for _ in range(n)]
+        self.counter = [0.0] * n  # VTC counters (kept under vtc only: no other order reads them)
+        self.running_n = [0] * n
+        self.tblocks = [0] * n
+        self.fresh = [0] * n
+        self.bucket_requests = [float(t.request_burst or 0.0) for t in ts]
+        self.bucket_t = [0.0] * n
+        self.batch: list[FastSeq] = []
+        self.live: dict[int, FastSeq] = {}
+        self.used = 0
+        self.next_seq = 0
+        self.last_left = 0.0
+        self.backlogged: set[int] = set()
+        self.vtc = config.order.policy == "vtc"
+        self.heap: list[tuple[tuple, int]] = []
+        self.key_of: dict[int, tuple] = {}
+        self.dirty: set[int] = set()
+        self.cooling: set[int] = set()
+        self.last: FastOutput | None = None
+        self.events: list[Event] = []
+        self.gone: list[FastSeq] = []
+        self.planned: list[FastSeq] = []
+        self.budget = 0
+
+    # --- the Replica protocol -------------------------------------------------------
+
+    def has_work(self) -> bool:
+        """True while some request is queued or running."""
+        return bool(self.batch) or bool(self.backlogged)
+
+    def idle(self, until_s: float) -> None:
+        """The empty replica waits until ``until_s`` (seconds)."""
+        if until_s > self.t_s:
+            self.t_s = until_s
+
+    def sequences(self) -> Iterator[FastSeq]:
+        """Every admitted sequence: running first, then each tenant's queue."""
+        yield from self.batch
+        for q in self.queues:
+            yield from q
+
+    def step(self, inputs: StepInput) -> FastOutput:
+        """One step (SPEC.md 5): cancellations, arrivals, running, waiting, execution."""
+        self.events, self.gone = [], []
+        if self.cooling:  # a head in its cooldown may be ready now: key those tenants again
+            self.dirty |= self.cooling
+            self.cooling = set()
+        for rid in inputs.cancellations:
+            self._cancel(rid)
+        for r in inputs.arrivals:
+            self._arrive(r)
+        self._schedule_running()
+        self._schedule_waiting()
+        self._execute()
+        self.last = FastOutput(self.k, self.events, self.gone)
+        self.k += 1
+        if len(self.heap) > 4 * len(self.backlogged) + 64:  # drop the stale entries (dirty ones are pushed again)
+            self.heap = [(self.key_of[i], i) for i in self.backlogged if i in self.key_of]
+            heapq.heapify(self.heap)
+        return self.last
+
+    # --- the order policy's keys ------------------------------------------------------
+
+    def _key(self, i: int) -> tuple:
+        """Tenant i's order key at this step (those of :mod:`tenantry.model.policies`: the
+        head is its first request ready now, or its first when none is)."""
+        q = self.queues[i]
+        h = q[0]
+        if h.ready_step > self.k:
+            self.cooling.add(i)
+            h = next((s for s in q if s.ready_step <= self.k), h)
+        p = self.cfg.order.policy
+        if p == "vtc":
+            return (self.counter[i], h.arrival_seq)
+        if p == "fcfs":
+            return (h.arrival_seq,)
+        if p == "priority":
+            return (self.tier[i], h.arrival_seq)
+        return (self.tier[i] + self.cfg.order.aging_rate_per_s * h.request.arrival_s, h.arrival_seq)
+
+    def _rekey(self) -> None:
+        """Push the current key of every backlogged tenant whose key may have changed
+        (:attr:`dirty`); an entry is current while ``key_of`` holds its key."""
+        dirty = self.dirty
+        if dirty:
+            heap, key_of, back = self.heap, self.key_of, self.backlogged
+            for i in dirty:
+                if i in back:
+                    key_of[i] = key = self._key(i)
+                    heapq.heappush(heap, (key, i))
+            dirty.clear()
+
+    def _top(self) -> tuple[tuple, int] | None:
+        """The least current (key, tenant) entry, stale entries above it dropped."""
+        heap, key_of, back = self.heap, self.key_of, self.backlogged
+        while heap:
+            key, i = heap[0]
+            if i in back and key_of.get(i) == key:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
+    def _join(self, i: int) -> None:
+        """Tenant i's queue went from empty to non-empty: the VTC lift (Sheng et al.,
+        OSDI 2024, Algorithm 2; :meth:`tenantry.model.step.Step._on_backlogged`)."""
+        if self.vtc and self.cfg.order.lift:
+            self._rekey()
+            top = self._top()
+            lo = self.last_left if top is None else top[0][0]
+            if self.counter[i] < lo:
+                self.counter[i] = lo
+        self.backlogged.add(i)
+        self.dirty.add(i)
+
+    def _leave(self, i: int) -> None:
+        self.backlogged.discard(i)
+        self.key_of.pop(i, None)
+
+    # --- 1. cancellations and 2. arrivals ----------------------------------------------
+
+    def _drop(self, s: FastSeq, kind: str, t_s: float, reason: str | None = None, blocks: int = 0) -> None:
+        del self.live[s.request_id]
+        self.gone.append(s)
+        if kind == "rejected":
+            self.events.append(Event("rejected", s.request_id, s.tenant, t_s, reason=reason, blocks=blocks))
+        else:
+            self.events.append(Event(kind, s.request_id, s.tenant, t_s, tokens=s.output_done))
+
+    def _release(self, s: FastSeq) -> int:
+        freed = s.blocks
+        s.running = False
+        self.used -= freed
+        self.running_n[s.tenant] -= 1
+        self.tblocks[s.tenant] -= freed
+        return freed
+
+    def _cancel(self, rid: int) -> None:
+        s = self.live.get(rid)
+        if s is None:  # unknown or already ended (SPEC.md 5.1)
+            return
+        i = s.tenant
+        if s.running:
+            self._release(s)
+            self.batch.remove(s)
+        else:
+            q = self.queues[i]
+            q.remove(s)
+            if s.first_scheduled_s is None:
+                self.fresh[i] -= 1
+            if not q:
+                self._leave(i)
+                if self.vtc:
+                    self.last_left = max(self.last_left, self.counter[i])
+            else:
+                self.dirty.add(i)
+        self._drop(s, "cancelled", self.t_s)
+
+    def _reject(self, r: Request, i: int, reason: str, retry_after_s: float | None) -> None:
+        self.events.append(Event("rejected", r.request_id, i, r.arrival_s, reason=reason, retry_after_s=retry_after_s))
+
+    def _arrive(self, r: Request) -> None:
+        cfg, adm = self.cfg, self.cfg.admission
+        i = self.index[r.tenant]
+        tc = cfg.tenants[i]
+        if r.total_tokens > cfg.max_context_tokens:
+            return self._reject(r, i, "too_long", None)
+        if cfg.blocks_for(r.total_tokens) > cfg.num_blocks:
+            return self._reject(r, i, "too_large", None)
+        dt = self.t_s - self.bucket_t[i]
+        if dt > 0:
+            self.bucket_t[i] = self.t_s
+            if tc.request_rate_per_s is not None:
+                self.bucket_requests[i] = min(tc.request_burst,
+                                              self.bucket_requests[i] + tc.request_rate_per_s * dt)
+        limited = adm.request_rate_limit and tc.request_rate_per_s is not None
+        if limited and self.bucket_requests[i] < 1.0:
+            return self._reject(r, i, "rate_limit", (1.0 - self.bucket_requests[i]) / tc.request_rate_per_s)
+        fresh = self.fresh[i]
+        if adm.queue_bound and tc.queue_bound is not None and fresh >= tc.queue_bound:
+            return self._reject(r, i, "queue_full", self.last_step_s * max(1, fresh))
+        s = FastSeq(r, i, self.next_seq, self.k)
+        self.next_seq += 1
+        self.live[r.request_id] = s
+        q = self.queues[i]
+        q.append(s)
+        self.fresh[i] = fresh + 1
+        if limited:
+            self.bucket_requests[i] -= 1.0
+        self.events.append(Event("queued", r.request_id, i, r.arrival_s))
+        if len(q) == 1:
+            self._join(i)
+        else:
+            self.dirty.add(i)  # a first ready request behind cooling ones changes the head
+
+    # --- 3. running -------------------------------------------------------------------
+
+    def _schedule_running(self) -> None:
+        """Each running sequence, in batch order, gets its next chunk or token within the
+        token budget, allocating KV blocks and evicting when the pool is full."""
+        bs, num_blocks = self.cfg.block_size_tokens, self.cfg.num_blocks
+        planned: list[FastSeq] = []
+        self.planned = planned
+        budget = self.cfg.token_budget
+        evicted = False
+        for s in self.batch:
+            if budget <= 0:
+                break
+            if not s.running:  # evicted earlier in this loop
+                continue
+            c = s.computed_tokens
+            n = s.prompt + s.output_done - c
+            if n > budget:
+                n = budget
+            need = -(-(c + n) // bs) - s.blocks
+            if need > 0:
+                if need > num_blocks - self.used:
+                    self.budget = budget
+                    room = self._make_room(s, need)
+                    budget = self.budget
+                    evicted = True
+                    if not room:
+                        continue
+                self.used += need
+                self.tblocks[s.tenant] += need
+                s.blocks += need
+            s.planned = n
+            planned.append(s)
+            budget -= n
+        self.budget = budget
+        if evicted:
+            self.batch = [s for s in self.batch if s.running]
+
+    def _victim_key(self, s: FastSeq) -> tuple:
+        """The victim policy's key (those of :data:`tenantry.model.policies.VICTIM`)."""
+        v = self.cfg.eviction.victim
+        if v == "newest":
+            return (-s.arrival_seq,)
+        if v == "largest":
+            return (-s.blocks, -s.arrival_seq)
+        if v == "lowest_priority":
+            return (-self.tier[s.tenant], -s.arrival_seq)
+        return (-(self.tblocks[s.tenant] / self.weight[s.tenant]), -s.arrival_seq)
+
+    def _make_room(self, s: FastSeq, need: int) -> bool:
+        """Evict victims until s can allocate ``need`` blocks; False if s was evicted itself."""
+        min_free = self.cfg.eviction.min_free_blocks
+        while need > self.cfg.num_blocks - self.used:
+            cands = [c for c in self.batch if c.running and (c is s or c.blocks >= min_free)]
+            victim = min(cands, key=self._victim_key)
+            self._evict(victim)
+            if victim is s:
+                return False
+        return True
+
+    def _evict(self, v: FastSeq) -> None:
+        """Sequence v is preempted by recompute, or rejected when evicted too often (SPEC.md 4.5)."""
+        if v.planned:
+            self.budget += v.planned
+            v.planned = 0
+            self.planned.remove(v)
+        freed = self._release(v)
+        i, ev = v.tenant, self.cfg.eviction
+        if ev.max_evictions is not None and v.preemptions >= ev.max_evictions:
+            return self._drop(v, "rejected", self.t_s, reason="evicted_too_often", blocks=freed)
+        self.events.append(Event("preempted", v.request_id, i, self.t_s, tokens=v.computed_tokens, blocks=freed))
+        v.wasted_tokens += v.computed_tokens
+        v.computed_tokens = v.blocks = 0
+        v.preemptions += 1
+        v.ready_step = self.k + 1 + ev.cooldown_steps
+        q = self.queues[i]
+        q.appendleft(v)
+        if len(q) == 1:
+            self._join(i)
+        else:
+            self.dirty.add(i)
+
+    # --- 4. waiting -------------------------------------------------------------------
+
+    def _schedule_waiting(self) -> None:
+        """The order policy picks tenants whose first ready request joins the batch; a
+        tenant whose head cannot go is passed over for the rest of the step."""
+        max_seqs = self.cfg.max_num_seqs
+        if len(self.batch) >= max_seqs or self.budget <= 0 or not self.backlogged:
+            return
+        blocked: list[tuple[tuple, int]] = []  # passed over for the rest of the step: out of key_of meanwhile
+        while len(self.batch) < max_seqs and self.budget > 0:
+            self._rekey()
+            top = self._top()
+            if top is None:
+                break
+            heapq.heappop(self.heap)
+            i = top[1]
+            del self.key_of[i]  # the head leaves (keyed again below), or i is blocked
+            if self._admit_head(i):
+                if self.queues[i]:
+                    self.dirty.add(i)
+                else:
+                    self.backlogged.discard(i)
+            else:
+                blocked.append(top)
+        for key, i in blocked:
+            self.key_of[i] = key
+            heapq.heappush(self.heap, (key, i))
+
+    def _admit_head(self, i: int) -> bool:
+        """Tenant i's first ready sequence enters the batch; False if none is ready, its
+        slot cap is reached or its first chunk's blocks are not free."""
+        cfg, q, k = self.cfg, self.queues[i], self.k
+        s = q[0]
+        idx = 0
+        if s.ready_step > k:
+            idx = next((j for j, x in enumerate(q) if x.ready_step <= k), -1)
+            if idx < 0:
+                return False
+            s = q[idx]
+        cap = cfg.tenants[i].max_running_seqs
+        if cfg.admission.slot_cap and cap is not None and self.running_n[i] >= cap:
+            return False
+        n = s.prompt + s.output_done
+        if n > self.budget:
+            n = self.budget
+        total = -(-n // cfg.block_size_tokens)
+        if total > cfg.num_blocks - self.used:
+            return False
+        self.used += total
+        del q[idx]
+        s.blocks = total
+        self.running_n[i] += 1
+        self.tblocks[i] += total
+        if s.first_scheduled_s is None:
+            s.first_scheduled_s = self.t_s
+            self.fresh[i] -= 1
+            if self.vtc:
+                o = cfg.order
+                self.counter[i] = self.counter[i] + (o.w_in * s.prompt + o.w_out * 0) / self.weight[i]
+        if not q and self.vtc:
+            self.last_left = self.counter[i]
+        s.running = True
+        s.planned = n
+        self.batch.append(s)
+        self.planned.append(s)
+        self.budget -= n
+        self.events.append(Event("scheduled", s.request_id, i, self.t_s, tokens=0))
+        return True
+
+    # --- 5. execution -----------------------------------------------------------------
+
+    def _execute(self) -> None:
+        """The batch runs: tokens advance, outputs are produced, finished sequences leave,
+        VTC counters are charged for the output (SPEC.md 4.4)."""
+        planned = self.planned
+        batched = kv = 0
+        for s in planned:
+            batched += s.planned
+            kv += s.computed_tokens
+        dur = step_duration_s(self.cfg, batched, batched + kv)
+        end = self.t_s + dur
+        produced: dict[int, int] = {}
+        left = False
+        events = self.events
+        for s in planned:
+            c = s.computed_tokens + s.planned
+            s.computed_tokens = c
+            s.planned = 0
+            if c == s.prompt + s.output_done:  # every known token computed: sample one
+                o = s.output_done + 1
+                s.output_done = o
+                if s.first_token_s is None:
+                    s.first_token_s = end
+                    events.append(Event("first_token", s.request_id, s.tenant, end))
+                produced[s.tenant] = produced.get(s.tenant, 0) + 1
+                if o == s.output:
+                    self._release(s)
+                    self._drop(s, "finished", end)
+                    left = True
+        if left:
+            self.batch = [s for s in self.batch if s.running]
+        if self.vtc and produced:
+            w_out, counter, weight = self.cfg.order.w_out, self.counter, self.weight
+            for i, n in produced.items():
+                counter[i] = counter[i] + w_out * n / weight[i]
+            self.dirty.update(produced)
+        self.t_s = end
+        self.last_step_s = dur
