@@ -1,12 +1,14 @@
 """Benchmark: the model's step against the frozen copy of the step before issue 13
-(tests/frozen_step.py), every ratio measured in the same run.
+(tests/frozen_step.py), and the fast replica (model/fast.py) where a run keeps no
+step records, every ratio measured in the same run.
 
 Run on demand (not a test):  python benchmarks/bench_fast.py [--quick] [--only simulate tenants running spread evaluations]
 
 * simulate: ``tenantry simulate``'s default work (the seed-001 workload, 2,827
   requests, under fcfs, rate_limit and vtc; no step records, as the command
   keeps none without ``--history``; then the same with step records kept),
-  seconds, new and frozen step; and the seed's own unchecked ``fairness.py`` (extracted from
+  seconds: the fast replica (what the command runs), the readable step and the
+  frozen step (no step records), and new and frozen with records; and the seed's own unchecked ``fairness.py`` (extracted from
   ../shared/seeds/001_*.txt when present) run in a subprocess, for the ratio
   the issue asks about;
 * step at N tenants: microseconds per ``step()`` on a saturated replica
@@ -51,35 +53,43 @@ from tenantry.model.traces import seed001_workload  # noqa: E402
 from tenantry.model.workload import Request, Workload  # noqa: E402
 
 STEPS = {"new": new_step, "frozen": frozen_step.step}
+#: What ``simulate(fast=...)`` is given under each name of :func:`best_of` (``fast``: the
+#: default, which takes the fast replica where it applies; the steps: never).
+FAST = {"fast": None, "new": False, "frozen": False}
 
 
 @contextlib.contextmanager
 def stepping_with(name: str):
     """The driver (:mod:`tenantry.model.simulate`) steps with ``name``'s step function
-    for the duration (a benchmark-only swap; the model itself is never patched)."""
+    for the duration (a benchmark-only swap; the model itself is never patched;
+    ``fast`` steps with the model's)."""
     old = sim.step
-    sim.step = STEPS[name]
+    sim.step = STEPS.get(name, new_step)
     try:
         yield
     finally:
         sim.step = old
 
 
-def best_of(fn, repeats: int) -> dict[str, float]:
-    """CPU seconds of ``fn()`` for each step, the best of ``repeats`` alternating runs."""
-    best = {k: float("inf") for k in STEPS}
+def best_of(fn, repeats: int, names=tuple(STEPS)) -> dict[str, float]:
+    """CPU seconds of ``fn()`` for each of ``names`` (steps, or ``fast``), the best of
+    ``repeats`` alternating runs; ``fn`` takes the name's ``fast`` argument when it takes one."""
+    best = {k: float("inf") for k in names}
     for _ in range(repeats):
-        for name in STEPS:
+        for name in names:
             with stepping_with(name):
                 t0 = time.process_time()
-                fn()
+                fn(FAST[name])
                 best[name] = min(best[name], time.process_time() - t0)
     return best
 
 
 def line(label: str, t: dict[str, float], unit: str = "s", scale: float = 1.0) -> str:
-    return (f"{label:<34} new {t['new'] * scale:>10.3f} {unit:<3} frozen {t['frozen'] * scale:>10.3f} {unit:<3} "
-            f"new/frozen {t['new'] / t['frozen']:.2f}")
+    fast = f"fast {t['fast'] * scale:>8.3f} {unit:<3} " if "fast" in t else ""
+    ratios = f"new/frozen {t['new'] / t['frozen']:.2f}" + (f", fast/frozen {t['fast'] / t['frozen']:.3f}"
+                                                          if "fast" in t else "")
+    return (f"{label:<34} {fast}new {t['new'] * scale:>8.3f} {unit:<3} frozen {t['frozen'] * scale:>8.3f} {unit:<3} "
+            + ratios)
 
 
 def fairness_py_seconds() -> float | None:
@@ -103,14 +113,15 @@ def bench_simulate(repeats: int, quick: bool) -> None:
     wl = seed001_workload(seed=9)
     horizon = 60.0 if quick else max(3 * wl.duration_s, wl.duration_s + 600.0)
     cfgs = [apply_setup(seed001_config(wl.tenants), n) for n in ("fcfs", "rate_limit", "vtc")]
-    t = best_of(lambda: [sim.simulate(c, wl, horizon_s=horizon, record_steps=False) for c in cfgs], repeats)
+    t = best_of(lambda fast: [sim.simulate(c, wl, horizon_s=horizon, record_steps=False, fast=fast) for c in cfgs],
+                repeats, ("fast", "new", "frozen"))
     print(line(f"simulate seed-001 x3 policies{' (60 s)' if quick else ''}", t))
-    t_rec = best_of(lambda: [sim.simulate(c, wl, horizon_s=horizon) for c in cfgs], repeats)
+    t_rec = best_of(lambda fast: [sim.simulate(c, wl, horizon_s=horizon) for c in cfgs], repeats)
     print(line("  the same, step records kept", t_rec))
     f = None if quick else min(fairness_py_seconds() or float("inf") for _ in range(repeats))
     if f is not None and f != float("inf"):
-        print(f"{'  seed fairness.py':<34} {f:.3f} s: new/fairness.py {t['new'] / f:.1f} "
-              f"({t_rec['new'] / f:.1f} with records), frozen/fairness.py {t['frozen'] / f:.1f}")
+        print(f"{'  seed fairness.py':<34} {f:.3f} s: fast/fairness.py {t['fast'] / f:.2f}, new/fairness.py "
+              f"{t['new'] / f:.1f} ({t_rec['new'] / f:.1f} with records), frozen/fairness.py {t['frozen'] / f:.1f}")
 
 
 def _run_steps(cfg: Config, st, steps: int) -> None:
@@ -122,14 +133,14 @@ def bench_tenants(repeats: int, counts: list[int], steps: int) -> None:
     for n in counts:
         for policy in ("fcfs", "vtc"):
             cfg, st = saturated_state(n, policy)
-            t = best_of(lambda: _run_steps(cfg, st, steps), repeats)
+            t = best_of(lambda _: _run_steps(cfg, st, steps), repeats)
             print(line(f"step, {n} tenants, {policy}, {len(st.running)} run", t, "us", 1e6 / steps))
 
 
 def bench_running(repeats: int, steps: int) -> None:
     for r in (16, 128, 512):
         cfg, st = saturated_state(3, "vtc", max_num_seqs=r)
-        t = best_of(lambda: _run_steps(cfg, st, steps), repeats)
+        t = best_of(lambda _: _run_steps(cfg, st, steps), repeats)
         print(line(f"step, 3 tenants, vtc, {len(st.running)} running", t, "us", 1e6 / steps))
 
 
@@ -148,10 +159,10 @@ def bench_spread(repeats: int, quick: bool) -> None:
     res = {}
     for n in (3, 10_000):
         cfg, wl = spread_workload(n, n_req)
-        res[n] = best_of(lambda: sim.simulate(cfg, wl, record_steps=False), repeats)
+        res[n] = best_of(lambda fast: sim.simulate(cfg, wl, record_steps=False, fast=fast), repeats,
+                         ("fast", "new", "frozen"))
         print(line(f"{n_req} requests over {n} tenants", res[n]))
-    print(f"{'  10,000 / 3 tenants':<34} new {res[10_000]['new'] / res[3]['new']:.2f}x, "
-          f"frozen {res[10_000]['frozen'] / res[3]['frozen']:.2f}x")
+    print(f"{'  10,000 / 3 tenants':<34} " + ", ".join(f"{k} {res[10_000][k] / res[3][k]:.2f}x" for k in res[3]))
 
 
 def bench_evaluations(repeats: int, quick: bool) -> None:
@@ -168,7 +179,7 @@ def bench_evaluations(repeats: int, quick: bool) -> None:
              for s in ("fcfs", "vtc") for _ in range(k)]
     for t in tasks[:2]:
         evaluate(t)  # the baselines' per-process memo, for both
-    t = best_of(lambda: [evaluate(x) for x in tasks], repeats)
+    t = best_of(lambda _: [evaluate(x) for x in tasks], repeats)
     print(line(f"check evaluations ({len(tasks)} flood)", t))
     print(f"{'  evaluations/s':<34} new {len(tasks) / t['new']:.1f}, frozen {len(tasks) / t['frozen']:.1f}")
 

@@ -20,6 +20,7 @@ to the step that this module does not mirror must narrow :func:`unsupported`.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections import deque
 from typing import Iterator, NamedTuple
 
@@ -38,7 +39,7 @@ VICTIMS = ("newest", "largest", "lowest_priority", "most_over_share")
 def unsupported(config: Config) -> str | None:
     """Why the fast replica cannot run ``config`` (the first mechanism it lacks), or
     None when it can: a prefix cache, an order policy outside :data:`ORDERS`, the
-    starvation guard or skip budget, strict tiers, token buckets, KV caps, KV
+    starvation guard or skip budget, strict tiers, token buckets, KV
     watermarks, tier slot caps, estimated-wait shedding, preemption for priority,
     or a victim policy outside :data:`VICTIMS`."""
     o, a, e = config.order, config.admission, config.eviction
@@ -49,7 +50,6 @@ def unsupported(config: Config) -> str | None:
         (o.guard_skips is not None, "skip budget"),
         (o.strict_tiers, "strict tiers"),
         (a.token_bucket, "token bucket"),
-        (a.kv_cap, "KV caps"),
         (bool(a.kv_watermarks), "KV watermarks"),
         (bool(a.tier_slot_caps), "tier slot caps"),
         (bool(a.wait_limits_s), "estimated-wait shedding"),
@@ -71,11 +71,15 @@ class FastSeq:
             cache), preemptions, wasted_tokens, ready_step, first_scheduled_s,
             first_token_s, cached_tokens (always 0): as in ``Sequence``.
         running: in the batch; planned: tokens planned in the current step.
+        entry: its number of entry into the batch (the batch is in entry order).
+        mark: None, or (while it decodes lazily) the step at whose start
+            ``computed_tokens`` and ``output_done`` were exact: at the start of step k
+            it has advanced ``k - mark`` tokens more (:meth:`FastReplica._materialize`).
     """
 
     __slots__ = ("request", "request_id", "tenant", "arrival_seq", "prompt", "output", "computed_tokens",
                  "output_done", "blocks", "preemptions", "wasted_tokens", "ready_step", "first_scheduled_s",
-                 "first_token_s", "cached_tokens", "running", "planned")
+                 "first_token_s", "cached_tokens", "running", "planned", "entry", "mark")
 
     def __init__(self, request: Request, tenant: int, arrival_seq: int, ready_step: int) -> None:
         self.request, self.request_id, self.tenant, self.arrival_seq = request, request.request_id, tenant, arrival_seq
@@ -86,6 +90,8 @@ class FastSeq:
         self.cached_tokens = 0
         self.running = False
         self.planned = 0
+        self.entry = 0
+        self.mark = None
 
 
 class FastOutput(NamedTuple):
@@ -123,6 +129,7 @@ class FastReplica:
         self.t_s, self.k, self.last_step_s = 0.0, 0, config.cost.empty_step_s
         self.index = {t.name: i for i, t in enumerate(ts)}
         self.weight = [t.weight for t in ts]
+        self.cap = [t.kv_block_cap if config.admission.kv_cap else None for t in ts]  # KV blocks per tenant
         self.tier = [t.tier for t in ts]
         self.queues: list[deque[FastSeq]] = [deque() for _ in range(n)]
         self.counter = [0.0] * n  # VTC counters (kept under vtc only: no other order reads them)
@@ -131,7 +138,13 @@ class FastReplica:
         self.fresh = [0] * n
         self.bucket_requests = [float(t.request_burst or 0.0) for t in ts]
         self.bucket_t = [0.0] * n
-        self.batch: list[FastSeq] = []
+        self.batch: dict[int, FastSeq] = {}  # entry -> running sequence, in batch order
+        self.entries = 0
+        self.active: set[FastSeq] = set()  # running sequences not decoding lazily
+        self.lazy: list[int] = []  # entries of the lazy ones, ascending
+        self.lazy_sum = 0  # over the lazy ones: computed_tokens - mark
+        self.lazy_by_tenant: dict[int, int] = {}  # tenant -> its lazy sequences (tenants with none left out)
+        self.due: dict[int, list[FastSeq]] = {}  # step -> lazy sequences to bring up to date at its start
         self.live: dict[int, FastSeq] = {}
         self.used = 0
         self.next_seq = 0
@@ -146,7 +159,7 @@ class FastReplica:
         self.events: list[Event] = []
         self.gone: list[FastSeq] = []
         self.planned: list[FastSeq] = []
-        self.budget = 0
+        self.budget = self.taken = 0
 
     # --- the Replica protocol -------------------------------------------------------
 
@@ -160,8 +173,10 @@ class FastReplica:
             self.t_s = until_s
 
     def sequences(self) -> Iterator[FastSeq]:
-        """Every admitted sequence: running first, then each tenant's queue."""
-        yield from self.batch
+        """Every admitted sequence, up to date: running first, then each tenant's queue."""
+        for s in list(self.batch.values()):
+            self._materialize(s)
+        yield from self.batch.values()
         for q in self.queues:
             yield from q
 
@@ -253,8 +268,11 @@ class FastReplica:
             self.events.append(Event(kind, s.request_id, s.tenant, t_s, tokens=s.output_done))
 
     def _release(self, s: FastSeq) -> int:
+        """Running sequence s (up to date) leaves the batch and frees its blocks; returns how many."""
         freed = s.blocks
         s.running = False
+        del self.batch[s.entry]
+        self.active.discard(s)
         self.used -= freed
         self.running_n[s.tenant] -= 1
         self.tblocks[s.tenant] -= freed
@@ -266,8 +284,8 @@ class FastReplica:
             return
         i = s.tenant
         if s.running:
+            self._materialize(s)
             self._release(s)
-            self.batch.remove(s)
         else:
             q = self.queues[i]
             q.remove(s)
@@ -290,7 +308,8 @@ class FastReplica:
         tc = cfg.tenants[i]
         if r.total_tokens > cfg.max_context_tokens:
             return self._reject(r, i, "too_long", None)
-        if cfg.blocks_for(r.total_tokens) > cfg.num_blocks:
+        need, cap = cfg.blocks_for(r.total_tokens), self.cap[i]
+        if need > cfg.num_blocks or (cap is not None and need > cap):
             return self._reject(r, i, "too_large", None)
         dt = self.t_s - self.bucket_t[i]
         if dt > 0:
@@ -318,32 +337,113 @@ class FastReplica:
         else:
             self.dirty.add(i)  # a first ready request behind cooling ones changes the head
 
+    # --- the lazy decode ledger (as the readable step's, SPEC.md 3) --------------------------
+
+    def _materialize(self, s: FastSeq) -> None:
+        """Bring s up to date if it decodes lazily (it stops doing so)."""
+        mark = s.mark
+        if mark is None:
+            return
+        d = self.k - mark
+        self.lazy_sum -= s.computed_tokens - mark
+        s.computed_tokens += d
+        s.output_done += d
+        s.mark = None
+        lazy = self.lazy
+        del lazy[bisect_left(lazy, s.entry)]
+        n = self.lazy_by_tenant[s.tenant] - 1
+        if n:
+            self.lazy_by_tenant[s.tenant] = n
+        else:
+            del self.lazy_by_tenant[s.tenant]
+        self.active.add(s)
+
+    def _lazify(self, s: FastSeq) -> None:
+        """s, up to date after this step and in steady decode (one computed and one generated
+        token a step), decodes lazily from the next step on, unless it needs a block or
+        generates its last token there already."""
+        mark = self.k + 1
+        blocks_at = mark + s.blocks * self.cfg.block_size_tokens - s.computed_tokens
+        last_at = mark + s.output - 1 - s.output_done
+        due = blocks_at if blocks_at < last_at else last_at
+        if due <= mark:
+            return
+        s.mark = mark
+        self.lazy_sum += s.computed_tokens - mark
+        insort(self.lazy, s.entry)
+        self.lazy_by_tenant[s.tenant] = self.lazy_by_tenant.get(s.tenant, 0) + 1
+        self.active.discard(s)
+        d = self.due.get(due)
+        if d is None:
+            self.due[due] = [s]
+        else:
+            d.append(s)
+
     # --- 3. running -------------------------------------------------------------------
 
     def _schedule_running(self) -> None:
         """Each running sequence, in batch order, gets its next chunk or token within the
-        token budget, allocating KV blocks and evicting when the pool is full."""
-        bs, num_blocks = self.cfg.block_size_tokens, self.cfg.num_blocks
+        token budget, allocating KV blocks and evicting when the pool is full.
+
+        The lazy sequences due now (a KV block or their last token) are brought up to
+        date first; the others get one token each without being read: between two
+        sequences that are not lazy, the lazy ones in batch order are counted (by entry),
+        and those the budget leaves out fall one step behind (their mark moves)."""
+        bs, num_blocks, k = self.cfg.block_size_tokens, self.cfg.num_blocks, self.k
+        growing: dict[FastSeq, bool] = {}  # lazy ones due a KV block now (not their last token) -> handled
+        for s in self.due.pop(k, ()):
+            mark = s.mark
+            if mark is None or not s.running:
+                continue
+            d = k - mark
+            if s.output_done + d + 1 < s.output and s.computed_tokens + d >= s.blocks * bs:
+                growing[s] = False
+            else:
+                self._materialize(s)  # its last token (or it was listed early): treated alone
         planned: list[FastSeq] = []
         self.planned = planned
         budget = self.cfg.token_budget
-        evicted = False
-        for s in self.batch:
+        lazy = self.lazy
+        taken = 0  # lazy sequences given their token so far: lazy[:taken]
+        spots = self.active.union(growing) if growing else self.active
+        for s in (sorted(spots, key=_entry_of) if len(spots) > 1 else tuple(spots)):
+            if lazy:
+                ahead = bisect_left(lazy, s.entry) - taken  # lazy ones between the last sequence and s
+                if ahead > 0:
+                    if ahead >= budget:
+                        taken += budget if budget > 0 else 0
+                        budget = 0
+                        break
+                    budget -= ahead
+                    taken += ahead
             if budget <= 0:
                 break
             if not s.running:  # evicted earlier in this loop
                 continue
+            if s.mark is not None:  # growing by one block: stays lazy when no eviction is needed
+                growing[s] = True
+                cap = self.cap[s.tenant]
+                if self.used < num_blocks and (cap is None or self.tblocks[s.tenant] < cap):
+                    self.used += 1
+                    self.tblocks[s.tenant] += 1
+                    s.blocks += 1
+                    due = min(s.mark + s.blocks * bs - s.computed_tokens, s.mark + s.output - 1 - s.output_done)
+                    self.due.setdefault(due, []).append(s)
+                    taken += 1
+                    budget -= 1
+                    continue
+                self._materialize(s)
+            self.budget, self.taken = budget, taken
             c = s.computed_tokens
             n = s.prompt + s.output_done - c
             if n > budget:
                 n = budget
             need = -(-(c + n) // bs) - s.blocks
             if need > 0:
-                if need > num_blocks - self.used:
-                    self.budget = budget
+                cap = self.cap[s.tenant]
+                if need > num_blocks - self.used or (cap is not None and self.tblocks[s.tenant] + need > cap):
                     room = self._make_room(s, need)
-                    budget = self.budget
-                    evicted = True
+                    budget, taken = self.budget, self.taken
                     if not room:
                         continue
                 self.used += need
@@ -352,9 +452,16 @@ class FastReplica:
             s.planned = n
             planned.append(s)
             budget -= n
-        self.budget = budget
-        if evicted:
-            self.batch = [s for s in self.batch if s.running]
+        else:  # the lazy ones after the last sequence
+            rest = len(lazy) - taken
+            if rest > 0 and budget > 0:
+                step = rest if rest < budget else budget
+                taken += step
+                budget -= step
+        self.budget, self.taken = budget, taken
+        for s, handled in growing.items():
+            if not handled and s.running:  # left out by the budget: treated alone from the next step on
+                self._materialize(s)
 
     def _victim_key(self, s: FastSeq) -> tuple:
         """The victim policy's key (those of :data:`tenantry.model.policies.VICTIM`)."""
@@ -368,19 +475,31 @@ class FastReplica:
         return (-(self.tblocks[s.tenant] / self.weight[s.tenant]), -s.arrival_seq)
 
     def _make_room(self, s: FastSeq, need: int) -> bool:
-        """Evict victims until s can allocate ``need`` blocks; False if s was evicted itself."""
-        min_free = self.cfg.eviction.min_free_blocks
-        while need > self.cfg.num_blocks - self.used:
-            cands = [c for c in self.batch if c.running and (c is s or c.blocks >= min_free)]
+        """Evict victims until s can allocate ``need`` blocks within the pool and its tenant's
+        KV cap (only its tenant's sequences are candidates while the cap is short); False if
+        s was evicted itself."""
+        min_free, cap, i = self.cfg.eviction.min_free_blocks, self.cap[s.tenant], s.tenant
+        while True:
+            pool_short = need > self.cfg.num_blocks - self.used
+            cap_short = cap is not None and self.tblocks[i] + need > cap
+            if not pool_short and not cap_short:
+                return True
+            cands = [c for c in self.batch.values()
+                     if (not cap_short or c.tenant == i) and (c is s or c.blocks >= min_free)]
             victim = min(cands, key=self._victim_key)
             self._evict(victim)
             if victim is s:
                 return False
-        return True
 
     def _evict(self, v: FastSeq) -> None:
-        """Sequence v is preempted by recompute, or rejected when evicted too often (SPEC.md 4.5)."""
-        if v.planned:
+        """Sequence v is preempted by recompute, or rejected when evicted too often (SPEC.md 4.5);
+        what it had planned in this step goes back to the budget."""
+        if v.mark is not None:
+            if bisect_left(self.lazy, v.entry) < self.taken:  # its token was counted
+                self.budget += 1
+                self.taken -= 1
+            self._materialize(v)
+        elif v.planned:
             self.budget += v.planned
             v.planned = 0
             self.planned.remove(v)
@@ -446,6 +565,9 @@ class FastReplica:
         if n > self.budget:
             n = self.budget
         total = -(-n // cfg.block_size_tokens)
+        cap = self.cap[i]
+        if cap is not None and self.tblocks[i] + total > cap:
+            return False
         if total > cfg.num_blocks - self.used:
             return False
         self.used += total
@@ -463,7 +585,10 @@ class FastReplica:
             self.last_left = self.counter[i]
         s.running = True
         s.planned = n
-        self.batch.append(s)
+        s.entry = self.entries
+        self.entries += 1
+        self.batch[s.entry] = s
+        self.active.add(s)
         self.planned.append(s)
         self.budget -= n
         self.events.append(Event("scheduled", s.request_id, i, self.t_s, tokens=0))
@@ -473,16 +598,26 @@ class FastReplica:
 
     def _execute(self) -> None:
         """The batch runs: tokens advance, outputs are produced, finished sequences leave,
-        VTC counters are charged for the output (SPEC.md 4.4)."""
-        planned = self.planned
-        batched = kv = 0
+        VTC counters are charged for the output (SPEC.md 4.4).  The lazy sequences given a
+        token are not touched; those left out by the budget fall one step behind."""
+        planned, k, lazy, taken = self.planned, self.k, self.lazy, self.taken
+        produced = dict(self.lazy_by_tenant) if self.vtc else None  # a lazy sequence's token is never its first or last
+        batched = taken
+        kv = self.lazy_sum + k * len(lazy)  # computed tokens of every lazy sequence
+        if taken < len(lazy):
+            batch = self.batch
+            for e in lazy[taken:]:
+                s = batch[e]
+                kv -= s.computed_tokens - s.mark + k
+                s.mark += 1
+                if produced is not None:
+                    produced[s.tenant] -= 1
+            self.lazy_sum -= len(lazy) - taken
         for s in planned:
             batched += s.planned
             kv += s.computed_tokens
         dur = step_duration_s(self.cfg, batched, batched + kv)
         end = self.t_s + dur
-        produced: dict[int, int] = {}
-        left = False
         events = self.events
         for s in planned:
             c = s.computed_tokens + s.planned
@@ -494,17 +629,23 @@ class FastReplica:
                 if s.first_token_s is None:
                     s.first_token_s = end
                     events.append(Event("first_token", s.request_id, s.tenant, end))
-                produced[s.tenant] = produced.get(s.tenant, 0) + 1
+                if produced is not None:
+                    produced[s.tenant] = produced.get(s.tenant, 0) + 1
                 if o == s.output:
                     self._release(s)
                     self._drop(s, "finished", end)
-                    left = True
-        if left:
-            self.batch = [s for s in self.batch if s.running]
-        if self.vtc and produced:
+                    continue
+            if c == s.prompt + s.output_done - 1 and s.first_token_s is not None:
+                self._lazify(s)  # steady decode: one token a step from now on
+        if produced:
             w_out, counter, weight = self.cfg.order.w_out, self.counter, self.weight
             for i, n in produced.items():
-                counter[i] = counter[i] + w_out * n / weight[i]
-            self.dirty.update(produced)
+                if n:
+                    counter[i] = counter[i] + w_out * n / weight[i]
+                    self.dirty.add(i)
         self.t_s = end
         self.last_step_s = dur
+
+
+def _entry_of(s: FastSeq) -> int:
+    return s.entry

@@ -229,6 +229,9 @@ class ModelReplica:
         return self.last
 
 
+_NOTHING = StepInput()
+
+
 class Feed:
     """Delivers a workload's arrivals and cancellations to the steps that are due.
 
@@ -261,6 +264,9 @@ class Feed:
         """The arrivals and cancellations due at a step starting at ``t_s``."""
         reqs, cancels = self.requests, self.cancels
         j = self.i
+        if not self.held and (j == len(reqs) or reqs[j].arrival_s > t_s) and (
+                self.c == len(cancels) or cancels[self.c][0] > t_s):
+            return _NOTHING  # most steps: nothing arrives, nothing is cancelled
         while j < len(reqs) and reqs[j].arrival_s <= t_s:
             j += 1
         d = self.c

@@ -421,3 +421,122 @@ def test_check_matrix_is_byte_identical_with_the_frozen_step(tmp_path, monkeypat
     assert sorted((c["setup"], c["pattern"]) for c in cells) == sorted(
         (s, p) for s in kw["setups"] for p in kw["patterns"])
     assert sum(c["evaluations"] for c in cells) >= 20  # every cell evaluated, most more than once
+
+
+# --- the fast replica (model/fast.py): the readable step's request records, byte for byte -------------
+
+
+def _records_text(config: Config, workload: Workload, horizon_s: float | None, replica_cls=None) -> str:
+    """The history a run keeps without step records (what ``tenantry simulate`` keeps without
+    ``--history``): through the readable step when ``replica_cls`` is None, else on that
+    fast replica class, with the one driver and recorder."""
+    from tenantry.model.simulate import simulate
+
+    if replica_cls is None:
+        h = simulate(config, workload, horizon_s=horizon_s, record_steps=False, fast=False)
+    else:
+        rec = Recorder(config, record_steps=False)
+        for r in workload.requests:
+            rec.offered(r)
+        rep = replica_cls(config)
+        for _ in drive(rep, workload, horizon_s=horizon_s):
+            rec.observe(None, rep.last)
+        from tenantry.model.setups import config_to_dict
+
+        h = rec.history(rep, {"config": config_to_dict(config), "requests": len(workload)})
+    return "\n".join(history_lines(h))
+
+
+def assert_fast_same(config: Config, workload: Workload, horizon_s: float | None = None) -> bool:
+    """The fast replica records what the readable step records (False when it does not
+    implement ``config``: nothing to compare)."""
+    from tenantry.model.fast import FastReplica, unsupported
+
+    if unsupported(config) is not None:
+        return False
+    _same_text(_records_text(config, workload, horizon_s, FastReplica), _records_text(config, workload, horizon_s),
+               "fast replica")
+    return True
+
+
+#: The one-replica setups the fast replica implements (the others fall back to the readable step).
+FAST_SETUPS = [n for n in ONE_REPLICA if __import__("tenantry.model.fast", fromlist=["x"]).unsupported(
+    build_config(n, (("a", "adversary"), ("b", "victim"), ("c", "victim")))) is None]
+
+
+def test_fast_replica_covers_the_simulate_defaults_and_refuses_the_rest():
+    from tenantry.model.fast import FastReplica, unsupported
+    from tenantry.model.simulate import simulate
+
+    assert {"fcfs", "rate_limit", "vtc", "vtc_nolift", "priority", "aging", "hysteresis"} <= set(FAST_SETUPS)
+    for name in ("shared_cache", "drr_tokens", "floors", "skip_budget", "protected", "round_robin"):
+        cfg = build_config(name, (("a", "adversary"), ("b", "victim")))
+        assert unsupported(cfg) is not None, name
+        with pytest.raises(ValueError, match="does not implement"):
+            FastReplica(cfg)
+    with pytest.raises(ValueError, match="no step records"):
+        simulate(seed001_config(), Workload(()), record_steps=True, fast=True)
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "rate_limit", "vtc"])
+def test_fast_replica_seed001_default_workload(policy):
+    wl = seed001_workload(seed=9)
+    horizon = max(3 * wl.duration_s, wl.duration_s + 600.0) if FULL else 120.0
+    assert assert_fast_same(apply_setup(seed001_config(wl.tenants), policy), wl, horizon)
+
+
+@pytest.mark.parametrize("setup", FAST_SETUPS)
+def test_fast_replica_azure_pair(setup):
+    wl = azure_two_tenant_workload(speedup=5.0, use_shared=False, max_rows=None if FULL else 400)
+    assert assert_fast_same(apply_setup(default_config(wl.tenants), setup), wl)
+
+
+@pytest.mark.parametrize("k", range(16))
+def test_fast_replica_check_cell_workloads(k):
+    """Each adversary pattern's default scenario on every setup the fast replica implements."""
+    from tenantry.adversaries.evaluate import Task, scenario_of
+    from tenantry.adversaries.patterns import PATTERNS
+
+    patterns = sorted(PATTERNS)
+    if k >= len(patterns):
+        pytest.skip(f"{len(patterns)} patterns")
+    for setup in FAST_SETUPS:
+        sc = scenario_of(Task(setup, patterns[k], (), 0))
+        assert assert_fast_same(build_config(setup, sc.roles), sc.workload, sc.horizon_s)
+
+
+@settings(max_examples=200 if FULL else 40)
+@given(data=st.data())
+def test_fast_replica_on_hypothesis_workloads(data):
+    """Drawn configurations the fast replica implements (caps, cooldowns, eviction limits,
+    every victim policy, tiny pools), drawn workloads with cancellations and idle gaps."""
+    from hypothesis import assume
+
+    from tenantry.model.fast import unsupported
+
+    cfg = data.draw(configs(lanes=False))
+    cfg = attrs.evolve(cfg, prefix_cache="off",
+                       admission=attrs.evolve(cfg.admission, token_bucket=False, reserve_output=False))
+    assume(unsupported(cfg) is None)
+    wl = data.draw(workloads(cfg, max_requests=25, big=data.draw(st.booleans()), long_outputs=True,
+                             cancels=True, idle_gaps=True))
+    assert assert_fast_same(cfg, wl, horizon_s=60.0)
+
+
+class _LateBlocks(__import__("tenantry.model.fast", fromlist=["x"]).FastReplica):
+    """A broken fast replica: a lazy sequence's next KV block falls due one step late."""
+
+    def _lazify(self, s):
+        s.blocks += 1
+        try:
+            super()._lazify(s)
+        finally:
+            s.blocks -= 1
+
+
+def test_the_fast_replica_comparison_catches_a_broken_replica():
+    """The comparison is not vacuous: a fast replica that lets a lazy sequence decode past
+    its last KV block records other outcomes than the readable step on the seed workload."""
+    wl = seed001_workload(seed=9)
+    cfg = apply_setup(seed001_config(wl.tenants), "vtc")
+    assert _records_text(cfg, wl, 60.0, _LateBlocks) != _records_text(cfg, wl, 60.0)
