@@ -114,7 +114,8 @@ class FastReplica:
 
     Attributes:
         t_s: when the next step starts (seconds); k: the next step's index.
-        last: the last step's :class:`FastOutput` (None before the first).
+        last: the last step's :class:`FastOutput` (None before the first);
+        last_start_s: when it started (seconds).
     """
 
     stopped = False
@@ -156,6 +157,7 @@ class FastReplica:
         self.dirty: set[int] = set()
         self.cooling: set[int] = set()
         self.last: FastOutput | None = None
+        self.last_start_s = 0.0
         self.events: list[Event] = []
         self.gone: list[FastSeq] = []
         self.planned: list[FastSeq] = []
@@ -183,6 +185,7 @@ class FastReplica:
     def step(self, inputs: StepInput) -> FastOutput:
         """One step (SPEC.md 5): cancellations, arrivals, running, waiting, execution."""
         self.events, self.gone = [], []
+        self.last_start_s = self.t_s
         if self.cooling:  # a head in its cooldown may be ready now: key those tenants again
             self.dirty |= self.cooling
             self.cooling = set()

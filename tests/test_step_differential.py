@@ -505,19 +505,31 @@ def test_fast_replica_check_cell_workloads(k):
         assert assert_fast_same(build_config(setup, sc.roles), sc.workload, sc.horizon_s)
 
 
+@st.composite
+def fast_configs(draw):
+    """A drawn configuration (:func:`~tenantry.testing.strategies.configs`) brought into what
+    the fast replica implements: its mechanisms outside that set turned off, its order
+    policy one of :data:`~tenantry.model.fast.ORDERS` when it was another."""
+    from tenantry.model.fast import ORDERS, unsupported
+
+    cfg = draw(configs(lanes=False))
+    order = attrs.evolve(cfg.order, guard_steps=None, guard_wait_s=None, guard_skips=None)
+    if order.policy not in ORDERS:
+        order = attrs.evolve(order, policy=draw(st.sampled_from(ORDERS)))
+    cfg = attrs.evolve(
+        cfg, prefix_cache="off", order=order,
+        admission=attrs.evolve(cfg.admission, token_bucket=False, reserve_output=False, tier_slot_caps=()),
+        eviction=attrs.evolve(cfg.eviction, preempt_for_priority=False))
+    assert unsupported(cfg) is None, unsupported(cfg)
+    return cfg
+
+
 @settings(max_examples=200 if FULL else 40)
 @given(data=st.data())
 def test_fast_replica_on_hypothesis_workloads(data):
     """Drawn configurations the fast replica implements (caps, cooldowns, eviction limits,
     every victim policy, tiny pools), drawn workloads with cancellations and idle gaps."""
-    from hypothesis import assume
-
-    from tenantry.model.fast import unsupported
-
-    cfg = data.draw(configs(lanes=False))
-    cfg = attrs.evolve(cfg, prefix_cache="off",
-                       admission=attrs.evolve(cfg.admission, token_bucket=False, reserve_output=False))
-    assume(unsupported(cfg) is None)
+    cfg = data.draw(fast_configs())
     wl = data.draw(workloads(cfg, max_requests=25, big=data.draw(st.booleans()), long_outputs=True,
                              cancels=True, idle_gaps=True))
     assert assert_fast_same(cfg, wl, horizon_s=60.0)
@@ -540,3 +552,41 @@ def test_the_fast_replica_comparison_catches_a_broken_replica():
     wl = seed001_workload(seed=9)
     cfg = apply_setup(seed001_config(wl.tenants), "vtc")
     assert _records_text(cfg, wl, 60.0, _LateBlocks) != _records_text(cfg, wl, 60.0)
+
+
+def _lockstep_fast(config: Config, workload: Workload, horizon_s: float | None) -> int:
+    """Step the readable model and the fast replica side by side: after every step the same
+    clock, the same events (every field) and the same running request ids in batch order.
+    Returns the steps compared."""
+    from tenantry.model.fast import FastReplica
+    from tenantry.model.state import running_ids
+
+    fast, model = FastReplica(config), ModelReplica(config)
+    n = 0
+    for inputs in drive(fast, workload, horizon_s=horizon_s):
+        model.idle(fast.last_start_s)
+        tr = model.step(inputs)
+        n += 1
+        k = tr.output.step_index
+        assert fast.last.step_index == k
+        assert fast.t_s == tr.state.t_s, f"clocks differ after step {k}"
+        assert list(fast.last.events) == list(tr.output.events), f"events differ in step {k}"
+        assert tuple(s.request_id for s in fast.batch.values()) == running_ids(tr.state), f"batch differs after step {k}"
+    assert not model.has_work() or horizon_s is not None
+    return n
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "vtc"])
+def test_fast_replica_steps_in_lockstep_with_the_model(policy):
+    """Beyond the records: every step's clock, events and batch membership agree (seed-001)."""
+    wl = seed001_workload(seed=9)
+    assert _lockstep_fast(apply_setup(seed001_config(wl.tenants), policy), wl, 40.0) > 2_000
+
+
+@settings(max_examples=200 if FULL else 30)
+@given(data=st.data())
+def test_fast_replica_lockstep_on_hypothesis_workloads(data):
+    cfg = data.draw(fast_configs())
+    wl = data.draw(workloads(cfg, max_requests=25, big=data.draw(st.booleans()), long_outputs=True,
+                             cancels=True, idle_gaps=True))
+    _lockstep_fast(cfg, wl, 60.0)
