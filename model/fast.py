@@ -4,16 +4,20 @@
 new :class:`~tenantry.model.state.State` per step.  A run that records nothing but
 each request's outcome (``tenantry simulate`` without ``--history``, the studies)
 needs none of that per step, so :class:`FastReplica` runs the same five phases
-(SPEC.md 5) on one mutable copy of the state: per-tenant lists, one list of
-running sequences in batch order updated in place, the order policy's keys in a
-heap with lazy deletion, and no step output beyond the events and the sequences
-that left.  Its cost per step is one tight pass over the batch plus what changed.
+(SPEC.md 5) on one mutable copy of the state: per-tenant lists, the running
+sequences in batch order (by entry number) updated in place, the readable
+step's lazy decode ledger at every batch size (a sequence in steady decode is
+read only when its next KV block or its last token is due), the order policy's
+keys in a heap with lazy deletion, and no step output beyond the events and the
+sequences that left.  A step costs what changed: the sequences due, those not
+decoding, and the tenants charged.
 
 It implements a subset of the configurations (:func:`unsupported` names what it
 lacks; :func:`tenantry.model.simulate.simulate` falls back to the readable step
 for the rest), and on that subset the request records it yields are those of the
 readable step byte for byte: ``tests/test_step_differential.py`` compares them on
-the seed-001 workload, the Azure pair and every check cell's workload.  A change
+the seed-001 workload, the Azure pair, every check cell's workload and drawn
+configurations, and steps both side by side (clock, events, batch membership).  A change
 to the step that this module does not mirror must narrow :func:`unsupported`.
 """
 
