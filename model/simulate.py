@@ -120,6 +120,8 @@ def step_events(out: StepOutput) -> tuple[StepEvent, ...]:
     """A step's events as the history records them (:class:`~tenantry.model.history.StepEvent`),
     in the canonical order (a stable sort of the model's order by group)."""
     evs = out.events
+    if not evs:
+        return ()
     if len(evs) > 1:
         evs = sorted(evs, key=_group)
     return tuple([StepEvent(e.kind, e.request_id, e.reason, e.retry_after_s, e.tokens, e.blocks) for e in evs])

@@ -151,43 +151,45 @@ def h_kv_conserve(h: HistoryContext) -> list[Finding]:
     a whole-block cache hit; nothing held when nothing runs."""
     cfg, out = h.config, h.anomalies("KV-CONSERVE")
     exact, shareable, tenant_of, blocks_for = h.replay.exact, h.shareable, h.tenant_of, cfg.blocks_for
+    pool = cfg.num_blocks
     for v in h.views:
         s, k = v.record, v.record.step_index
-        held_sum = sum(s.blocks_in_use.values())
-        used = s.used_blocks if s.used_blocks is not None else (held_sum if not shareable else None)
-        if s.free_blocks > cfg.num_blocks:
-            out.append(_f("KV-CONSERVE", k, "more free blocks than the pool has", s.free_blocks, cfg.num_blocks))
-        elif s.free_blocks < 0:
+        free, held, used_blocks, in_use = s.free_blocks, s.held, s.used_blocks, s.blocks_in_use
+        held_sum = sum(in_use.values())
+        used = used_blocks if used_blocks is not None else (held_sum if not shareable else None)
+        if free > pool:
+            out.append(_f("KV-CONSERVE", k, "more free blocks than the pool has", free, pool))
+        elif free < 0:
             pass  # more blocks in use than the pool: KV-CAP
-        elif used is not None and used + s.free_blocks != cfg.num_blocks:
-            out.append(_f("KV-CONSERVE", k, f"free blocks ({s.free_blocks}) plus distinct blocks in use ({used}) "
-                          "differ from the pool", used + s.free_blocks, cfg.num_blocks))
-        elif not s.running and (held_sum or s.free_blocks != cfg.num_blocks):
-            out.append(_f("KV-CONSERVE", k, "nothing runs but blocks are still in use",
-                          cfg.num_blocks - s.free_blocks, 0))
-        if s.held is not None:
-            if s.held.keys() != set(s.running):
-                extra = sorted(set(s.held) - set(s.running))
-                if any(s.held[r] for r in extra):
+        elif used is not None and used + free != pool:
+            out.append(_f("KV-CONSERVE", k, f"free blocks ({free}) plus distinct blocks in use ({used}) "
+                          "differ from the pool", used + free, pool))
+        elif not s.running and (held_sum or free != pool):
+            out.append(_f("KV-CONSERVE", k, "nothing runs but blocks are still in use", pool - free, 0))
+        if held is not None:
+            if held.keys() != set(s.running):
+                extra = sorted(set(held) - set(s.running))
+                if any(held[r] for r in extra):
                     out.append(_f("KV-CONSERVE", k, "a request that is not running holds blocks: they leak",
                                   len(extra), 0, requests=extra))
             per: dict[str, int] = {}
-            for rid, b in s.held.items():
+            running = v.running
+            for rid, b in held.items():
                 tenant = tenant_of.get(rid)
                 if tenant is None:
                     continue
                 per[tenant] = per.get(tenant, 0) + b
-                c = v.running.get(rid)
+                c = running.get(rid)
                 if exact and c is not None and b < blocks_for(c):
                     out.append(_f("KV-CONSERVE", k, f"request {rid} has {c} tokens of KV in {b} blocks",
                                   b, blocks_for(c), [tenant], [rid]))
             for name, b in per.items():
-                if s.blocks_in_use.get(name, 0) != b:
+                if in_use.get(name, 0) != b:
                     out.append(_f("KV-CONSERVE", k, "a tenant's blocks in use differ from its requests' blocks",
-                                  s.blocks_in_use.get(name, 0), b, [name]))
-            if s.used_blocks is not None and s.used_blocks > sum(s.held.values()):
+                                  in_use.get(name, 0), b, [name]))
+            if used_blocks is not None and used_blocks > sum(held.values()):
                 out.append(_f("KV-CONSERVE", k, "more distinct blocks in use than the running requests hold",
-                              s.used_blocks, sum(s.held.values())))
+                              used_blocks, sum(held.values())))
         if s.block_ids:
             ids = [b for rid in s.running for b in s.block_ids.get(rid, ())]
             if s.used_blocks is not None and len(set(ids)) != s.used_blocks and (s.held is None or all(

@@ -89,7 +89,8 @@ class Anomaly:
 
 class StepView(NamedTuple):
     """The records' state right after one step, for the record forms (a named tuple:
-    the walk makes one per step; its maps are read, never changed).
+    the walk makes one per step; its maps are read, never changed: consecutive views
+    share ``waiting`` and ``fresh`` while no queue changes).
 
     Attributes:
         record: the step record.
@@ -330,7 +331,7 @@ class Replay:
                 ready = head if head.ready_step <= k else next((x for _, _, x in qs if x.ready_step <= k), None)
                 if ready is not None:
                     heads[t] = (ready.rec.request_id, ready.target)
-            yield StepView(s, before, running, finished, dict(waiting), dict(fresh), heads, produced,
+            yield StepView(s, before, running, finished, waiting, fresh, heads, produced,
                            tuple(first), tuple(answers), tuple(cancelled))
 
 
