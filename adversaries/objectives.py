@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -295,24 +296,26 @@ def _gap(timeline: list[tuple[Mapping[str, float], Mapping[str, int]]], w: Mappi
     sides: dict[tuple[str, ...], tuple[list, list[bool]]] = {}
     for side in (x for pair in pairs for x in pair):
         if side not in sides:
-            sides[side] = (([sum(x) for x in zip(*(norm[t] for t in side))], [any(x) for x in zip(*(busy[t] for t in side))])
+            sides[side] = ((list(map(sum, zip(*(norm[t] for t in side)))), list(map(any, zip(*(busy[t] for t in side)))))
                            if side else ([0] * len(timeline), [False] * len(timeline)))
     worst = 0.0
     for left, right in pairs:
         (n_left, q_left), (n_right, q_right) = sides[left], sides[right]
         lo = hi = None  # range of D = N(left) - N(right) over the current common-backlog period
         prev_d, prev_both = 0.0, False
-        for i in range(len(timeline)):
-            d = n_left[i] - n_right[i]
+        for d, both in zip(map(operator.sub, n_left, n_right), map(operator.and_, q_left, q_right)):
             if prev_both:  # both backlogged when this step began
                 if lo is None:
                     lo = hi = prev_d
-                lo, hi = min(lo, d), max(hi, d)
-                worst = max(worst, hi - lo)
+                if d < lo:  # lo, hi = min(lo, d), max(hi, d); worst = max(worst, hi - lo)
+                    lo = d
+                if d > hi:
+                    hi = d
+                if hi - lo > worst:
+                    worst = hi - lo
             else:
                 lo = hi = None
-            prev_d = d
-            prev_both = q_left[i] and q_right[i]
+            prev_d, prev_both = d, both
     return worst / unit if unit > 0 else 0.0
 
 
