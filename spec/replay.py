@@ -234,6 +234,8 @@ class Replay:
                     self._unknown(e.request_id, k, f"has a {e.kind} event for")
                     continue
                 kind = e.kind
+                if kind == "first_token" or kind == "finished":
+                    continue  # tokens: the batch entries below make them
                 if kind == "cancelled":
                     if not self._ended(q, k, "cancels"):
                         cancelled.append((q.rec.request_id, q.computed if q.status == "running" else None))
