@@ -109,9 +109,9 @@ def _vtc_counters(h: HistoryContext) -> list[Finding]:
             prev = None
             continue
         if prev is not None and not books:
-            cancelled = {tenant(rid) for rid, _ in v.cancelled}
+            cancelled = {tenant(rid) for rid, _ in v.cancelled} if v.cancelled else ()
             joined = ({tenant(rid) for rid, a in v.answers if a == "queued"} | {tenant(rid) for rid in s.preempted}
-                      if v.answers or s.preempted else set())
+                      if v.answers or s.preempted else ())
             for n in counters:
                 was = prev.queued.get(n, 0) > 0
                 if n not in prev.counters or not ((was and n not in cancelled) or (not was and n not in joined)):
