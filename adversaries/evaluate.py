@@ -178,7 +178,8 @@ _BASELINES: dict[tuple, History] = {}
 
 def _baseline(system: System, scenario: Scenario) -> History:
     """The run without the adversary (memoised per process)."""
-    victims = tuple(renumber(r for r in scenario.workload if r.tenant not in set(scenario.adversaries)))
+    adv = set(scenario.adversaries)
+    victims = tuple(renumber(r for r in scenario.workload if r.tenant not in adv))
     key = (system, scenario.roles, scenario.horizon_s, victims)
     h = _BASELINES.get(key)
     if h is None:

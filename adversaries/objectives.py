@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -69,6 +70,14 @@ def percentile(xs: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs, dtype=float), q, method="inverted_cdf")) if len(xs) else 0.0
 
 
+def percentiles(xs: Sequence[float], qs: Sequence[float]) -> dict[float, float]:
+    """q -> :func:`percentile` ``(xs, q)`` for each q of ``qs``, from one call to numpy (each
+    an observed value, the same as one call per q)."""
+    if not len(xs):
+        return {q: 0.0 for q in qs}
+    return {q: float(p) for q, p in zip(qs, np.percentile(np.asarray(xs, dtype=float), list(qs), method="inverted_cdf"))}
+
+
 def _admitted(r: RequestRecord) -> bool:
     return r.outcome != "rejected" and not (r.outcome == "unfinished" and r.admitted_step is None)
 
@@ -86,7 +95,18 @@ def censored_ttfts(history: History, tenants: Iterable[str]) -> dict[str, list[f
 def ttft_inflation(hist: History, base: History, victims: Sequence[str], q: float) -> tuple[float, dict[str, float]]:
     """Worst victim's ratio of TTFT q-th percentiles (adversary / baseline), and each victim's."""
     a, b = censored_ttfts(hist, victims), censored_ttfts(base, victims)
-    per = {v: percentile(a[v], q) / max(percentile(b[v], q), MIN_LATENCY_S) for v in victims if a[v] and b[v]}
+    return _inflation(_percentiles_of(a, (q,)), _percentiles_of(b, (q,)), victims, q)
+
+
+def _percentiles_of(ttfts: Mapping[str, list[float]], qs: Sequence[float]) -> dict[str, dict[float, float] | None]:
+    """Per tenant, :func:`percentiles` of its values (None when it has none)."""
+    return {t: percentiles(xs, qs) if xs else None for t, xs in ttfts.items()}
+
+
+def _inflation(pa: Mapping[str, dict[float, float] | None], pb: Mapping[str, dict[float, float] | None],
+               victims: Sequence[str], q: float) -> tuple[float, dict[str, float]]:
+    """:func:`ttft_inflation` from each victim's TTFT percentiles with and without the adversary."""
+    per = {v: pa[v][q] / max(pb[v][q], MIN_LATENCY_S) for v in victims if pa[v] is not None and pb[v] is not None}
     return (max(per.values()) if per else 1.0), per
 
 
@@ -105,14 +125,19 @@ def overtaken(history: History, adversaries: Iterable[str], victims: Iterable[st
     scheduled before it (or before the end, if it never was).  0 under FCFS; large
     when banked credit or a priority lets the adversary jump the queue."""
     adv, vic, end = set(adversaries), set(victims), history.end_s
-    a = sorted((r.arrival_s, r.first_scheduled_s) for r in history.requests
-               if r.tenant in adv and r.first_scheduled_s is not None)
-    worst = 0
-    for r in history.requests:
-        if r.tenant in vic and _admitted(r):
-            done = r.first_scheduled_s if r.first_scheduled_s is not None else end
-            n = sum(1 for arr, sch in a if arr > r.arrival_s and sch < done)
-            worst = max(worst, n)
+    a = sorted(((r.arrival_s, r.first_scheduled_s) for r in history.requests
+                if r.tenant in adv and r.first_scheduled_s is not None), reverse=True)
+    waits = sorted(((r.arrival_s, r.first_scheduled_s if r.first_scheduled_s is not None else end)
+                    for r in history.requests if r.tenant in vic and _admitted(r)), reverse=True)
+    # Victims latest-arriving first: the adversary requests that arrived after one are those
+    # arrived after the victim before it, plus the next ones; keep their first schedulings sorted.
+    later: list[float] = []
+    i, worst = 0, 0
+    for arrival, done in waits:
+        while i < len(a) and a[i][0] > arrival:
+            bisect.insort(later, a[i][1])
+            i += 1
+        worst = max(worst, bisect.bisect_left(later, done))
     return worst
 
 
@@ -154,8 +179,14 @@ def outside_slo(history: History, targets: Mapping[str, tuple[float | None, floa
     at the end of the run, :func:`censored_ttfts`) above the TTFT target, or TPOT p99 over their
     finished requests (:func:`tpot_s`) above the TPOT target; a tenant with a refused request
     misses it too (a 429 is no service).  In ``targets`` order."""
+    ttfts = censored_ttfts(history, list(targets))
+    return _outside_slo(history, targets, {n: percentile(ttfts[n], 99) for n in targets})
+
+
+def _outside_slo(history: History, targets: Mapping[str, tuple[float | None, float | None]],
+                 ttft_p99: Mapping[str, float]) -> list[str]:
+    """:func:`outside_slo` given each tenant's TTFT p99 (censored, :func:`censored_ttfts`)."""
     names = list(targets)
-    ttfts = censored_ttfts(history, names)
     tpots: dict[str, list[float]] = {n: [] for n in names}
     refused = set()
     for r in history.requests:
@@ -168,7 +199,7 @@ def outside_slo(history: History, targets: Mapping[str, tuple[float | None, floa
     out = []
     for n in names:
         ttft_target, tpot_target = targets[n]
-        if (n in refused or (ttft_target is not None and percentile(ttfts[n], 99) > ttft_target)
+        if (n in refused or (ttft_target is not None and ttft_p99[n] > ttft_target)
                 or (tpot_target is not None and percentile(tpots[n], 99) > tpot_target)):
             out.append(n)
     return out
@@ -181,11 +212,17 @@ def _actor(tenant: str, adversaries: frozenset[str]) -> str:
 def contended_service(history: History, adversaries: Iterable[str], victims: Iterable[str]) -> dict[str, float]:
     """Weighted service per actor received in contended steps (weight 1 per tenant); on a
     fleet history, fleet steps with service summed over the replicas (:func:`service_timeline`)."""
+    return _contended(service_timeline(history), adversaries, victims)
+
+
+def _contended(timeline: Iterable[tuple[Mapping[str, float], Mapping[str, int]]], adversaries: Iterable[str],
+               victims: Iterable[str]) -> dict[str, float]:
+    """:func:`contended_service` over a history's :func:`service_timeline`."""
     adv, vic = frozenset(adversaries), tuple(victims)
     out: dict[str, float] = {}
     prev_service: Mapping[str, float] = {}
     prev_queued: Mapping[str, int] = {}
-    for service, queued in service_timeline(history):
+    for service, queued in timeline:
         if any(prev_queued.get(v, 0) > 0 for v in vic):
             for t, x in service.items():
                 d = x - prev_service.get(t, 0.0)
@@ -198,7 +235,10 @@ def contended_service(history: History, adversaries: Iterable[str], victims: Ite
 
 def contended_share(history: History, adversaries: Iterable[str], victims: Iterable[str]) -> float:
     """The actor's share of weighted service over contended steps (0 when none)."""
-    svc = contended_service(history, adversaries, victims)
+    return _share(contended_service(history, adversaries, victims))
+
+
+def _share(svc: Mapping[str, float]) -> float:
     total = sum(svc.values())
     return svc.get("<adversary>", 0.0) / total if total > 0 else 0.0
 
@@ -206,7 +246,11 @@ def contended_share(history: History, adversaries: Iterable[str], victims: Itera
 def jain(history: History, adversaries: Iterable[str], victims: Iterable[str]) -> float:
     """Jain's fairness index (Jain, Chiu and Hawe, DEC-TR-301, 1984) over the actors'
     contended service: (sum x)^2 / (n sum x^2); 1.0 when fewer than two actors were served."""
-    x = np.array(list(contended_service(history, adversaries, victims).values()), dtype=float)
+    return _jain(contended_service(history, adversaries, victims))
+
+
+def _jain(svc: Mapping[str, float]) -> float:
+    x = np.array(list(svc.values()), dtype=float)
     if len(x) < 2 or not np.any(x > 0):
         return 1.0
     return float(x.sum() ** 2 / (len(x) * (x ** 2).sum()))
@@ -232,30 +276,46 @@ def service_gap(history: History, adversaries: Iterable[str] | None = None, vict
     (Sheng et al., OSDI 2024, section 4) keeps this near 2 for two backlogged tenants of
     equal weight on one replica.  0 when two sides were never backlogged together.
     """
-    w = tenant_weights(history)
-    timeline = list(service_timeline(history))
+    return _gap(list(service_timeline(history)), tenant_weights(history), adversaries, victims, unit)
+
+
+def _gap(timeline: list[tuple[Mapping[str, float], Mapping[str, int]]], w: Mapping[str, float],
+         adversaries: Iterable[str] | None, victims: Iterable[str] | None, unit: float) -> float:
+    """:func:`service_gap` over a history's :func:`service_timeline` and its tenant weights ``w``."""
     if adversaries is None and victims is None:
         names = sorted({t for sv, _ in timeline for t in sv})
         pairs = [((a,), (b,)) for i, a in enumerate(names) for b in names[i + 1:]]
     else:
         adv = tuple(adversaries or ())
         pairs = [(adv, (v,)) for v in (victims or ())]
+    # Per tenant, then per side (a tuple of tenants, summed in its order), per step: N, and
+    # whether it had a request queued.
+    members = dict.fromkeys(t for pair in pairs for side in pair for t in side)
+    norm = {t: [service.get(t, 0.0) / wt for service, _ in timeline] for t, wt in ((t, w.get(t, 1.0)) for t in members)}
+    busy = {t: [queued.get(t, 0) > 0 for _, queued in timeline] for t in members}
+    sides: dict[tuple[str, ...], tuple[list, list[bool]]] = {}
+    for side in (x for pair in pairs for x in pair):
+        if side not in sides:
+            sides[side] = ((list(map(sum, zip(*(norm[t] for t in side)))), list(map(any, zip(*(busy[t] for t in side)))))
+                           if side else ([0] * len(timeline), [False] * len(timeline)))
     worst = 0.0
     for left, right in pairs:
+        (n_left, q_left), (n_right, q_right) = sides[left], sides[right]
         lo = hi = None  # range of D = N(left) - N(right) over the current common-backlog period
         prev_d, prev_both = 0.0, False
-        for service, queued in timeline:
-            d = (sum(service.get(t, 0.0) / w.get(t, 1.0) for t in left)
-                 - sum(service.get(t, 0.0) / w.get(t, 1.0) for t in right))
+        for d, both in zip(map(operator.sub, n_left, n_right), map(operator.and_, q_left, q_right)):
             if prev_both:  # both backlogged when this step began
                 if lo is None:
                     lo = hi = prev_d
-                lo, hi = min(lo, d), max(hi, d)
-                worst = max(worst, hi - lo)
+                if d < lo:  # lo, hi = min(lo, d), max(hi, d); worst = max(worst, hi - lo)
+                    lo = d
+                if d > hi:
+                    hi = d
+                if hi - lo > worst:
+                    worst = hi - lo
             else:
                 lo = hi = None
-            prev_d = d
-            prev_both = any(queued.get(t, 0) > 0 for t in left) and any(queued.get(t, 0) > 0 for t in right)
+            prev_d, prev_both = d, both
     return worst / unit if unit > 0 else 0.0
 
 
@@ -324,17 +384,21 @@ def all_metrics(hist: History, base: History, *, adversaries: Sequence[str], vic
     """Every metric of :data:`OBJECTIVES` (plus per-victim inflation entries
     ``ttft_p99_inflation[<victim>]``) for one run and its baseline; ``slos``: per victim
     (TTFT target, TPOT target) in seconds (default: :data:`TTFT_SLO_S` and no TPOT target)."""
-    p50, _ = ttft_inflation(hist, base, victims, 50)
-    p99, per99 = ttft_inflation(hist, base, victims, 99)
-    a = censored_ttfts(hist, victims)
+    pa = _percentiles_of(censored_ttfts(hist, victims), (50, 99))
+    pb = _percentiles_of(censored_ttfts(base, victims), (50, 99))
+    p50, _ = _inflation(pa, pb, victims, 50)
+    p99, per99 = _inflation(pa, pb, victims, 99)
+    p99_of = {v: pa[v][99] if pa[v] is not None else 0.0 for v in victims}
     max_ev, mean_ev, wasted = eviction_stats(hist)
     gp, gp0 = goodput(hist, victims, horizon_s), goodput(base, victims, horizon_s)
-    j = jain(hist, adversaries, victims)
+    timeline = list(service_timeline(hist))  # read by the service gap and the contended service
+    contended = _contended(timeline, adversaries, victims)
+    j = _jain(contended)
     m = {
         "ttft_p50_inflation": p50,
         "ttft_p99_inflation": p99,
-        "victim_ttft_p99_s": max((percentile(a[v], 99) for v in victims if a[v]), default=0.0),
-        "service_gap": service_gap(hist, adversaries, victims, unit_cost),
+        "victim_ttft_p99_s": max((pa[v][99] for v in victims if pa[v] is not None), default=0.0),
+        "service_gap": _gap(timeline, tenant_weights(hist), adversaries, victims, unit_cost),
         "jain": j,
         "unfairness": 1.0 - j,
         "max_evictions": float(max_ev),
@@ -346,11 +410,11 @@ def all_metrics(hist: History, base: History, *, adversaries: Sequence[str], vic
         "goodput": gp,
         "goodput_loss": 1.0 - gp / gp0 if gp0 > 0 else 0.0,
         "probe_auc": probe_auc(hist, twin, adversaries, cached_before or {}) if twin is not None else 0.5,
-        "contended_share": contended_share(hist, adversaries, victims),
+        "contended_share": _share(contended),
         "kv_share": kv_share(hist, adversaries),
         "victim_rejected": float(sum(1 for r in hist.requests if r.tenant in set(victims) and r.outcome == "rejected")),
-        "victims_outside_slo": float(len(outside_slo(hist, {v: (slos or {}).get(v, (TTFT_SLO_S, None))
-                                                             for v in victims}))),
+        "victims_outside_slo": float(len(_outside_slo(hist, {v: (slos or {}).get(v, (TTFT_SLO_S, None))
+                                                              for v in victims}, p99_of))),
     }
     for v, x in sorted(per99.items()):
         m[f"ttft_p99_inflation[{v}]"] = x

@@ -297,12 +297,24 @@ _OPTIONAL = {
 }
 
 
+#: Per record class, (field, optional, default) of each field; and the types written as they are.
+_PLANS: dict[type, tuple[tuple[str, bool, Any], ...]] = {}
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
 def _to_json(obj: Any) -> Any:
-    if attrs.has(type(obj)):
-        skip = _OPTIONAL.get(type(obj), ())
-        fields = attrs.fields_dict(type(obj))
-        return {k: _to_json(v) for k, v in attrs.asdict(obj, recurse=False).items()
-                if not (k in skip and v == fields[k].default)}
+    cls = type(obj)
+    if cls in _PLAIN:
+        return obj
+    if attrs.has(cls):  # an optional field at its default is left out
+        plan = _PLANS.get(cls) or _PLANS.setdefault(cls, tuple(
+            (a.name, a.name in _OPTIONAL.get(cls, ()), a.default) for a in attrs.fields(cls)))
+        out = {}
+        for k, optional, default in plan:
+            v = getattr(obj, k)
+            if not (optional and v == default):
+                out[k] = _to_json(v)
+        return out
     if isinstance(obj, (list, tuple)):
         return [_to_json(v) for v in obj]
     if isinstance(obj, dict):

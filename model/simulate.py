@@ -64,6 +64,7 @@ class Recorder:
         self.detail = detail
         self.requests: dict[int, dict[str, Any]] = {}
         self.steps: list[StepRecord] = []
+        self._names = tenant_names(config)
 
     def offered(self, r: Request) -> None:
         self.requests[r.request_id] = {
@@ -87,7 +88,7 @@ class Recorder:
         for s in out.finished:
             self._fold_sequence(s)
         if self.record_steps:
-            self.steps.append(snapshot(self.config, state, out, self.detail))
+            self.steps.append(snapshot(self.config, state, out, self.detail, self._names))
 
     def _fold_sequence(self, s) -> None:
         rec = self.requests[s.request_id]
@@ -121,14 +122,26 @@ def _group(e) -> int:
 def step_events(out: StepOutput) -> tuple[StepEvent, ...]:
     """A step's events as the history records them (:class:`~tenantry.model.history.StepEvent`),
     in the canonical order (a stable sort of the model's order by group)."""
-    return tuple(StepEvent(e.kind, e.request_id, e.reason, e.retry_after_s, e.tokens, e.blocks)
-                 for e in sorted(out.events, key=_group))
+    evs = out.events
+    if not evs:
+        return ()
+    if len(evs) > 1:
+        evs = sorted(evs, key=_group)
+    return tuple([StepEvent(e.kind, e.request_id, e.reason, e.retry_after_s, e.tokens, e.blocks) for e in evs])
 
 
-def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False) -> StepRecord:
-    """The step record of the history (SPEC.md 6): the state after the step and its events."""
-    names = [t.name for t in config.tenants]
-    ts = state.tenants
+def tenant_names(config: Config) -> list[str]:
+    """The configured tenants' names, in configuration order (the order of a step record's per-tenant maps)."""
+    return [t.name for t in config.tenants]
+
+
+def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False,
+             names: list[str] | None = None) -> StepRecord:
+    """The step record of the history (SPEC.md 6): the state after the step and its events.
+
+    ``names``: :func:`tenant_names` of ``config``, when the caller keeps them (a :class:`Recorder`)."""
+    if names is None:
+        names = tenant_names(config)
     held = ids = None
     if detail:
         held = {s.request_id: s.blocks_held for s in running_holdings(state)}
@@ -137,6 +150,19 @@ def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False
             done = {e.request_id for e in out.events if e.kind == "finished"}
             ids.update((s.request_id, block_ids(s)) for s in out.finished if s.request_id in done)
             ids = ids or None  # and the blocks of requests finishing in the step, as they finished
+    queued: dict[str, int] = {}
+    blocks: dict[str, int] = {}
+    counters: dict[str, float] = {}
+    deficits: dict[str, float] = {}
+    service: dict[str, float] = {}
+    block_seconds: dict[str, float] = {}
+    for n, t in zip(names, state.tenants):  # one pass builds every per-tenant map, in configuration order
+        queued[n] = len(t.queue)
+        blocks[n] = t.blocks
+        counters[n] = t.counter
+        deficits[n] = t.deficit
+        service[n] = t.service
+        block_seconds[n] = t.block_seconds
     return StepRecord(
         step_index=out.step_index,
         start_s=out.start_s,
@@ -144,13 +170,13 @@ def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False
         batch=out.batch,
         preempted=out.preempted,
         running=running_ids(state),
-        queued={n: len(t.queue) for n, t in zip(names, ts)},
-        blocks_in_use={n: t.blocks for n, t in zip(names, ts)},
+        queued=queued,
+        blocks_in_use=blocks,
         free_blocks=free_blocks(config, state),
-        counters={n: t.counter for n, t in zip(names, ts)},
-        deficits={n: t.deficit for n, t in zip(names, ts)},
-        service={n: t.service for n, t in zip(names, ts)},
-        block_seconds={n: t.block_seconds for n, t in zip(names, ts)},
+        counters=counters,
+        deficits=deficits,
+        service=service,
+        block_seconds=block_seconds,
         events=step_events(out),
         used_blocks=state.kv.used_blocks,
         held=held,

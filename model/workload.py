@@ -172,7 +172,36 @@ def as_workload(workload: "Workload | Iterable[Request]") -> Workload:
     return workload if isinstance(workload, Workload) else Workload(tuple(workload))
 
 
+def with_request_id(r: Request, request_id: int) -> Request:
+    """``r`` with another id (``attrs.evolve(r, request_id=...)`` without validating again the
+    fields ``r`` was built with: only the new id is checked).
+
+    Raises:
+        ConfigError: when ``request_id`` is not a non-negative integer.
+    """
+    if not _is_int(request_id) or request_id < 0:
+        raise ConfigError("request_id", request_id, "must be a non-negative integer")
+    cls = type(r)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(a.name for a in attrs.fields(cls))
+    new = object.__new__(cls)
+    put = object.__setattr__  # Request is frozen: its own __init__ sets its fields this way too
+    for name in names:
+        put(new, name, getattr(r, name))
+    put(new, "request_id", request_id)
+    return new
+
+
+#: Field names per request class (:func:`with_request_id`).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def renumber(requests: Iterable[Request], start: int = 0) -> tuple[Request, ...]:
-    """Give requests consecutive ids from ``start`` in (arrival_s, old id) order."""
+    """Give requests consecutive ids from ``start`` in (arrival_s, old id) order.
+
+    Raises:
+        ConfigError: when ``start`` is not a non-negative integer (and some request is given).
+    """
     ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id, r.tenant))
-    return tuple(attrs.evolve(r, request_id=start + i) for i, r in enumerate(ordered))
+    return tuple(with_request_id(r, start + i) for i, r in enumerate(ordered))

@@ -39,6 +39,11 @@ class HistoryContext:
         return {r.request_id: r for r in self.history.requests}
 
     @cached_property
+    def tenant_of(self) -> dict[int, str]:
+        """request id -> its tenant's name."""
+        return {r.request_id: r.tenant for r in self.history.requests}
+
+    @cached_property
     def tenant_cfg(self) -> dict:
         return {t.name: t for t in self.config.tenants}
 
@@ -145,44 +150,46 @@ def h_kv_conserve(h: HistoryContext) -> list[Finding]:
     prefix cache (``block_ids``); an entry into the batch with computed tokens is
     a whole-block cache hit; nothing held when nothing runs."""
     cfg, out = h.config, h.anomalies("KV-CONSERVE")
-    exact = h.replay.exact
+    exact, shareable, tenant_of, blocks_for = h.replay.exact, h.shareable, h.tenant_of, cfg.blocks_for
+    pool = cfg.num_blocks
     for v in h.views:
         s, k = v.record, v.record.step_index
-        held_sum = sum(s.blocks_in_use.values())
-        used = s.used_blocks if s.used_blocks is not None else (held_sum if not h.shareable else None)
-        if s.free_blocks > cfg.num_blocks:
-            out.append(_f("KV-CONSERVE", k, "more free blocks than the pool has", s.free_blocks, cfg.num_blocks))
-        elif s.free_blocks < 0:
+        free, held, used_blocks, in_use = s.free_blocks, s.held, s.used_blocks, s.blocks_in_use
+        held_sum = sum(in_use.values())
+        used = used_blocks if used_blocks is not None else (held_sum if not shareable else None)
+        if free > pool:
+            out.append(_f("KV-CONSERVE", k, "more free blocks than the pool has", free, pool))
+        elif free < 0:
             pass  # more blocks in use than the pool: KV-CAP
-        elif used is not None and used + s.free_blocks != cfg.num_blocks:
-            out.append(_f("KV-CONSERVE", k, f"free blocks ({s.free_blocks}) plus distinct blocks in use ({used}) "
-                          "differ from the pool", used + s.free_blocks, cfg.num_blocks))
-        elif not s.running and (held_sum or s.free_blocks != cfg.num_blocks):
-            out.append(_f("KV-CONSERVE", k, "nothing runs but blocks are still in use",
-                          cfg.num_blocks - s.free_blocks, 0))
-        if s.held is not None:
-            if set(s.held) != set(s.running):
-                extra = sorted(set(s.held) - set(s.running))
-                if any(s.held[r] for r in extra):
+        elif used is not None and used + free != pool:
+            out.append(_f("KV-CONSERVE", k, f"free blocks ({free}) plus distinct blocks in use ({used}) "
+                          "differ from the pool", used + free, pool))
+        elif not s.running and (held_sum or free != pool):
+            out.append(_f("KV-CONSERVE", k, "nothing runs but blocks are still in use", pool - free, 0))
+        if held is not None:
+            if held.keys() != set(s.running):
+                extra = sorted(set(held) - set(s.running))
+                if any(held[r] for r in extra):
                     out.append(_f("KV-CONSERVE", k, "a request that is not running holds blocks: they leak",
                                   len(extra), 0, requests=extra))
             per: dict[str, int] = {}
-            for rid, b in s.held.items():
-                r = h.requests.get(rid)
-                if r is None:
+            running = v.running
+            for rid, b in held.items():
+                tenant = tenant_of.get(rid)
+                if tenant is None:
                     continue
-                per[r.tenant] = per.get(r.tenant, 0) + b
-                c = v.running.get(rid)
-                if exact and c is not None and b < cfg.blocks_for(c):
+                per[tenant] = per.get(tenant, 0) + b
+                c = running.get(rid)
+                if exact and c is not None and b < blocks_for(c):
                     out.append(_f("KV-CONSERVE", k, f"request {rid} has {c} tokens of KV in {b} blocks",
-                                  b, cfg.blocks_for(c), [r.tenant], [rid]))
+                                  b, blocks_for(c), [tenant], [rid]))
             for name, b in per.items():
-                if s.blocks_in_use.get(name, 0) != b:
+                if in_use.get(name, 0) != b:
                     out.append(_f("KV-CONSERVE", k, "a tenant's blocks in use differ from its requests' blocks",
-                                  s.blocks_in_use.get(name, 0), b, [name]))
-            if s.used_blocks is not None and s.used_blocks > sum(s.held.values()):
+                                  in_use.get(name, 0), b, [name]))
+            if used_blocks is not None and used_blocks > sum(held.values()):
                 out.append(_f("KV-CONSERVE", k, "more distinct blocks in use than the running requests hold",
-                              s.used_blocks, sum(s.held.values())))
+                              used_blocks, sum(held.values())))
         if s.block_ids:
             ids = [b for rid in s.running for b in s.block_ids.get(rid, ())]
             if s.used_blocks is not None and len(set(ids)) != s.used_blocks and (s.held is None or all(
@@ -299,18 +306,20 @@ def h_no_loss(h: HistoryContext) -> list[Finding]:
     lost_tenants: set[str] = set()
     for v in h.views:
         s, k = v.record, v.record.step_index
-        if len(set(s.running)) != len(s.running):
-            out.append(_f("NO-LOSS", k, "a request is listed as running twice", len(s.running), len(set(s.running))))
-        for rid in sorted(set(s.running) ^ set(v.running)):
+        running = set(s.running)
+        if len(running) != len(s.running):
+            out.append(_f("NO-LOSS", k, "a request is listed as running twice", len(s.running), len(running)))
+        for rid in sorted(running.symmetric_difference(v.running)):
             if rid in h.requests:
                 listed = rid in s.running
                 out.append(_f("NO-LOSS", k, f"step {k} lists request {rid} as {'running' if listed else 'not running'}"
                               f"; its events leave it {'not running' if listed else 'running'}",
                               "running" if listed else "not running", "not running" if listed else "running",
                               [h.requests[rid].tenant], [rid]))
-        for name in set(s.queued) | set(v.waiting):
-            want = len(v.waiting.get(name, ()))
-            if s.queued.get(name, 0) != want and name not in lost_tenants:
+        queued, waiting = s.queued, v.waiting
+        for name in set(queued) | set(waiting):
+            want = len(waiting.get(name, ()))
+            if queued.get(name, 0) != want and name not in lost_tenants:
                 lost_tenants.add(name)
                 ids = v.waiting.get(name, ())
                 out.append(_f("NO-LOSS", k, f"after step {k} tenant {name} has {want} requests waiting by its events, "
@@ -340,18 +349,20 @@ def h_batch_limits(h: HistoryContext) -> list[Finding]:
     tokens its request has left."""
     cfg, out = h.config, h.anomalies("BATCH-LIMITS")
     for s in h.steps:
-        ids = [b[0] for b in s.batch]
-        total = sum(b[1] for b in s.batch)
+        ids = [rid for rid, _ in s.batch]
+        sizes = [n for _, n in s.batch]
+        total = sum(sizes)
+        distinct = set(ids)
         if len(s.running) > cfg.max_num_seqs:
             out.append(_f("BATCH-LIMITS", s.step_index, "more sequences running than max_num_seqs", len(s.running),
                           cfg.max_num_seqs))
         if total > cfg.token_budget:
             out.append(_f("BATCH-LIMITS", s.step_index, "more tokens in the batch than the budget", total,
                           cfg.token_budget, requests=ids))
-        if len(set(ids)) != len(ids) or any(b[1] < 1 for b in s.batch):
+        if len(distinct) != len(ids) or any(n < 1 for n in sizes):
             out.append(_f("BATCH-LIMITS", s.step_index, "a batch entry repeats or computes no token", len(ids),
-                          len(set(ids)), requests=ids))
-        both = set(ids) & set(s.preempted)
+                          len(distinct), requests=ids))
+        both = distinct.intersection(s.preempted) if s.preempted else None
         if both:
             out.append(_f("BATCH-LIMITS", s.step_index, "a request preempted in this step is in its batch",
                           len(both), 0, requests=sorted(both)))

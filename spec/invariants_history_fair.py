@@ -100,37 +100,44 @@ def _vtc_counters(h: HistoryContext) -> list[Finding]:
     out, d, prev = [], h.charge_bound, None
     extra = skip_slack(h.config, d)
     books = gap = False
-    tenant = lambda rid: h.requests[rid].tenant if rid in h.requests else None
+    tenant = h.tenant_of.get
+    weights: dict[str, float] = {}  # h.weight, per tenant met
     for v in h.views:
         s = v.record
-        if not s.counters:
+        counters = s.counters
+        if not counters:
             prev = None
             continue
         if prev is not None and not books:
-            cancelled = {tenant(rid) for rid, _ in v.cancelled}
-            joined = {tenant(rid) for rid, a in v.answers if a == "queued"} | {tenant(rid) for rid in s.preempted}
-            for n in s.counters:
+            cancelled = {tenant(rid) for rid, _ in v.cancelled} if v.cancelled else ()
+            joined = ({tenant(rid) for rid, a in v.answers if a == "queued"} | {tenant(rid) for rid in s.preempted}
+                      if v.answers or s.preempted else ())
+            for n in counters:
                 was = prev.queued.get(n, 0) > 0
                 if n not in prev.counters or not ((was and n not in cancelled) or (not was and n not in joined)):
                     continue
-                want = (s.service.get(n, 0.0) - prev.service.get(n, 0.0)) / h.weight(n)
-                got = s.counters[n] - prev.counters[n]
+                w = weights.get(n)
+                if w is None:
+                    w = weights[n] = h.weight(n)
+                want = (s.service.get(n, 0.0) - prev.service.get(n, 0.0)) / w
+                got = counters[n] - prev.counters[n]
                 if abs(got - want) > EPS * max(1.0, abs(want)):
                     out.append(_f("VTC-GAP", s.step_index, "a counter moved by other than the tenant's new weighted "
                                   "service over its weight", got, want, [n]))
                     books = True
                     break
-        back = [n for n, q in s.queued.items() if q and n in s.counters]
-        if len(back) >= 2 and not gap:
-            lo = min(back, key=lambda n: s.counters[n])
-            for n in back:
-                if s.counters[n] - s.counters[lo] > d / h.weight(n) + extra + EPS:
-                    out.append(_f("VTC-GAP", s.step_index, "a backlogged tenant's counter ran ahead of the least "
-                                  "backlogged counter by more than D/weight" + (" + guard_skips*D/w_min" if extra
-                                                                                 else ""),
-                                  s.counters[n] - s.counters[lo], d / h.weight(n) + extra, [n, lo]))
-                    gap = True
-                    break
+        if not gap:
+            back = [n for n, q in s.queued.items() if q and n in counters]
+            if len(back) >= 2:
+                lo = min(back, key=counters.__getitem__)
+                for n in back:
+                    if counters[n] - counters[lo] > d / h.weight(n) + extra + EPS:
+                        out.append(_f("VTC-GAP", s.step_index, "a backlogged tenant's counter ran ahead of the least "
+                                      "backlogged counter by more than D/weight" + (" + guard_skips*D/w_min" if extra
+                                                                                     else ""),
+                                      counters[n] - counters[lo], d / h.weight(n) + extra, [n, lo]))
+                        gap = True
+                        break
         prev = s
     return out
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from operator import attrgetter
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import attrs
 
@@ -42,6 +42,8 @@ class Req:
         ended_step: the step its events ended it in.
         queue_key: its place in its tenant's queue (evicted ones go to the front, latest first).
         live_seq: its rank in admission order (the order views list requests and tenants in).
+        target: tokens that must be computed before the next output token (prompt plus
+            generated tokens; kept as ``generated`` grows).
     """
 
     rec: RequestRecord
@@ -58,11 +60,10 @@ class Req:
     queue_key: tuple = ()
     ended_step: int | None = None
     live_seq: int = 0
+    target: int = attrs.field(init=False)
 
-    @property
-    def target(self) -> int:
-        """Tokens that must be computed before the next output token."""
-        return self.rec.prompt_tokens + self.generated
+    def __attrs_post_init__(self) -> None:
+        self.target = self.rec.prompt_tokens + self.generated
 
     @property
     def live(self) -> bool:
@@ -86,9 +87,10 @@ class Anomaly:
     allowed: object = None
 
 
-@attrs.frozen
-class StepView:
-    """The records' state right after one step, for the record forms.
+class StepView(NamedTuple):
+    """The records' state right after one step, for the record forms (a named tuple:
+    the walk makes one per step; its maps are read, never changed: consecutive views
+    share ``waiting`` and ``fresh`` while no queue changes).
 
     Attributes:
         record: the step record.
@@ -147,11 +149,16 @@ class Replay:
         self._running: dict[int, Req] = {}  # running requests
         self._queues: dict[str, list[tuple[tuple, int, Req]]] = {}  # per tenant, waiting ones by queue_key
         self._listed: dict[str, tuple] = {}  # per tenant: (min live_seq, ids, fresh ids), dropped on change
+        self._run_order: list[Req] | None = None  # the running ones by live_seq, dropped on change
+        self._lists: tuple | None = None  # (tenants in order, waiting ids, fresh ids), dropped on any queue change
+
+    def _unknown(self, rid: int, k: int, what: str) -> None:
+        self.anomalies.append(Anomaly("NO-LOSS", k, rid, f"step {k} {what} request {rid}, which was never offered"))
 
     def _req(self, rid: int, k: int, what: str) -> Req | None:
         q = self.reqs.get(rid)
         if q is None:
-            self.anomalies.append(Anomaly("NO-LOSS", k, rid, f"step {k} {what} request {rid}, which was never offered"))
+            self._unknown(rid, k, what)
         return q
 
     def _ended(self, q: Req, k: int, what: str, inv: str = "NO-LOSS") -> bool:
@@ -165,11 +172,18 @@ class Replay:
         """q joins its tenant's queue at its ``queue_key``."""
         insort(self._queues.setdefault(tenant_key, []), (q.queue_key, q.rec.request_id, q))
         self._listed.pop(tenant_key, None)
+        self._lists = None
+
+    def _run(self, q: Req) -> None:
+        """q joins the batch."""
+        self._running[q.rec.request_id] = q
+        self._run_order = None
 
     def _leave(self, q: Req) -> None:
         """q leaves the queue or the batch it is in (by its status before the change)."""
         if q.status == "running":
             self._running.pop(q.rec.request_id, None)
+            self._run_order = None
         elif q.status == "waiting":
             t = q.rec.tenant
             qs = self._queues[t]
@@ -177,6 +191,7 @@ class Replay:
             if not qs:
                 del self._queues[t]
             self._listed.pop(t, None)
+            self._lists = None
 
     def _listing(self, t: str) -> tuple:
         got = self._listed.get(t)
@@ -186,29 +201,47 @@ class Replay:
                                      tuple(rid for _, rid, x in qs if x.fresh))
         return got
 
+    def _running_in_order(self) -> list[Req]:
+        """The running requests in admission order (kept until the batch changes)."""
+        if self._run_order is None:
+            self._run_order = sorted(self._running.values(), key=attrgetter("live_seq"))
+        return self._run_order
+
+    def _queue_lists(self) -> tuple[list[str], dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+        """The tenants with waiting requests (by their earliest-admitted waiting request), and per
+        tenant its waiting ids and its never-scheduled waiting ids (kept until a queue changes)."""
+        if self._lists is None:
+            tenants = sorted(self._queues, key=lambda t: self._listing(t)[0])
+            self._lists = (tenants, {t: self._listed[t][1] for t in tenants}, {t: self._listed[t][2] for t in tenants})
+        return self._lists
+
     def views(self) -> Iterator[StepView]:
         """The state after each step, in step order (walks the steps as it goes).  Requests and
         tenants are listed in admission order (a tenant by its earliest-admitted waiting request)."""
         cfg, B = self.config, self.config.block_size_tokens
-        seq = attrgetter("live_seq")
+        reqs, cooldown = self.reqs, cfg.eviction.cooldown_steps
         for s in self.history.steps:
             k = s.step_index
-            before = {q.rec.request_id: (q.computed, q.target) for q in sorted(self._running.values(), key=seq)}
+            before = {q.rec.request_id: (q.computed, q.target) for q in self._running_in_order()}
             finished: dict[int, int] = {}
             produced: dict[str, int] = {}
             first: list[int] = []
             answers: list[tuple[int, str]] = []
             cancelled: list[tuple[int, int | None]] = []
             for e in (s.events if self._derived is None else self._derived.get(k, ())):
-                q = self._req(e.request_id, k, f"has a {e.kind} event for")
+                q = reqs.get(e.request_id)
                 if q is None:
+                    self._unknown(e.request_id, k, f"has a {e.kind} event for")
                     continue
-                if e.kind == "cancelled":
+                kind = e.kind
+                if kind == "first_token" or kind == "finished":
+                    continue  # tokens: the batch entries below make them
+                if kind == "cancelled":
                     if not self._ended(q, k, "cancels"):
                         cancelled.append((q.rec.request_id, q.computed if q.status == "running" else None))
                         self._leave(q)
                         q.status, q.fresh, q.ended_step = "ended:cancelled", False, k
-                elif e.kind == "queued":
+                elif kind == "queued":
                     if q.status != "offered":
                         self.anomalies.append(Anomaly("NO-LOSS", k, q.rec.request_id, f"request "
                                                       f"{q.rec.request_id} is admitted twice (it was {q.status})"))
@@ -218,7 +251,7 @@ class Replay:
                     q.live_seq = self._order
                     self._wait(q, q.rec.tenant)
                     answers.append((q.rec.request_id, "queued"))
-                elif e.kind == "rejected":
+                elif kind == "rejected":
                     at_admission = q.status == "offered"
                     if not at_admission and self._ended(q, k, "rejects"):
                         continue
@@ -226,7 +259,7 @@ class Replay:
                         answers.append((q.rec.request_id, str(e.reason)))
                     self._leave(q)
                     q.status, q.fresh, q.computed, q.ended_step = "ended:rejected", False, 0, k
-                elif e.kind == "preempted":
+                elif kind == "preempted":
                     if q.status != "running":
                         self.anomalies.append(Anomaly("BATCH-LIMITS", k, q.rec.request_id, f"step {k} preempts request "
                                                       f"{q.rec.request_id}, which is {q.status}, not running",
@@ -235,9 +268,9 @@ class Replay:
                     self._leave(q)
                     self._order += 1
                     q.status, q.computed, q.preemptions = "waiting", 0, q.preemptions + 1
-                    q.ready_step, q.queue_key = k + 1 + cfg.eviction.cooldown_steps, (0, -self._order)
+                    q.ready_step, q.queue_key = k + 1 + cooldown, (0, -self._order)
                     self._wait(q, q.rec.tenant)
-                elif e.kind == "scheduled":
+                elif kind == "scheduled":
                     if self._ended(q, k, "schedules"):
                         continue
                     if q.status != "waiting":
@@ -257,49 +290,51 @@ class Replay:
                         first.append(q.rec.request_id)
                     self._leave(q)
                     q.status, q.computed, q.fresh, q.entered, q.cached = "running", c0, False, k, c0
-                    self._running[q.rec.request_id] = q
-            preempted = set(s.preempted)
+                    self._run(q)
+            preempted = s.preempted
             seen: set[int] = set()
             for rid, n in s.batch:
-                q = self._req(rid, k, "has a batch entry for")
+                q = reqs.get(rid)
                 if q is None:
+                    self._unknown(rid, k, "has a batch entry for")
                     continue
                 if rid in seen or rid in preempted:
                     seen.add(rid)
                     continue  # BATCH-LIMITS judges repeats and preempted entries from the record itself
                 seen.add(rid)
-                if self._ended(q, k, "schedules"):
-                    continue
                 if q.status != "running":
-                    self.anomalies.append(Anomaly("NO-LOSS", k, rid, f"step {k} computes request {rid}, which is "
-                                                  f"{q.status}, not in the batch", q.status, "running"))
+                    if not self._ended(q, k, "schedules"):
+                        self.anomalies.append(Anomaly("NO-LOSS", k, rid, f"step {k} computes request {rid}, which is "
+                                                      f"{q.status}, not in the batch", q.status, "running"))
                     continue
-                if n < 1 or q.computed + n > q.target:
+                target = q.target
+                if n < 1 or q.computed + n > target:
                     self.anomalies.append(Anomaly("BATCH-LIMITS", k, rid, f"a batch entry of request {rid} computes "
-                                                  f"{n} tokens with {q.computed} of {q.target} computed",
-                                                  n, max(0, q.target - q.computed)))
+                                                  f"{n} tokens with {q.computed} of {target} computed",
+                                                  n, max(0, target - q.computed)))
                     continue
                 q.computed += n
-                if q.computed == q.target:
+                if q.computed == target:
                     q.generated += 1
-                    produced[q.rec.tenant] = produced.get(q.rec.tenant, 0) + 1
+                    q.target = target + 1
+                    t = q.rec.tenant
+                    produced[t] = produced.get(t, 0) + 1
                     if q.generated == q.rec.output_tokens:
                         self._leave(q)
                         q.status, q.ended_step = "ended:finished", k
                         finished[rid] = q.computed
-            running = {q.rec.request_id: q.computed for q in sorted(self._running.values(), key=seq)}
-            tenants = sorted(self._queues, key=lambda t: self._listing(t)[0])
+            running = {q.rec.request_id: q.computed for q in self._running_in_order()}
+            tenants, waiting, fresh = self._queue_lists()
             heads = {}
+            queues = self._queues
             for t in tenants:
-                ready = next((x for _, _, x in self._queues[t] if x.ready_step <= k), None)
+                qs = queues[t]
+                head = qs[0][2]  # the first waiting request, unless its cooldown runs past this step
+                ready = head if head.ready_step <= k else next((x for _, _, x in qs if x.ready_step <= k), None)
                 if ready is not None:
                     heads[t] = (ready.rec.request_id, ready.target)
-            yield StepView(
-                s, before, running, finished,
-                {t: self._listing(t)[1] for t in tenants},
-                {t: self._listing(t)[2] for t in tenants},
-                heads, produced, tuple(first), tuple(answers), tuple(cancelled),
-            )
+            yield StepView(s, before, running, finished, waiting, fresh, heads, produced,
+                           tuple(first), tuple(answers), tuple(cancelled))
 
 
 def derive_events(history: History) -> dict[int, tuple[StepEvent, ...]]:
