@@ -317,7 +317,7 @@ def h_no_loss(h: HistoryContext) -> list[Finding]:
                               "running" if listed else "not running", "not running" if listed else "running",
                               [h.requests[rid].tenant], [rid]))
         queued, waiting = s.queued, v.waiting
-        for name in set(queued) | set(waiting):
+        for name in dict.fromkeys([*queued, *waiting]):  # the step's tenant order, not a set's (hash-seed) order
             want = len(waiting.get(name, ()))
             if queued.get(name, 0) != want and name not in lost_tenants:
                 lost_tenants.add(name)

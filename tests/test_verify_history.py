@@ -279,3 +279,19 @@ def test_step_naming_an_unknown_tenant_names_its_line(tmp_path, clean, capsys):
     i, objs = _step_with(objs, queued={**objs[1]["queued"], "zed": 0})
     err = _refused(tmp_path, capsys, _write_lines(tmp_path / "zed.jsonl", objs))
     assert f"zed.jsonl:{i + 1}: queued='zed': step 0 names a tenant that the header's configuration does not" in err
+
+
+def test_queue_count_findings_follow_the_tenants_order_not_a_hash_seed():
+    """Several tenants' queue counts wrong in one step: NO-LOSS reports them in the step's
+    tenant order (they were in a set's order, which follows PYTHONHASHSEED for names)."""
+    from tenantry.spec.invariants import check_history
+
+    names = [f"tenant-{c}" for c in "qwertyuiop"]
+    cfg = Config(tenants=tuple(TenantConfig(n) for n in names), num_blocks=64, max_num_seqs=1, token_budget=64,
+                 order=OrderConfig(policy="fcfs"))
+    h = simulate(cfg, Workload(tuple(Request(i, n, 0.0, 40, 4) for i, n in enumerate(names))))
+    k = 1  # every tenant but the first still queues one request after step 1
+    steps = tuple(attrs.evolve(s, queued={n: c + 1 for n, c in s.queued.items()}) if s.step_index == k else s
+                  for s in h.steps)
+    found = [f for f in check_history(attrs.evolve(h, steps=steps), cfg, ["NO-LOSS"]) if f.step == k]
+    assert [f.tenants[0] for f in found] == names
