@@ -30,22 +30,21 @@ from typing import Iterator, NamedTuple
 
 from .config import Config
 from .history import Event
-from .policies import step_duration_s
+from .policies import VICTIM, key_aging, key_fcfs, key_priority, key_vtc, step_duration_s
 from .workload import Request, StepInput
 
-#: Order policies the fast replica implements (their keys: :meth:`FastReplica._key`,
-#: those of :mod:`tenantry.model.policies`).
-ORDERS = ("fcfs", "vtc", "priority", "aging")
-#: Victim policies it implements (:meth:`FastReplica._victim_key`).
-VICTIMS = ("newest", "largest", "lowest_priority", "most_over_share")
+#: Order policies the fast replica implements: their sort keys, the readable step's own
+#: (:mod:`tenantry.model.policies`), kept in a heap (:meth:`FastReplica._key`).
+ORDER_KEYS = {"fcfs": key_fcfs, "vtc": key_vtc, "priority": key_priority, "aging": key_aging}
+ORDERS = tuple(ORDER_KEYS)
 
 
 def unsupported(config: Config) -> str | None:
     """Why the fast replica cannot run ``config`` (the first mechanism it lacks), or
     None when it can: a prefix cache, an order policy outside :data:`ORDERS`, the
     starvation guard or skip budget, strict tiers, token buckets, KV
-    watermarks, tier slot caps, estimated-wait shedding, preemption for priority,
-    or a victim policy outside :data:`VICTIMS`."""
+    watermarks, tier slot caps, estimated-wait shedding or preemption for priority
+    (every victim policy of :data:`~tenantry.model.policies.VICTIM` is its own)."""
     o, a, e = config.order, config.admission, config.eviction
     checks = (
         (config.prefix_cache != "off", f"prefix cache {config.prefix_cache!r}"),
@@ -58,7 +57,6 @@ def unsupported(config: Config) -> str | None:
         (bool(a.tier_slot_caps), "tier slot caps"),
         (bool(a.wait_limits_s), "estimated-wait shedding"),
         (e.preempt_for_priority, "preemption for priority"),
-        (e.victim not in VICTIMS, f"victim policy {e.victim!r}"),
     )
     return next((why for bad, why in checks if bad), None)
 
@@ -98,6 +96,44 @@ class FastSeq:
         self.mark = None
 
 
+    @property
+    def blocks_held(self) -> int:
+        """KV blocks it holds (all private: there is no prefix cache)."""
+        return self.blocks
+
+
+class _TenantRow(NamedTuple):
+    """What the policies' key and victim functions read of a tenant (``TenantState``'s names)."""
+
+    queue: deque
+    counter: float
+    blocks: int
+
+
+class _Tenants:
+    """The fast replica's per-tenant lists read as the policies read ``State.tenants``:
+    ``tenants[i]`` is tenant i's :class:`_TenantRow`."""
+
+    __slots__ = ("rep",)
+
+    def __init__(self, rep: "FastReplica") -> None:
+        self.rep = rep
+
+    def __getitem__(self, i: int) -> _TenantRow:
+        r = self.rep
+        return _TenantRow(r.queues[i], r.counter[i], r.tblocks[i])
+
+    def __len__(self) -> int:
+        return len(self.rep.queues)
+
+
+class _PolicyView:
+    """The view the readable step's order keys and victim keys take (``SelectView`` /
+    ``VictimView``'s fields they read): the configuration, the tenants, the step index."""
+
+    __slots__ = ("config", "tenants", "step_index")
+
+
 class FastOutput(NamedTuple):
     """What the recorder reads of a step when it keeps no step record: its index, its
     events (:class:`~tenantry.model.history.Event`) and the sequences that left it."""
@@ -135,7 +171,6 @@ class FastReplica:
         self.index = {t.name: i for i, t in enumerate(ts)}
         self.weight = [t.weight for t in ts]
         self.cap = [t.kv_block_cap if config.admission.kv_cap else None for t in ts]  # KV blocks per tenant
-        self.tier = [t.tier for t in ts]
         self.queues: list[deque[FastSeq]] = [deque() for _ in range(n)]
         self.counter = [0.0] * n  # VTC counters (kept under vtc only: no other order reads them)
         self.running_n = [0] * n
@@ -166,6 +201,10 @@ class FastReplica:
         self.gone: list[FastSeq] = []
         self.planned: list[FastSeq] = []
         self.budget = self.taken = 0
+        self.view = _PolicyView()
+        self.view.config, self.view.tenants, self.view.step_index = config, _Tenants(self), 0
+        self.order_key = ORDER_KEYS[config.order.policy]
+        self.victim_key = VICTIM[config.eviction.victim]
 
     # --- the Replica protocol -------------------------------------------------------
 
@@ -210,21 +249,13 @@ class FastReplica:
     # --- the order policy's keys ------------------------------------------------------
 
     def _key(self, i: int) -> tuple:
-        """Tenant i's order key at this step (those of :mod:`tenantry.model.policies`: the
-        head is its first request ready now, or its first when none is)."""
-        q = self.queues[i]
-        h = q[0]
-        if h.ready_step > self.k:
+        """Tenant i's order key at this step: the order policy's own key function (the head
+        is its first request ready now); a tenant whose first request is cooling down is
+        keyed again at the next step."""
+        if self.queues[i][0].ready_step > self.k:
             self.cooling.add(i)
-            h = next((s for s in q if s.ready_step <= self.k), h)
-        p = self.cfg.order.policy
-        if p == "vtc":
-            return (self.counter[i], h.arrival_seq)
-        if p == "fcfs":
-            return (h.arrival_seq,)
-        if p == "priority":
-            return (self.tier[i], h.arrival_seq)
-        return (self.tier[i] + self.cfg.order.aging_rate_per_s * h.request.arrival_s, h.arrival_seq)
+        self.view.step_index = self.k
+        return self.order_key(self.view, i)
 
     def _rekey(self) -> None:
         """Push the current key of every backlogged tenant whose key may have changed
@@ -470,17 +501,6 @@ class FastReplica:
             if not handled and s.running:  # left out by the budget: treated alone from the next step on
                 self._materialize(s)
 
-    def _victim_key(self, s: FastSeq) -> tuple:
-        """The victim policy's key (those of :data:`tenantry.model.policies.VICTIM`)."""
-        v = self.cfg.eviction.victim
-        if v == "newest":
-            return (-s.arrival_seq,)
-        if v == "largest":
-            return (-s.blocks, -s.arrival_seq)
-        if v == "lowest_priority":
-            return (-self.tier[s.tenant], -s.arrival_seq)
-        return (-(self.tblocks[s.tenant] / self.weight[s.tenant]), -s.arrival_seq)
-
     def _make_room(self, s: FastSeq, need: int) -> bool:
         """Evict victims until s can allocate ``need`` blocks within the pool and its tenant's
         KV cap (only its tenant's sequences are candidates while the cap is short); False if
@@ -493,7 +513,8 @@ class FastReplica:
                 return True
             cands = [c for c in self.batch.values()
                      if (not cap_short or c.tenant == i) and (c is s or c.blocks >= min_free)]
-            victim = min(cands, key=self._victim_key)
+            view, key = self.view, self.victim_key
+            victim = min(cands, key=lambda c: key(view, c))
             self._evict(victim)
             if victim is s:
                 return False

@@ -428,23 +428,18 @@ def test_check_matrix_is_byte_identical_with_the_frozen_step(tmp_path, monkeypat
 
 def _records_text(config: Config, workload: Workload, horizon_s: float | None, replica_cls=None) -> str:
     """The history a run keeps without step records (what ``tenantry simulate`` keeps without
-    ``--history``): through the readable step when ``replica_cls`` is None, else on that
-    fast replica class, with the one driver and recorder."""
-    from tenantry.model.simulate import simulate
+    ``--history``): :func:`~tenantry.model.simulate.simulate` through the readable step when
+    ``replica_cls`` is None, else on that fast replica class (put in the fast replica's place)."""
+    from unittest import mock
+
+    from tenantry.model import simulate as sim
 
     if replica_cls is None:
-        h = simulate(config, workload, horizon_s=horizon_s, record_steps=False, fast=False)
-    else:
-        rec = Recorder(config, record_steps=False)
-        for r in workload.requests:
-            rec.offered(r)
-        rep = replica_cls(config)
-        for _ in drive(rep, workload, horizon_s=horizon_s):
-            rec.observe(None, rep.last)
-        from tenantry.model.setups import config_to_dict
-
-        h = rec.history(rep, {"config": config_to_dict(config), "requests": len(workload)})
-    return "\n".join(history_lines(h))
+        return "\n".join(history_lines(sim.simulate(config, workload, horizon_s=horizon_s, record_steps=False,
+                                                     fast=False)))
+    with mock.patch.object(sim, "FastReplica", replica_cls):
+        return "\n".join(history_lines(sim.simulate(config, workload, horizon_s=horizon_s, record_steps=False,
+                                                     fast=True)))
 
 
 def assert_fast_same(config: Config, workload: Workload, horizon_s: float | None = None) -> bool:
