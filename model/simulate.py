@@ -65,6 +65,7 @@ class Recorder:
         self.requests: dict[int, dict[str, Any]] = {}
         self.steps: list[StepRecord] = []
         self._names = tenant_names(config)
+        self._block_ids: dict[int, tuple] = {}  # request id -> (shared keys, private blocks, block ids): see snapshot
 
     def offered(self, r: Request) -> None:
         self.requests[r.request_id] = {
@@ -88,7 +89,9 @@ class Recorder:
         for s in out.finished:
             self._fold_sequence(s)
         if self.record_steps:
-            self.steps.append(snapshot(self.config, state, out, self.detail, self._names))
+            self.steps.append(snapshot(self.config, state, out, self.detail, self._names, self._block_ids))
+            for s in out.finished:
+                self._block_ids.pop(s.request_id, None)
 
     def _fold_sequence(self, s) -> None:
         rec = self.requests[s.request_id]
@@ -135,20 +138,42 @@ def tenant_names(config: Config) -> list[str]:
     return [t.name for t in config.tenants]
 
 
+def _block_ids(s, memo: dict[int, tuple] | None) -> tuple:
+    """:func:`~tenantry.model.state.block_ids` of sequence ``s``, kept in ``memo`` (request id ->
+    (shared keys, private blocks, ids)) from step to step: the same tuple while the sequence
+    holds the same blocks, extended when it gains private blocks (a decode step's usual change),
+    so a step record costs what changed, not every block held."""
+    if memo is None:
+        return block_ids(s)
+    rid, keys, priv = s.request.request_id, s.shared_keys, s.private_blocks
+    hit = memo.get(rid)
+    if hit is not None and hit[0] == keys:
+        if hit[1] == priv:
+            return hit[2]
+        if hit[1] < priv:
+            n = len(keys)
+            ids = hit[2] + tuple([f"p{rid}:{n + j}" for j in range(hit[1], priv)])
+            memo[rid] = (keys, priv, ids)
+            return ids
+    ids = memo[rid] = (keys, priv, block_ids(s))
+    return ids[2]
+
+
 def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False,
-             names: list[str] | None = None) -> StepRecord:
+             names: list[str] | None = None, memo: dict[int, tuple] | None = None) -> StepRecord:
     """The step record of the history (SPEC.md 6): the state after the step and its events.
 
-    ``names``: :func:`tenant_names` of ``config``, when the caller keeps them (a :class:`Recorder`)."""
+    ``names``: :func:`tenant_names` of ``config``, when the caller keeps them (a :class:`Recorder`);
+    ``memo``: the caller's block ids from step to step (:func:`_block_ids`; the same record without)."""
     if names is None:
         names = tenant_names(config)
     held = ids = None
     if detail:
         held = {s.request_id: s.blocks_held for s in running_holdings(state)}
         if config.prefix_cache != "off":
-            ids = {s.request_id: block_ids(s) for s in running_holdings(state)}
+            ids = {s.request_id: _block_ids(s, memo) for s in running_holdings(state)}
             done = {e.request_id for e in out.events if e.kind == "finished"}
-            ids.update((s.request_id, block_ids(s)) for s in out.finished if s.request_id in done)
+            ids.update((s.request_id, _block_ids(s, memo)) for s in out.finished if s.request_id in done)
             ids = ids or None  # and the blocks of requests finishing in the step, as they finished
     queued: dict[str, int] = {}
     blocks: dict[str, int] = {}

@@ -606,13 +606,21 @@ def block_reads(h: HistoryContext) -> list[tuple[int, int, int, object, tuple]]:
     writer was another salt or other content (the first such per request).  A block's
     writer is followed over its whole life, cache hit declared or not: the request
     that computes tokens into a block (its entry's declared hits excepted) writes it,
-    in its last step too (a request finishing in a step has its block ids there)."""
+    in its last step too (a request finishing in a step has its block ids there).
+
+    Cost follows what changed: a position a request held, fine, at its last check stays
+    fine while it holds the same block and no other content is written into that block
+    (a writer's salt and content only matter), so each step checks a request's new
+    positions, positions whose block changed and blocks written with other content since,
+    in position order; the result is that of checking every position every step."""
     cfg, B, out = h.config, h.config.block_size_tokens, []
     salt = {t.name: (t.salt if cfg.prefix_cache == "salted" else None) for t in cfg.tenants}
     writer: dict = {}
+    rewritten: dict = {}  # block id -> index (in ``h.views``) of the last step that wrote other content into it
+    seen: dict[int, tuple] = {}  # request id -> (block ids, positions checked, view index) of its last check
     keys: dict[int, list] = {}
     bad: set[int] = set()
-    for v in h.views:
+    for i, v in enumerate(h.views):
         s, k = v.record, v.record.step_index
         if not s.block_ids:
             continue
@@ -620,15 +628,37 @@ def block_reads(h: HistoryContext) -> list[tuple[int, int, int, object, tuple]]:
         held = [(rid, c, s.block_ids.get(rid), h.requests.get(rid)) for rid, c in v.running.items()]
         # a request finishing in the step wrote its last chunk too (its ids as it finished)
         held += [(rid, c, s.block_ids.get(rid), h.requests.get(rid)) for rid, c in v.finished.items()]
+        changed = set()
         for rid, c_after, ids, r in held:
             if ids and r is not None:
                 start = entered[rid] // B if rid in entered else v.before.get(rid, (0, 0))[0] // B
                 for j in range(start, min(cfg.blocks_for(c_after), len(ids))):
-                    writer[ids[j]] = (salt.get(r.tenant), _key(keys, r, j), r.tenant, rid)
+                    w = (salt.get(r.tenant), _key(keys, r, j), r.tenant, rid)
+                    was = writer.get(ids[j])
+                    if was is not None and (was[0] != w[0] or was[1] != w[1]):
+                        changed.add(ids[j])
+                        rewritten[ids[j]] = i
+                    writer[ids[j]] = w
         for rid, c_after, ids, r in held:
             if not ids or r is None or rid in bad:
                 continue
-            for j in range(min(cfg.blocks_for(c_after), len(ids))):
+            n = min(cfg.blocks_for(c_after), len(ids))
+            last = seen.get(rid)
+            if last is None:
+                todo = range(n)
+            else:
+                old, m, at = last
+                m = min(m, n)
+                if old is not ids and old[:m] != ids[:m]:
+                    todo = [j for j in range(n) if j >= m or old[j] != ids[j] or rewritten.get(ids[j], -1) > at]
+                elif not changed and not (at < i - 1 and rewritten):
+                    todo = range(m, n)
+                else:
+                    since = changed if at == i - 1 else {b for b in ids[:m] if rewritten.get(b, -1) > at}
+                    todo = ([j for j in range(m) if ids[j] in since] if since and not since.isdisjoint(ids[:m])
+                            else []) + list(range(m, n))
+            seen[rid] = (ids, n, i)
+            for j in todo:
                 w = writer.get(ids[j])
                 if w is None:  # first seen holding computed tokens: its holder wrote it
                     writer[ids[j]] = (salt.get(r.tenant), _key(keys, r, j), r.tenant, rid)
