@@ -318,3 +318,100 @@ def test_a_history_without_steps_says_which_checks_are_unknown():
     unknown = unknown_without_steps(records_only, cfg)
     assert "KV-CAP" in unknown and "NO-LOSS" not in unknown and "VTC-GAP" not in unknown  # VTC-GAP: not vtc
     assert unknown_without_steps(h, cfg) == []
+
+
+# --- block_reads: incremental, against checking every held position every step ------------------
+
+
+def _block_reads_every_position(h):
+    """The oracle: block_reads as first written (every held position of every request, every step)."""
+    from tenantry.spec.invariants_history import _key
+
+    cfg, B, out = h.config, h.config.block_size_tokens, []
+    salt = {t.name: (t.salt if cfg.prefix_cache == "salted" else None) for t in cfg.tenants}
+    writer, keys, bad = {}, {}, set()
+    for v in h.views:
+        s, k = v.record, v.record.step_index
+        if not s.block_ids:
+            continue
+        entered = {e.request_id: e.tokens for e in s.events if e.kind == "scheduled"}
+        held = [(rid, c, s.block_ids.get(rid), h.requests.get(rid))
+                for rid, c in (*v.running.items(), *v.finished.items())]
+        for rid, c, ids, r in held:
+            if ids and r is not None:
+                start = entered[rid] // B if rid in entered else v.before.get(rid, (0, 0))[0] // B
+                for j in range(start, min(cfg.blocks_for(c), len(ids))):
+                    writer[ids[j]] = (salt.get(r.tenant), _key(keys, r, j), r.tenant, rid)
+        for rid, c, ids, r in held:
+            if not ids or r is None or rid in bad:
+                continue
+            for j in range(min(cfg.blocks_for(c), len(ids))):
+                w = writer.get(ids[j])
+                if w is None:
+                    writer[ids[j]] = (salt.get(r.tenant), _key(keys, r, j), r.tenant, rid)
+                elif w[0] != salt.get(r.tenant) or w[1] != _key(keys, r, j):
+                    out.append((k, rid, j, ids[j], w))
+                    bad.add(rid)
+                    break
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_block_reads_checking_what_changed_equals_checking_every_position(data):
+    """block_reads checks only new, changed and rewritten positions (cost follows what changed);
+    on runs with a prefix cache, with the salt ignored (a mutant) and with block ids corrupted
+    (another request's, another step's, one id swapped, none, or none while another request
+    holds them, over a few steps) it finds exactly what
+    checking every held position of every request at every step finds."""
+    from tenantry.spec.invariants_history import HistoryContext, block_reads
+    from tenantry.testing.strategies import configs
+
+    cfg = attrs.evolve(data.draw(configs(lanes=False)), prefix_cache=data.draw(st.sampled_from(("shared", "salted"))))
+    wl = data.draw(workloads(cfg, max_requests=14, long_outputs=True, shared_prefixes=True, cancels=True))
+    variant = data.draw(st.sampled_from((None, MUTANTS["salt_ignored"].variant)))
+    h = simulate(cfg, wl, detail=True, max_steps=600, variant=variant)
+    steps = list(h.steps)
+    for _ in range(data.draw(st.integers(0, 4))):
+        with_ids = [i for i, s in enumerate(steps) if s.block_ids]
+        if not with_ids:
+            break
+        i = data.draw(st.sampled_from(with_ids))
+        ids = dict(steps[i].block_ids)
+        a, b = data.draw(st.sampled_from(sorted(ids))), data.draw(st.sampled_from(sorted(ids)))
+        other = steps[data.draw(st.sampled_from(with_ids))].block_ids
+        c = data.draw(st.sampled_from(sorted(other)))
+        bad = data.draw(st.sampled_from((ids[b], other[c], ids[a][:1] + ids[b][1:], ids[a][::-1], None, "take")))
+        for k in range(i, min(len(steps), i + data.draw(st.integers(1, 20)))):
+            if steps[k].block_ids and a in steps[k].block_ids:
+                d = dict(steps[k].block_ids)
+                if bad == "take" and b in d and b != a:  # b holds a's blocks while a shows none: b's
+                    d[b] = (d[a] + d[b][len(d[a]):])[:len(d[b])]  # writes there count when a shows them again
+                if bad is None or bad == "take":  # no ids for a few steps: not checked there
+                    del d[a]
+                else:
+                    d[a] = (bad + d[a][len(bad):])[:len(d[a])]
+                steps[k] = attrs.evolve(steps[k], block_ids=d or None)
+    ctx = HistoryContext(attrs.evolve(h, steps=tuple(steps)), cfg)
+    assert block_reads(ctx) == _block_reads_every_position(ctx)
+
+
+def test_a_block_rewritten_while_its_holder_shows_no_ids_is_found_when_it_shows_them_again():
+    """Request 0 shows no block ids for ten steps while request 1 holds (and writes into) request 0's
+    blocks; when request 0 shows its ids again, the block request 1 overwrote is a bad read,
+    although nothing was written into it in that step (the rewrite is remembered, not re-read)."""
+    from tenantry.spec.invariants_history import HistoryContext, block_reads
+
+    cfg = Config(tenants=(TenantConfig("a"), TenantConfig("b")), num_blocks=64, max_num_seqs=2, token_budget=256,
+                 max_context_tokens=512, cost=CostConfig(mode="unit", unit_step_s=0.01), prefix_cache="shared")
+    h = simulate(cfg, [Request(0, "a", 0.0, 64, 60), Request(1, "b", 0.0, 64, 60)], detail=True)
+    steps = list(h.steps)
+    for k in range(10, 20):
+        d = dict(steps[k].block_ids)
+        d[1] = (d[0] + d[1][len(d[0]):])[:len(d[1])]
+        del d[0]
+        steps[k] = attrs.evolve(steps[k], block_ids=d)
+    ctx = HistoryContext(attrs.evolve(h, steps=tuple(steps)), cfg)
+    reads = block_reads(ctx)
+    assert reads == _block_reads_every_position(ctx)
+    assert [(k, rid, w[3]) for k, rid, _, _, w in reads] == [(10, 1, 0), (steps[20].step_index, 0, 1)]
