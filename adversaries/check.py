@@ -44,7 +44,8 @@ from .outdir import STOP_REQUESTED, Interrupted, report_folder, shielded, stop_i
 from tenantry.model.setups import SETUPS, get_setup
 from .evaluate import System, Task, evaluate_batch, run_scenario, scenario_of, shrink_scenario
 from .patterns import PATTERNS, Scenario, get_pattern
-from .report import dump_json, folder_name, matrix_text, plot_cell, write_report, write_workload_files
+from .report import (cell_plots, dump_json, folder_name, matrix_text, plot_cell, write_plots, write_report,
+                     write_workload_files)
 from .space import freeze
 from .search import Budget, SearchResult, run_search
 from .z3search import supported as z3_supported
@@ -501,6 +502,15 @@ def _cells_in_threads(keys: list, fn: Callable[[Any], dict], n_threads: int,
         on_done(k, rec)
 
 
+def plots_of(task: Task, title: str) -> dict[str, bytes]:
+    """The plots of a cell's worst workload (:func:`~tenantry.adversaries.report.cell_plots`,
+    titled ``title``), run unchecked; top level and picklable, so the executor makes them
+    while other cells run."""
+    sc = scenario_of(task)
+    h, b, _, _ = run_scenario(task.setup, sc, depth=None)
+    return cell_plots(title, sc, h, b)
+
+
 def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | None = None, seed: int = 0,
               budget: Budget | None = None, searches: Sequence[str] = DEFAULT_SEARCHES + ("z3",),
               out: str | os.PathLike | None = None, workers: int | None = None, cell_threads: int | None = None,
@@ -526,7 +536,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             report (:func:`~tenantry.adversaries.outdir.report_folder`).
         out_is_default: ``out`` is the command's default folder (never replaced by a smaller run).
         workers: processes of the default executor (default: CPU count).
-        cell_threads: cells run at once (default: workers); does not change results.
+        cell_threads: cells run at once (default: twice the workers, one when inline); does not
+            change results.
         plots: ``findings`` (one plot set per finding cell), ``all`` or ``none``.
         extras: run the proofs and stateful suite briefly when available.
         victims: the victims' trace source, ``excerpt`` (packaged) or ``shared`` (../shared/traces).
@@ -545,7 +556,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         Interrupted: on Ctrl-C (or SIGTERM through the CLI): worker processes killed,
             nothing written, ``out`` as it was.
     """
-    from .evaluate import executor_slots, make_executor, terminate_executor
+    from .evaluate import executor_slots, make_executor, same_tasks_once, terminate_executor
     from .search import private_hypothesis_home
 
     systems = list(setups or SETUPS)
@@ -569,10 +580,13 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
     stage = ExitStack()
     if outp is not None:  # refused here, before any work, when it may not be replaced
         outp = stage.enter_context(report_folder(outp, kind, default=out_is_default, size=len(keys)))
-    with stage, private_hypothesis_home():
+    with stage, private_hypothesis_home(), same_tasks_once():
         own = executor is None
         ex: cf.Executor | None = executor
-        n_threads = [cell_threads or max(1, workers if workers is not None else (os.cpu_count() or 1))]
+        # two cells per worker: while one cell replays, writes or solves in this process, the other keeps
+        # the worker busy (one per worker left a fifth of the CPU idle); inline (1 worker), one
+        n_workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
+        n_threads = [cell_threads or (2 * n_workers if n_workers > 1 else 1)]
         t0 = time.monotonic()
         deadline = t0 + total_budget.seconds if total_budget is not None and total_budget.seconds else None
         cells: dict[tuple[str, str], dict[str, Any]] = {}
@@ -603,18 +617,23 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
 
         done_s: dict[str, float] = {}  # "setup/pattern" -> seconds from the start when the cell was done
 
+        plot_jobs: dict[tuple[str, str], cf.Future] = {}  # a finding cell's plots, made by the executor meanwhile
+
         def done(key: tuple[str, str], rec: dict[str, Any]) -> None:
             cells[key] = rec
             done_s[f"{key[0]}/{key[1]}"] = round(time.monotonic() - t0, 1)
             bar.update(1)
             if log:
                 log(f"{key[0]}/{key[1]}: {rec['score']:.3g}")
+            if outp is not None and plots == "findings" and rec["finding"]:
+                s, p = key
+                plot_jobs[key] = ex.submit(plots_of, Task(by_label[s], p, freeze(rec["params"]), seed, victims=victims), s)
 
         try:
             if ex is None:
                 ex = make_executor(workers, executor_kind)
-            if cell_threads is None and workers is None and executor_slots(ex):  # a cluster: as many cells as CPUs
-                n_threads[0] = max(n_threads[0], executor_slots(ex))
+            if cell_threads is None and workers is None and executor_slots(ex):  # a cluster: two cells per CPU
+                n_threads[0] = max(n_threads[0], 2 * executor_slots(ex))
             bar = tqdm(total=len(keys), desc=f"tenantry {kind}", unit="cell", disable=not progress,
                        dynamic_ncols=True)
             try:
@@ -623,15 +642,11 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
                 bar.close()
             plotted: dict[tuple[str, str], list[str]] = {}
             note = (lambda m: print(f"tenantry {kind}: {m}", file=sys.stderr, flush=True)) if progress else None
-            if outp is not None and plots == "findings" and note and any(c["finding"] for c in cells.values()):
-                note(f"plotting the {sum(1 for c in cells.values() if c['finding'])} cells where the victims were hurt...")
-            if outp is not None and plots == "findings":
-                for (s, p), c in sorted(cells.items()):
-                    if c["finding"]:
-                        sc = scenario_of(Task(by_label[s], p, freeze(c["params"]), seed, victims=victims))
-                        h, b, _, _ = run_scenario(by_label[s], sc, depth=None)
-                        plotted[(s, p)] = plot_cell(s, sc, h, b, outp / "cells" / folder_name(s) / p)
-            elif plots == "all":
+            if plot_jobs and note:
+                note(f"plotting the {len(plot_jobs)} cells where the victims were hurt...")
+            for (s, p) in sorted(plot_jobs):
+                plotted[(s, p)] = write_plots(plot_jobs[(s, p)].result(), outp / "cells" / folder_name(s) / p)
+            if plots == "all":
                 plotted = {k: c.get("plots", []) for k, c in cells.items()}
             skip_extras = deadline is not None and time.monotonic() >= deadline
             extra, stateful_broke, extras_failed, extra_s = (_extras(outp, systems, note=note)

@@ -537,10 +537,36 @@ def terminate_executor(executor: cf.Executor, timeout_s: float = 3.0) -> None:
             pass
 
 
+#: Evaluations of the reference model made during the current run (:func:`same_tasks_once`), by task.
+_DONE: dict[Task, Evaluation] | None = None
+
+
+@contextmanager
+def same_tasks_once() -> Iterator[None]:
+    """Inside, :func:`evaluate_batch` evaluates a task of a built-in setup (``setup`` a name:
+    the reference model, deterministic, as DETERMINISM checks) generated from its parameters
+    once and answers it again from memory: the searches of a cell all start from the pattern's
+    defaults, so the same task comes several times with the same evaluation.  A scheduler
+    under test (a :class:`System`) is evaluated every time: it may not be deterministic.
+    ``tenantry check`` runs inside one; nothing is kept after it."""
+    global _DONE
+    outer, _DONE = _DONE, {} if _DONE is None else _DONE
+    try:
+        yield
+    finally:
+        _DONE = outer
+
+
 def evaluate_batch(executor: cf.Executor, tasks: Sequence[Task]) -> list[Evaluation]:
-    """Evaluate tasks through ``executor``; results in task order."""
-    futures = [executor.submit(evaluate, t) for t in tasks]
-    return [f.result() for f in futures]
+    """Evaluate tasks through ``executor``; results in task order (inside :func:`same_tasks_once`,
+    a task already evaluated in the run is answered from memory)."""
+    done = _DONE
+    memo = (lambda t: isinstance(t.setup, str) and t.scenario is None) if done is not None else (lambda t: False)
+    futures = {i: executor.submit(evaluate, t) for i, t in enumerate(tasks) if not (memo(t) and t in done)}
+    out = [futures[i].result() if i in futures else done[t] for i, t in enumerate(tasks)]
+    if done is not None:
+        done.update((t, ev) for t, ev in zip(tasks, out) if memo(t))
+    return out
 
 
 @attrs.frozen
@@ -578,7 +604,9 @@ def shrink_scenario(setup: "str | System", scenario: Scenario, threshold: float 
     Two tests:
 
     - ``threshold`` (a hurt adversary): the score stays at or above it; only the
-      adversary's requests shrink, the victims stay as they are;
+      adversary's requests shrink, the victims stay as they are; the candidates run
+      unchecked (``depth`` None: only their score is kept, so checking them found
+      nothing anyone would see);
     - ``invariant`` (a broken invariant, checked at ``depth``): a finding of that
       invariant still shows; every request may go, from those arriving after
       ``cut_after_s`` (seconds) on; the evaluation kept has that invariant's
@@ -621,7 +649,7 @@ def shrink_scenario(setup: "str | System", scenario: Scenario, threshold: float 
 
     def test(cands) -> int | None:
         tasks = [Task(setup, scenario.pattern, (), scenario.seed, objective, build(c),
-                      depth=depth if invariant is not None else "history") for c in cands]
+                      depth=depth if invariant is not None else None) for c in cands]
         for i, ev in enumerate(evaluate_batch(executor, tasks)):
             kept = fails(ev)
             if kept is not None:

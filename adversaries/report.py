@@ -73,13 +73,22 @@ _PLOT_LOCK = threading.Lock()
 
 
 def plot_cell(setup: str, scenario: Scenario, hist: History, base: History, folder: str | os.PathLike) -> list[str]:
-    """Three PNGs for one cell (see :func:`_plot_cell`); thread-safe."""
-    with _PLOT_LOCK:
-        return _plot_cell(setup, scenario, hist, base, folder)
+    """Write the three PNGs of one cell (:func:`cell_plots`) into ``folder``; returns their names;
+    thread-safe."""
+    return write_plots(cell_plots(setup, scenario, hist, base), folder)
 
 
-def _plot_cell(setup: str, scenario: Scenario, hist: History, base: History, folder: str | os.PathLike) -> list[str]:
-    """Three PNGs for one cell; returns their names.
+def write_plots(pngs: Mapping[str, bytes], folder: str | os.PathLike) -> list[str]:
+    """Write ``{file name: PNG bytes}`` into ``folder`` (made if missing); returns the names."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in pngs.items():
+        (folder / name).write_bytes(data)
+    return list(pngs)
+
+
+def cell_plots(setup: str, scenario: Scenario, hist: History, base: History) -> dict[str, bytes]:
+    """Three PNGs for one cell, in memory: {file name: bytes}; thread-safe.
 
     ``service.png``: cumulative weighted service per tenant over time;
     ``kv_blocks.png``: KV blocks held per tenant over time (a fleet's: summed over its
@@ -87,47 +96,50 @@ def _plot_cell(setup: str, scenario: Scenario, hist: History, base: History, fol
     ``ttft_cdf.png``: the victims' TTFT CDF with and without the adversary
     (censored TTFTs: a request never served counts as waiting to the end).
     """
+    import io
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    ms = list(moments(hist))  # a fleet's: one per fleet step, summed over the replicas
-    t = [end for end, _ in ms]
-    tenants = [n for n, _ in scenario.roles]
-    out = []
-    for fname, field, ylabel in (("service.png", "service", "cumulative weighted service (tokens)"),
-                                 ("kv_blocks.png", "blocks_in_use", "KV blocks held")):
-        fig, ax = plt.subplots(figsize=(7, 3.6))
-        rows = [summed(recs, field) for _, recs in ms]
-        for n in tenants:
-            ys = [r.get(n, 0) for r in rows]
-            ax.plot(t, ys, label=n + (" (adversary)" if n in scenario.adversaries else ""),
-                    lw=2.0 if n in scenario.adversaries else 1.2, drawstyle="steps-post" if field != "service" else "default")
-        ax.set_xlabel("time (s)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{setup} / {scenario.pattern}")
-        ax.legend(fontsize=7, ncol=2)
+    def png(fig) -> bytes:
         fig.tight_layout()
-        fig.savefig(folder / fname, dpi=90, metadata={"Software": None})
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90, metadata={"Software": None})
         plt.close(fig)
-        out.append(fname)
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    for label, h, style in (("with adversary", hist, "-"), ("without", base, "--")):
-        xs = sorted(x for v in censored_ttfts(h, scenario.victims).values() for x in v)
-        if xs:
-            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], style, where="post", label=label)
-    ax.set_xscale("log")
-    ax.set_xlabel("victim TTFT (s, log)")
-    ax.set_ylabel("fraction of victim requests")
-    ax.set_title(f"{setup} / {scenario.pattern}: victims' TTFT CDF")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(folder / "ttft_cdf.png", dpi=90, metadata={"Software": None})
-    plt.close(fig)
-    out.append("ttft_cdf.png")
-    return out
+        return buf.getvalue()
+
+    with _PLOT_LOCK:
+        ms = list(moments(hist))  # a fleet's: one per fleet step, summed over the replicas
+        t = [end for end, _ in ms]
+        tenants = [n for n, _ in scenario.roles]
+        out = {}
+        for fname, field, ylabel in (("service.png", "service", "cumulative weighted service (tokens)"),
+                                     ("kv_blocks.png", "blocks_in_use", "KV blocks held")):
+            fig, ax = plt.subplots(figsize=(7, 3.6))
+            rows = [summed(recs, field) for _, recs in ms]
+            for n in tenants:
+                ys = [r.get(n, 0) for r in rows]
+                ax.plot(t, ys, label=n + (" (adversary)" if n in scenario.adversaries else ""),
+                        lw=2.0 if n in scenario.adversaries else 1.2,
+                        drawstyle="steps-post" if field != "service" else "default")
+            ax.set_xlabel("time (s)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{setup} / {scenario.pattern}")
+            ax.legend(fontsize=7, ncol=2)
+            out[fname] = png(fig)
+        fig, ax = plt.subplots(figsize=(7, 3.6))
+        for label, h, style in (("with adversary", hist, "-"), ("without", base, "--")):
+            xs = sorted(x for v in censored_ttfts(h, scenario.victims).values() for x in v)
+            if xs:
+                ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], style, where="post", label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel("victim TTFT (s, log)")
+        ax.set_ylabel("fraction of victim requests")
+        ax.set_title(f"{setup} / {scenario.pattern}: victims' TTFT CDF")
+        ax.legend(fontsize=8)
+        out["ttft_cdf.png"] = png(fig)
+        return out
 
 
 def fmt(x: float) -> str:
