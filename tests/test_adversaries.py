@@ -203,3 +203,30 @@ def test_workload_files_replay_in_all_three_formats(tmp_path):
     again = scenario_from_workload(back, ("adv",), victims=sc.victims, pattern="prefix_probe")
     assert again.roles == sc.roles
     assert scenario_from_workload(back, ("adv",)).victims == tuple(t for t in back.tenants if t != "adv")
+
+
+def test_a_run_evaluates_a_built_in_setups_task_once_and_a_system_every_time():
+    """Inside same_tasks_once, a repeated task of a built-in setup is answered from memory with the
+    same evaluation; a System's (a scheduler under test, maybe not deterministic) runs each time;
+    outside, nothing is kept."""
+    from tenantry.adversaries.evaluate import ModelSystem, evaluate_batch, same_tasks_once
+
+    class Counting(InlineExecutor):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def submit(self, fn, /, *args, **kwargs):
+            self.calls.append(args[0])
+            return super().submit(fn, *args, **kwargs)
+
+    params = freeze(PATTERNS["flood"].space.defaults())
+    named, system = Task("fcfs", "flood", params, 0), Task(ModelSystem("fcfs"), "flood", params, 0)
+    ex = Counting()
+    with same_tasks_once():
+        first = evaluate_batch(ex, [named, system])
+        again = evaluate_batch(ex, [named, system, named])
+    assert ex.calls == [named, system, system]
+    assert again[0] is first[0] and again[2] is first[0] and again[1] == first[1] == first[0]
+    evaluate_batch(ex, [named])
+    assert ex.calls[-1] == named and len(ex.calls) == 4
