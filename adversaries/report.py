@@ -103,7 +103,7 @@ def cell_plots(setup: str, scenario: Scenario, hist: History, base: History) -> 
     import matplotlib.pyplot as plt
 
     def png(fig) -> bytes:
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.14, right=0.97, bottom=0.14, top=0.91)  # fixed: tight_layout took 2/5 of the time
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=90, metadata={"Software": None})
         plt.close(fig)

@@ -454,7 +454,7 @@ class FleetRecorder:
 
     def __init__(self, config: FleetConfig, detail: bool = False) -> None:
         self.config = config
-        self.recs = [Recorder(c, True, detail) for c in config.run_configs]
+        self.recs = [Recorder(c, True, detail, replica=r) for r, c in enumerate(config.run_configs)]
         self.offered: dict[int, Request] = {}
         self.steps: list[Any] = []
         self.fleet_steps: list[FleetStepRecord] = []
@@ -470,7 +470,7 @@ class FleetRecorder:
         for r, t in enumerate(tr.replicas):
             if t is not None:
                 self.recs[r].observe(t.state, t.output)
-                self.steps.append(attrs.evolve(self.recs[r].steps[-1], replica=r))
+                self.steps.append(self.recs[r].steps[-1])
         self.fleet_steps.append(tr.record)
 
     def history(self, fleet: Fleet | None, header: dict[str, Any] | None = None) -> History:

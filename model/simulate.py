@@ -56,12 +56,15 @@ class Recorder:
         detail: also record each running request's blocks (``held``, and with
             the prefix cache on their ids, :func:`~tenantry.model.state.block_ids`):
             what the KV and isolation record forms need; costs a map per step.
+        replica: the replica index the step records name (a fleet's; None: one replica).
     """
 
-    def __init__(self, config: Config, record_steps: bool = True, detail: bool = False) -> None:
+    def __init__(self, config: Config, record_steps: bool = True, detail: bool = False,
+                 replica: int | None = None) -> None:
         self.config = config
         self.record_steps = record_steps
         self.detail = detail
+        self.replica = replica
         self.requests: dict[int, dict[str, Any]] = {}
         self.steps: list[StepRecord] = []
         self._names = tenant_names(config)
@@ -89,7 +92,8 @@ class Recorder:
         for s in out.finished:
             self._fold_sequence(s)
         if self.record_steps:
-            self.steps.append(snapshot(self.config, state, out, self.detail, self._names, self._block_ids))
+            self.steps.append(snapshot(self.config, state, out, self.detail, self._names, self._block_ids,
+                                       self.replica))
             for s in out.finished:
                 self._block_ids.pop(s.request_id, None)
 
@@ -160,11 +164,13 @@ def _block_ids(s, memo: dict[int, tuple] | None) -> tuple:
 
 
 def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False,
-             names: list[str] | None = None, memo: dict[int, tuple] | None = None) -> StepRecord:
+             names: list[str] | None = None, memo: dict[int, tuple] | None = None,
+             replica: int | None = None) -> StepRecord:
     """The step record of the history (SPEC.md 6): the state after the step and its events.
 
     ``names``: :func:`tenant_names` of ``config``, when the caller keeps them (a :class:`Recorder`);
-    ``memo``: the caller's block ids from step to step (:func:`_block_ids`; the same record without)."""
+    ``memo``: the caller's block ids from step to step (:func:`_block_ids`; the same record without);
+    ``replica``: the record's replica index (a fleet's)."""
     if names is None:
         names = tenant_names(config)
     held = ids = None
@@ -208,6 +214,7 @@ def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False
         block_ids=ids,
         reserved=out.reserved,
         reserved_reason=out.reserved_reason,
+        replica=replica,
     )
 
 

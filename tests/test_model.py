@@ -374,3 +374,15 @@ def test_prefix_ids_past_the_prompts_full_blocks_are_ignored():
     exact = run(((1, 2), (1, 2)))  # 40 tokens, B = 16: two full blocks
     assert run(((1, 2, 3, 4, 5), (1, 2, 9))) == exact and run(((1, 2), (1, 2, 7, 8))) == exact
     assert run(((1, 9), (1, 2))) != exact  # the ids within the full blocks do matter (the reuse)
+
+
+def test_idle_keeps_every_field_of_the_state_but_the_clock():
+    """idle builds the waiting state field by field (faster than attrs.evolve): every field that
+    __init__ takes, a new one included, is kept, only t_s moves."""
+    from tenantry.model.state import State
+
+    fields = [a for a in attrs.fields(State) if a.init]
+    values = {a.name: object() for a in fields}
+    values["t_s"] = 1.0
+    quiet = idle(default_config(["a"]), State(**values), 2.0)
+    assert {a.name: getattr(quiet, a.name) for a in fields} == {**values, "t_s": 2.0}
