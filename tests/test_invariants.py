@@ -415,3 +415,17 @@ def test_a_block_rewritten_while_its_holder_shows_no_ids_is_found_when_it_shows_
     reads = block_reads(ctx)
     assert reads == _block_reads_every_position(ctx)
     assert [(k, rid, w[3]) for k, rid, _, _, w in reads] == [(10, 1, 0), (steps[20].step_index, 0, 1)]
+
+
+def test_determinism_tells_an_int_from_an_equal_float_and_zero_from_minus_zero():
+    """Two histories equal as Python values but not as bytes (1 against 1.0, 0.0 against -0.0)
+    break DETERMINISM: the fast path compares reprs, which keep the type, not ==."""
+    a = simulate(Config(tenants=(TenantConfig("a"),), cost=CostConfig(mode="unit", unit_step_s=0.01)),
+                 [Request(0, "a", 0.0, 16, 3)])
+    s = a.steps[0]
+    for changed in ({"free_blocks": float(s.free_blocks)}, {"start_s": -0.0}):
+        b = attrs.evolve(a, steps=(attrs.evolve(s, **changed),) + a.steps[1:])
+        assert b == a  # equal values, other bytes
+        (f,) = check_pair("DETERMINISM", a, b)
+        assert "differ first at line 2" in f.message
+    assert check_pair("DETERMINISM", a, attrs.evolve(a)) == []
