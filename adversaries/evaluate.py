@@ -537,8 +537,11 @@ def terminate_executor(executor: cf.Executor, timeout_s: float = 3.0) -> None:
             pass
 
 
-#: Evaluations of the reference model made during the current run (:func:`same_tasks_once`), by task.
+#: Evaluations of the reference model made during the runs under way (:func:`same_tasks_once`), by task;
+#: and how many such runs are under way (the memo goes when the last ends).
 _DONE: dict[Task, Evaluation] | None = None
+_RUNS = [0]
+_RUNS_LOCK = threading.Lock()
 
 
 @contextmanager
@@ -548,13 +551,20 @@ def same_tasks_once() -> Iterator[None]:
     once and answers it again from memory: the searches of a cell all start from the pattern's
     defaults, so the same task comes several times with the same evaluation.  A scheduler
     under test (a :class:`System`) is evaluated every time: it may not be deterministic.
-    ``tenantry check`` runs inside one; nothing is kept after it."""
+    ``tenantry check`` runs inside one; runs under way at once (threads) share the memory
+    (the answers are the same), and nothing is kept once the last has ended."""
     global _DONE
-    outer, _DONE = _DONE, {} if _DONE is None else _DONE
+    with _RUNS_LOCK:
+        _RUNS[0] += 1
+        if _DONE is None:
+            _DONE = {}
     try:
         yield
     finally:
-        _DONE = outer
+        with _RUNS_LOCK:
+            _RUNS[0] -= 1
+            if _RUNS[0] == 0:
+                _DONE = None
 
 
 def evaluate_batch(executor: cf.Executor, tasks: Sequence[Task]) -> list[Evaluation]:

@@ -265,13 +265,20 @@ def check_out(target: str | os.PathLike, kind: str, *, flag: str = "--out", defa
 
 @contextmanager
 def _lock(target: Path, flag: str) -> Iterator[None]:
-    """Hold ``.<name>.lock`` beside ``target`` (flock); refuse at once when another run holds it."""
+    """Hold ``.<name>.lock`` beside ``target`` (flock); refuse at once when another run holds it.
+    The file is removed at the end only when this run made it (never a file someone left there)."""
     path = target.parent / f".{target.name}.lock"
     if fcntl is None:
         yield
         return
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        try:  # made here: removed at the end; there already (a user's file, a killed run's lock): left as it is
+            fd, made = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666 & ~_umask()), True
+        except FileExistsError:
+            try:
+                fd, made = os.open(path, os.O_RDWR), False
+            except FileNotFoundError:  # its holder removed it meanwhile
+                continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -291,10 +298,11 @@ def _lock(target: Path, flag: str) -> Iterator[None]:
         yield
     finally:
         with shielded():
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            if made:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
             os.close(fd)
 
 

@@ -230,3 +230,20 @@ def test_a_run_evaluates_a_built_in_setups_task_once_and_a_system_every_time():
     assert again[0] is first[0] and again[2] is first[0] and again[1] == first[1] == first[0]
     evaluate_batch(ex, [named])
     assert ex.calls[-1] == named and len(ex.calls) == 4
+
+
+def test_overlapping_runs_share_the_memory_and_the_last_to_end_drops_it():
+    """Two runs under way at once (threads of one process) share what was evaluated; it goes when
+    the last of them ends, whichever order they end in (a fresh user left it set by ending them
+    in the other order than they began)."""
+    from tenantry.adversaries import evaluate as ev_mod
+
+    first, second = ev_mod.same_tasks_once(), ev_mod.same_tasks_once()
+    first.__enter__()
+    second.__enter__()
+    shared = ev_mod._DONE
+    assert shared == {}
+    first.__exit__(None, None, None)
+    assert ev_mod._DONE is shared
+    second.__exit__(None, None, None)
+    assert ev_mod._DONE is None

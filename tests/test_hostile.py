@@ -342,3 +342,19 @@ def test_a_stop_whose_keyboard_interrupt_was_lost_still_stops_the_matrix(threads
     finally:
         STOP_REQUESTED.clear()
     assert len(ran) < 10
+
+
+def test_a_file_named_like_the_lock_is_left_as_it_is(tmp_path):
+    """A file already named ``.<out>.lock`` (a user's, or a killed run's) is locked for the run
+    but neither changed nor removed: only a lock file the run made goes at its end."""
+    from tenantry.adversaries.check import run_check
+    from tenantry.adversaries.search import Budget
+
+    lock = tmp_path / ".rep.lock"
+    lock.write_text("my notes\n")
+    run_check(setups=["vtc"], patterns=["flood"], budget=Budget(1), workers=1, shrink_evaluations=0,
+              plots="none", extras=False, progress=False, out=tmp_path / "rep", spread_seeds=0)
+    assert lock.read_text() == "my notes\n" and (tmp_path / "rep" / "matrix.json").exists()
+    run_check(setups=["vtc"], patterns=["flood"], budget=Budget(1), workers=1, shrink_evaluations=0,
+              plots="none", extras=False, progress=False, out=tmp_path / "rep2", spread_seeds=0)
+    assert not (tmp_path / ".rep2.lock").exists()
