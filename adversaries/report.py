@@ -4,7 +4,9 @@ A cell folder ``cells/<setup>/<pattern>/`` holds:
 
 * ``workload.jsonl``: the worst workload found, in the project's JSON Lines
   (:func:`tenantry.model.traces.write_workload_jsonl`); ``shrunk.jsonl`` the
-  reduced one when shrinking ran; ``twin.jsonl`` the prefix probe's control run;
+  reduced one when shrinking ran; ``twin.jsonl`` the prefix probe's control run
+  (``shrunk-twin.jsonl``, ``finding-<ID>-twin.jsonl``: that of the shrunk workload, of a
+  witness: :func:`twin_file`);
 * ``azure/<tenant>.csv`` and ``mooncake/<tenant>.jsonl``: the same requests
   per tenant as Azure-2023-style CSV and Mooncake-style JSON Lines, to replay
   against a real server (one client per tenant);
@@ -37,21 +39,32 @@ from .patterns import Scenario
 
 def dump_json(obj: Any, path: str | os.PathLike) -> None:
     """Write ``obj`` as sorted, indented JSON (non-finite floats as strings), atomically."""
-    atomic_write_text(path, [json.dumps(_finite(obj), sort_keys=True, indent=1)])
+    atomic_write_text(path, [json.dumps(as_json(obj), sort_keys=True, indent=1)])
 
 
-def _finite(obj: Any) -> Any:
+def as_json(obj: Any) -> Any:
+    """``obj`` as :func:`dump_json` writes it: a non-finite float as its repr (``'inf'``), mapping
+    keys as strings, tuples as lists (what a value read back from a cell.json compares equal to)."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return repr(obj)
     if isinstance(obj, Mapping):
-        return {str(k): _finite(v) for k, v in obj.items()}
+        return {str(k): as_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [as_json(v) for v in obj]
     return obj
 
 
+def twin_file(name: str) -> str:
+    """The file name of the prefix probe's control twin written beside workload file
+    ``<name>.jsonl``: ``twin.jsonl`` for the cell's ``workload``, else ``<name>-twin.jsonl``
+    (``shrunk-twin.jsonl``); what ``tenantry check --replay`` reads back with that file."""
+    return "twin.jsonl" if name == "workload" else f"{name}-twin.jsonl"
+
+
 def write_workload_files(scenario: Scenario, folder: str | os.PathLike, name: str = "workload") -> dict[str, Any]:
-    """Write a scenario's workload in the three formats; returns {format: relative path(s)}."""
+    """Write a scenario's workload (``<name>.jsonl``; the cell's ``workload`` also per tenant as
+    Azure CSV and Mooncake JSON Lines) and its control twin if it has one (:func:`twin_file`);
+    returns {format: relative path(s)}."""
     folder = Path(folder)
     wl: Workload = scenario.workload
     write_workload_jsonl(wl, folder / f"{name}.jsonl")
@@ -62,9 +75,9 @@ def write_workload_files(scenario: Scenario, folder: str | os.PathLike, name: st
             write_mooncake_jsonl(wl, folder / "mooncake" / f"{tenant}.jsonl", tenant=tenant)
             files["azure"][tenant] = f"azure/{tenant}.csv"
             files["mooncake"][tenant] = f"mooncake/{tenant}.jsonl"
-        if scenario.twin is not None:
-            write_workload_jsonl(scenario.twin.workload, folder / "twin.jsonl")
-            files["twin"] = "twin.jsonl"
+    if scenario.twin is not None:
+        write_workload_jsonl(scenario.twin.workload, folder / twin_file(name))
+        files["twin"] = twin_file(name)
     return files
 
 

@@ -280,6 +280,28 @@ def test_command_prints_the_matrix_writes_the_report_and_replays(tmp_path, capsy
     assert err.count("\n") == 0 and "cell.json" in err and "not valid JSON" in err
 
 
+def test_a_shrunk_prefix_probe_replays_with_its_own_twin_and_every_metric_is_compared(tmp_path, capsys):
+    """The shrunk workload's control twin is written beside it (shrunk-twin.jsonl), so replaying
+    shrunk.jsonl gives the recorded shrunk_score (without it the probe had no twin: 0.5 against 1);
+    a replayed cell is compared on every recorded metric, not the score alone."""
+    from tenantry.cli import main
+
+    out = tmp_path / "rep"
+    assert main(["check", "--policy", "shared_cache", "--pattern", "prefix_probe", "--budget", "8", "--out", str(out),
+                 "--quiet", "--no-extras", "--workers", "1", "--plots", "none"]) == 0
+    cell_dir = out / "cells" / "shared_cache" / "prefix_probe"
+    cell = json.loads((cell_dir / "cell.json").read_text())
+    assert cell["shrunk_requests"] < cell["adversary_requests"] and (cell_dir / "shrunk-twin.jsonl").exists()
+    capsys.readouterr()
+    assert main(["check", "--replay", str(cell_dir / "shrunk.jsonl")]) == 0
+    assert f"probe_auc = {cell['shrunk_score']:.6g} (recorded {cell['shrunk_score']:.6g}: same)" in capsys.readouterr().out
+    cell["metrics"]["contended_share"] = 0.5  # a recorded metric the replay does not give back
+    (cell_dir / "cell.json").write_text(json.dumps(cell))
+    assert main(["check", "--replay", str(cell_dir)]) == 0
+    text = capsys.readouterr().out
+    assert f"(recorded {cell['score']:.6g}: DIFFERENT)" in text and "(recorded 0.5)" in text
+
+
 def test_command_exits_nonzero_when_a_claimed_invariant_breaks(monkeypatch, capsys, tmp_path):
     from tenantry.adversaries import check as check_mod
 

@@ -27,6 +27,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tenantry.model.config import ConfigError
 from tenantry.model.traces import read_workload_jsonl
@@ -102,6 +103,7 @@ def replay(folder: Path) -> int:
     """
     from tenantry.adversaries.evaluate import run_scenario
     from tenantry.adversaries.patterns import scenario_from_workload
+    from tenantry.adversaries.report import twin_file
 
     wl_path = folder / "workload.jsonl"
     if folder.is_file() or folder.suffix == ".jsonl":
@@ -123,19 +125,39 @@ def replay(folder: Path) -> int:
     if len(wl) == 0:
         raise ConfigError("--replay", str(folder), "no requests in this file; re-run tenantry check", str(wl_path))
     sc = scenario_from_workload(wl, adv, victims=vic, pattern=cell["pattern"])
-    if wl_path.name == "workload.jsonl" and (folder / "twin.jsonl").exists():
-        twin = scenario_from_workload(read_workload_jsonl(folder / "twin.jsonl"), adv, victims=vic,
-                                      pattern=cell["pattern"])
-        sc = sc.with_workload(sc.workload, twin)
+    twin_path = folder / twin_file(wl_path.stem)
+    if twin_path.exists():
+        sc = sc.with_workload(sc.workload, scenario_from_workload(read_workload_jsonl(twin_path), adv, victims=vic,
+                                                                  pattern=cell["pattern"]))
     _, _, _, ev = run_scenario(cell["setup"], sc, depth="full")
-    recorded = (f"recorded {cell['score']:.6g}: {'same' if ev.score == cell['score'] else 'DIFFERENT'}"
-                if wl_path.name == "workload.jsonl" else f"{wl_path.name}, {len(wl)} requests")
+    recorded, differ = _against_record(cell, wl_path.name, ev)
+    recorded = recorded or f"{wl_path.name}, {len(wl)} requests"
     print(f"{cell['setup']} / {cell['pattern']}: {cell['objective']} = {ev.score:.6g} ({recorded})")
     for k in sorted(ev.metrics):
-        print(f"  {k:<32} {ev.metrics[k]:.6g}")
+        print(f"  {k:<32} {ev.metrics[k]:.6g}" + (f"  (recorded {differ[k]})" if k in differ else ""))
     print("invariants: " + ("; ".join(f.render() for f in ev.findings) or "none broken")
           + (f" (unchecked: {', '.join(ev.unchecked)})" if ev.unchecked else ""))
     return 1 if ev.findings else 0
+
+
+def _against_record(cell: dict, name: str, ev) -> tuple[str | None, dict[str, Any]]:
+    """How a replay of cell file ``name`` compares with what cell.json recorded:
+    (``recorded <score>: same`` or ``DIFFERENT``, or None when nothing was recorded for
+    that file; {metric: recorded value} of every metric that differs).  ``workload.jsonl``
+    is compared on its score and every metric, ``shrunk.jsonl`` on ``shrunk_score``; a value is
+    compared as cell.json stores it (a non-finite float as its repr)."""
+    from tenantry.adversaries.report import as_json
+
+    if name == "workload.jsonl":
+        want, metrics = cell["score"], cell.get("metrics") or {}
+    elif name == "shrunk.jsonl" and "shrunk_score" in cell:
+        want, metrics = cell["shrunk_score"], {}
+    else:
+        return None, {}
+    differ = {k: metrics[k] for k in sorted(metrics) if k in ev.metrics and as_json(ev.metrics[k]) != metrics[k]}
+    same = as_json(ev.score) == want and not differ
+    head = f"recorded {want:.6g}" if isinstance(want, (int, float)) else f"recorded {want}"
+    return f"{head}: {'same' if same else 'DIFFERENT'}", differ
 
 
 DEFAULT_OUT = Path("tenantry-check")
