@@ -292,7 +292,7 @@ def test_a_shrunk_prefix_probe_replays_with_its_own_twin_and_every_metric_is_com
     cell_dir = out / "cells" / "shared_cache" / "prefix_probe"
     cell = json.loads((cell_dir / "cell.json").read_text())
     assert cell["shrunk_requests"] < cell["adversary_requests"] and (cell_dir / "shrunk-twin.jsonl").exists()
-    capsys.readouterr()
+    assert f"replay shared_cache/prefix_probe (hurt): {cell['replay']}" in capsys.readouterr().out  # on screen too
     assert main(["check", "--replay", str(cell_dir / "shrunk.jsonl")]) == 0
     assert f"probe_auc = {cell['shrunk_score']:.6g} (recorded {cell['shrunk_score']:.6g}: same)" in capsys.readouterr().out
     cell["metrics"]["contended_share"] = 0.5  # a recorded metric the replay does not give back

@@ -232,6 +232,11 @@ def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str
               + f"; {len(unstable)} verdicts change with the victims' seed (?)")
     ev = res["evaluations"]
     print(f"\n{len(cells)} cells, {ev} evaluations in {wall:.1f} s ({ev / wall:.2f} evaluations/s); report: {out / 'report.md'}")
+    shown = (next((c for c in cells.values() if c.get("findings")), None)
+             or next((c for c in cells.values() if c.get("finding")), None))
+    if shown is not None and shown.get("replay"):  # every cell's command is in report.md and its cell.json
+        why = "broke " + ", ".join(dict.fromkeys(f["invariant"] for f in shown["findings"])) if shown.get("findings") else "hurt"
+        print(f"replay {shown['setup']}/{shown['pattern']} ({why}): {shown['replay']}")
     code = 0
     if res["claimed_broken"]:
         print(f"{what}: exit 1", file=sys.stderr)
