@@ -211,7 +211,9 @@ def _actor(tenant: str, adversaries: frozenset[str]) -> str:
 
 def contended_service(history: History, adversaries: Iterable[str], victims: Iterable[str]) -> dict[str, float]:
     """Weighted service per actor received in contended steps (weight 1 per tenant); on a
-    fleet history, fleet steps with service summed over the replicas (:func:`service_timeline`)."""
+    fleet history, fleet steps with service summed over the replicas (:func:`service_timeline`).
+    A contended step is one that starts with a victim queued; an actor queued at the start of
+    one is in the map even if it was never served (0.0): it was competing."""
     return _contended(service_timeline(history), adversaries, victims)
 
 
@@ -229,6 +231,9 @@ def _contended(timeline: Iterable[tuple[Mapping[str, float], Mapping[str, int]]]
                 if d:
                     a = _actor(t, adv)
                     out[a] = out.get(a, 0.0) + d
+            for t, q in prev_queued.items():  # after the served ones: their order (and sums) as before
+                if q > 0:
+                    out.setdefault(_actor(t, adv), 0.0)
         prev_service, prev_queued = service, queued
     return out
 
@@ -245,7 +250,10 @@ def _share(svc: Mapping[str, float]) -> float:
 
 def jain(history: History, adversaries: Iterable[str], victims: Iterable[str]) -> float:
     """Jain's fairness index (Jain, Chiu and Hawe, DEC-TR-301, 1984) over the actors'
-    contended service: (sum x)^2 / (n sum x^2); 1.0 when fewer than two actors were served."""
+    contended service: (sum x)^2 / (n sum x^2), n the actors that competed (served, or queued
+    at the start of a contended step: an actor that queued and got nothing counts as 0, so
+    the adversary alone served among k actors gives 1/k); 1.0 when fewer than two actors
+    competed or none was served."""
     return _jain(contended_service(history, adversaries, victims))
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from tenantry.model.setups import SETUPS, build_config
 from tenantry.adversaries.evaluate import InlineExecutor, Task, evaluate, make_executor, run_scenario
-from tenantry.adversaries.objectives import MIN_PROBES, jain, percentile, probe_auc, roc_auc, service_gap
+from tenantry.adversaries.objectives import MIN_PROBES, contended_share, jain, percentile, probe_auc, roc_auc, service_gap
 from tenantry.adversaries.patterns import PATTERNS, make_scenario, scenario_from_workload
 from tenantry.adversaries.report import write_workload_files
 from tenantry.adversaries.search import BATCH, Budget, run_search
@@ -117,6 +117,20 @@ def test_service_gap_and_jain_over_common_backlog():
     assert service_gap(h, ["adv"], ["v"], unit=100.0) == pytest.approx(3.0)
     # contended steps 1..4 (v queued when each began): adv got 300, v got 900
     assert jain(h, ["adv"], ["v"]) == pytest.approx(1200 ** 2 / (2 * (300 ** 2 + 900 ** 2)))
+
+
+def test_jain_counts_a_queued_actor_that_was_never_served():
+    """Only the adversary served while two victims waited: 1/3 (it read 1, "equal", when only
+    the served actors were counted); a victim never queued in a contended step is not an actor."""
+    steps = (
+        _step(0, {"adv": 1, "v1": 1, "v2": 1, "idle": 0}, {"adv": 0.0, "v1": 0.0, "v2": 0.0, "idle": 0.0}),
+        _step(1, {"adv": 1, "v1": 1, "v2": 1, "idle": 0}, {"adv": 100.0, "v1": 0.0, "v2": 0.0, "idle": 0.0}),
+        _step(2, {"adv": 1, "v1": 1, "v2": 1, "idle": 0}, {"adv": 250.0, "v1": 0.0, "v2": 0.0, "idle": 0.0}),
+    )
+    h = History({}, steps, ())
+    assert jain(h, ["adv"], ["v1", "v2", "idle"]) == pytest.approx(1 / 3)
+    assert contended_share(h, ["adv"], ["v1", "v2", "idle"]) == 1.0
+    assert jain(History({}, steps[:1], ()), ["adv"], ["v1"]) == 1.0  # no contended step: nothing to compare
 
 
 # --- evaluation, searches, shrinking ---------------------------------------------------
