@@ -413,7 +413,11 @@ def simulate(
     The run is :func:`run_steps` (arrivals delivered to the first step that
     starts at or after their ``arrival_s``, idling when the replica is empty)
     until every request has ended, or ``horizon_s`` (seconds) / ``max_steps``
-    steps; requests still in flight then are recorded as ``unfinished``.
+    steps; requests still in flight then are recorded as ``unfinished``.  Without
+    either bound a configuration that livelocks never returns: e.g. victim
+    ``largest`` under a tenant's ``kv_block_cap`` that fits each of three requests
+    but not their sum evicts whichever has gone furthest, forever (``tenantry
+    simulate`` always passes a horizon).
 
     Args:
         record_steps: keep a step record per step (costly with many tenants).
