@@ -138,7 +138,7 @@ def cell_plots(setup: str, scenario: Scenario, hist: History, base: History) -> 
                         drawstyle="steps-post" if field != "service" else "default")
             ax.set_xlabel("time (s)")
             ax.set_ylabel(ylabel)
-            ax.set_title(f"{setup} / {scenario.pattern}")
+            _title(ax, setup, f" / {scenario.pattern}")
             ax.legend(fontsize=7, ncol=2)
             out[fname] = png(fig)
         fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -149,10 +149,26 @@ def cell_plots(setup: str, scenario: Scenario, hist: History, base: History) -> 
         ax.set_xscale("log")
         ax.set_xlabel("victim TTFT (s, log)")
         ax.set_ylabel("fraction of victim requests")
-        ax.set_title(f"{setup} / {scenario.pattern}: victims' TTFT CDF")
+        _title(ax, setup, f" / {scenario.pattern}: victims' TTFT CDF")
         ax.legend(fontsize=8)
         out["ttft_cdf.png"] = png(fig)
         return out
+
+
+#: A plot title's characters at matplotlib's default title size (12 pt) across a 7-inch figure,
+#: and at the smallest size used (8 pt); a longer setup name is shortened in its middle.
+TITLE_CHARS, TITLE_CHARS_SMALL = 60, 90
+
+
+def _title(ax, setup: str, rest: str) -> None:
+    """Title ``setup + rest`` without clipping: in smaller type past :data:`TITLE_CHARS`
+    characters (down to 8 pt), and past :data:`TITLE_CHARS_SMALL` with the middle of ``setup``
+    (a long ``--target``) replaced by an ellipsis."""
+    text = setup + rest
+    if len(text) > TITLE_CHARS_SMALL:
+        keep = max(8, TITLE_CHARS_SMALL - len(rest) - 1)
+        text = setup[: keep - keep // 2] + "\u2026" + setup[len(setup) - keep // 2:] + rest
+    ax.set_title(text, fontsize=12 if len(text) <= TITLE_CHARS else max(8.0, 12 * TITLE_CHARS / len(text)))
 
 
 def fmt(x: float) -> str:

@@ -497,3 +497,23 @@ def test_a_failed_proof_in_the_extras_makes_check_exit_1(monkeypatch, tmp_path, 
     assert "proofs failed: exit 1" in err and "claimed invariant broke" not in err, err
     summary = json.loads((tmp_path / "bad" / "matrix.json").read_text())["summary"]
     assert summary["extras_failed"] == ["proofs"] and "BROKEN-DEMO" in summary["extras"]["proofs"]
+
+
+def test_a_long_target_name_fits_the_plot_title():
+    """Past 60 characters the title shrinks (to 8 pt at least); past 90 the setup name loses its
+    middle, keeping both ends and the pattern, so nothing is clipped at the figure's edge."""
+    from tenantry.adversaries.report import TITLE_CHARS_SMALL, _title
+
+    class Ax:
+        def set_title(self, text, fontsize):
+            self.text, self.size = text, fontsize
+
+    ax = Ax()
+    _title(ax, "vtc", " / flood")
+    assert (ax.text, ax.size) == ("vtc / flood", 12)
+    _title(ax, "fleet_prefix_affinity_fleetacct", " / prefix_probe: victims' TTFT CDF")
+    assert ax.text == "fleet_prefix_affinity_fleetacct / prefix_probe: victims' TTFT CDF" and 8 <= ax.size < 12
+    long = "my_company_internal_package.schedulers.experimental:make_weighted_fair_adapter_v2"
+    _title(ax, long, " / flood: victims' TTFT CDF")
+    assert len(ax.text) <= TITLE_CHARS_SMALL and ax.size == 8
+    assert ax.text.startswith("my_company_internal") and ax.text.endswith("adapter_v2 / flood: victims' TTFT CDF")
