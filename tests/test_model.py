@@ -351,6 +351,31 @@ def test_history_lines_follow_the_published_json_schema(tmp_path):
         jsonschema.validate(bad, schema)
 
 
+def test_a_step_line_is_written_byte_for_byte():
+    """The step line's exact text: keys sorted as strings (request 10 before request 9 in
+    ``held`` and ``block_ids``), tuples as lists, optional fields at their default left out,
+    events as objects; a step record written without the generic walk (the fast path of the
+    history writer) must give these bytes."""
+    from tenantry.model.history import History, StepEvent, StepRecord, history_lines
+
+    full = StepRecord(3, 1.5, 0.25, ((9, 1), (10, 16)), (7,), (9, 10), {"b": 0, "a": 2}, {"b": 1, "a": 3}, 12,
+                      {"b": 0.5, "a": 1.0}, {"b": 0.0, "a": 0.0}, {"b": 2.0, "a": 1.0}, {"b": 0.25, "a": 0.0},
+                      (StepEvent("preempted", 7, blocks=2), StepEvent("first_token", 9)), 4, {9: 1, 10: 3},
+                      {9: ("p9:0",), 10: ("s:ab", "p10:1")}, 11, "skips", 1)
+    bare = StepRecord(0, 0.0, 0.1, (), (), (), {"a": 0}, {"a": 0}, 10, {"a": 0.0}, {"a": 0.0}, {"a": 0.0}, {"a": 0.0})
+    lines = list(history_lines(History({}, (full, bare), ())))
+    assert lines[1] == (
+        '{"batch":[[9,1],[10,16]],"block_ids":{"10":["s:ab","p10:1"],"9":["p9:0"]},"block_seconds":{"a":0.0,"b":0.25},'
+        '"blocks_in_use":{"a":3,"b":1},"counters":{"a":1.0,"b":0.5},"deficits":{"a":0.0,"b":0.0},"duration_s":0.25,'
+        '"events":[{"blocks":2,"kind":"preempted","request_id":7},{"kind":"first_token","request_id":9}],'
+        '"free_blocks":12,"held":{"10":3,"9":1},"kind":"step","preempted":[7],"queued":{"a":2,"b":0},"replica":1,'
+        '"reserved":11,"reserved_reason":"skips","running":[9,10],"service":{"a":1.0,"b":2.0},"start_s":1.5,'
+        '"step_index":3,"used_blocks":4}')
+    assert lines[2] == ('{"batch":[],"block_seconds":{"a":0.0},"blocks_in_use":{"a":0},"counters":{"a":0.0},'
+                        '"deficits":{"a":0.0},"duration_s":0.1,"free_blocks":10,"kind":"step","preempted":[],'
+                        '"queued":{"a":0},"running":[],"service":{"a":0.0},"start_s":0.0,"step_index":0}')
+
+
 def test_cancel_s_before_arrival_is_refused_and_at_the_arrival_step_is_applied_at_the_next():
     """SPEC.md 5.1 / 6.1: a cancellation before the arrival is an error; one due at the
     arrival's own step is delivered at the next step (applied before the arrival, it would find
