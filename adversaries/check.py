@@ -688,7 +688,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         if outp is not None:
             ordered = [cells[k] for k in keys]
             dump_json({"summary": summary, "cells": ordered, "claimed_broken": claimed_broken}, outp / "matrix.json")
-            from tenantry.model.history import atomic_write_text
+            from tenantry.model.files import atomic_write_text
             atomic_write_text(outp / "matrix.md", [matrix_text(setups, patterns, cells, markdown=True)])
             write_report(outp, summary, cells, plotted, title=f"tenantry {kind}" + (
                 f" --target {setups[0]}" if kind == "verify" else ""))

@@ -29,7 +29,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from tenantry.spec.invariants_core import Finding
 from tenantry.model.fleet import moments, summed
-from tenantry.model.history import History, atomic_write_text
+from tenantry.model.files import atomic_write_text
+from tenantry.model.history import History
 from tenantry.model.traces import write_azure_csv, write_mooncake_jsonl, write_workload_jsonl
 from tenantry.model.workload import Workload
 

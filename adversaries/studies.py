@@ -373,9 +373,13 @@ def abuse_study(quick: bool = False, seed: int = 0, source: Any = None,
         plt = pyplot()
         import numpy as np
 
-        m = np.array([[math.log10(max(_num(grid.get((s, p))), 1e-3)) for p in patterns] for s in setups])
+        # a cell not run (a fleet setup's pattern outside the fleet patterns) is grey, not the scale's low end
+        m = np.array([[math.log10(max(grid[(s, p)], 1e-3)) if grid.get((s, p)) is not None else math.nan
+                       for p in patterns] for s in setups])
         fig, ax = plt.subplots(figsize=(3.0 + 0.8 * len(patterns), 2.0 + 0.4 * len(setups)))
-        im = ax.imshow(m, cmap="magma_r", aspect="auto")
+        cmap = plt.get_cmap("magma_r").copy()
+        cmap.set_bad("lightgrey")
+        im = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, aspect="auto", vmin=min(0.0, float(np.nanmin(m))))
         ax.set_xticks(range(len(patterns)), patterns, rotation=45, ha="right", fontsize=7)
         ax.set_yticks(range(len(setups)), setups, fontsize=7)
         for i, s in enumerate(setups):
@@ -383,7 +387,7 @@ def abuse_study(quick: bool = False, seed: int = 0, source: Any = None,
                 v = grid.get((s, p))
                 ax.text(j, i, "-" if v is None else (f"{v:.0f}" if v >= 10 else f"{v:.2g}"), ha="center",
                         va="center", fontsize=6,
-                        color="white" if m[i, j] > 1 else "black")
+                        color="white" if v is not None and m[i, j] > 1 else "black")
         fig.colorbar(im, ax=ax).set_label("log10 of the victims' TTFT p99 inflation", fontsize=7)
         ax.set_title("what each pattern does to the other tenants' TTFT p99", fontsize=9)
         save_png(fig, path)
@@ -445,7 +449,7 @@ def write_study(result: StudyResult, folder: Path, *, command: str) -> list[str]
     import csv
     import io
 
-    from tenantry.model.history import atomic_write_text
+    from tenantry.model.files import atomic_write_text
 
     written = []
     tables = (result.headline,) + result.tables

@@ -8,7 +8,7 @@ field names).
 Readers return requests with ids 0, 1, ... (callers renumber when composing);
 times are seconds, lengths tokens.  Bad input raises one :class:`ConfigError`,
 one line ``file:line: field=value: why``.  Writers are deterministic (same
-workload, same bytes) and atomic (:func:`~tenantry.model.history.atomic_write_text`).
+workload, same bytes) and atomic (:func:`~tenantry.model.files.atomic_write_text`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import attrs
 import numpy as np
 
 from .config import ConfigError
-from .history import atomic_write_text, json_lines as _json_lines, text_lines as _text_lines
+from .files import atomic_write_text, json_lines as _json_lines, text_lines as _text_lines
 from .workload import Request, Workload, renumber
 
 #: Tokens covered by one Mooncake hash id.

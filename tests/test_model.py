@@ -284,7 +284,7 @@ def test_a_killed_writer_leaves_the_old_file(tmp_path):
     target.write_text("old\n")
     child = textwrap.dedent(f"""
         import sys, time
-        from tenantry.model.history import atomic_write_text
+        from tenantry.model.files import atomic_write_text
         def lines():
             for i in range(10**6):
                 if i == 1000:

@@ -37,7 +37,8 @@ import attrs
 
 from .args import budget, executor, non_negative_int, positive_float, positive_int
 from tenantry.model.config import ConfigError
-from tenantry.model.history import atomic_write_text, read_history
+from tenantry.model.files import atomic_write_text
+from tenantry.model.history import read_history
 
 HELP = "Check a scheduler tenantry did not write: a recorded history, or a module:factory adapter in step mode."
 
@@ -131,7 +132,7 @@ def _out(args: argparse.Namespace) -> tuple[Path, bool]:
 def _history_tenants(path: str, history: Any, config: Any, config_path: str | None) -> None:
     """Refuse a history whose records name tenants the configuration does not, or a --config that does
     not match the header's tenants (one line naming the file)."""
-    from tenantry.model.history import json_lines
+    from tenantry.model.files import json_lines
 
     header_cfg = history.header.get("config") if isinstance(history.header.get("config"), dict) else None
     header_tenants = (header_cfg or {}).get("tenants")
