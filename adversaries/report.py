@@ -289,7 +289,8 @@ def folder_name(label: str) -> str:
 def coverage_lines(setups: Sequence[str], patterns: Sequence[str],
                    cells: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
     """The report's "What was checked" section: per setup, each invariant either checked
-    (in which forms, in how many cells) or the reason it was not (nothing is skipped silently)."""
+    (in which forms, in how many cells) or the reason it was not (nothing is skipped silently),
+    one line per outcome naming its invariants (the checked ones first)."""
     out = ["## What was checked", ""]
     for s in setups:
         seen: dict[str, dict[str, int]] = {}
@@ -300,12 +301,15 @@ def coverage_lines(setups: Sequence[str], patterns: Sequence[str],
         if not seen:
             continue
         out.append(f"- `{s}`:")
+        groups: dict[str, list[str]] = {}  # one line per outcome, naming every invariant that had it
         for inv in sorted(seen):
             whys = seen[inv]
             checked = {w: n for w, n in whys.items() if w.startswith("checked")}
             text = ("; ".join(f"{w} in {n} cells" for w, n in sorted(checked.items())) if checked
                     else "; ".join(sorted(whys)))
-            out.append(f"  - {inv}: {text}")
+            groups.setdefault(text, []).append(inv)
+        for text in sorted(groups, key=lambda t: (not t.startswith("checked"), t)):
+            out.append(f"  - {text}: {', '.join(groups[text])}")
     return out + [""]
 
 

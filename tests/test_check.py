@@ -517,3 +517,41 @@ def test_a_long_target_name_fits_the_plot_title():
     _title(ax, long, " / flood: victims' TTFT CDF")
     assert len(ax.text) <= TITLE_CHARS_SMALL and ax.size == 8
     assert ax.text.startswith("my_company_internal") and ax.text.endswith("adapter_v2 / flood: victims' TTFT CDF")
+
+
+def test_what_was_checked_is_one_line_per_outcome_naming_every_invariant():
+    from tenantry.adversaries.report import coverage_lines
+
+    cov = {"KV-CAP": "checked (state, history)", "NO-LOSS": "checked (state, history)", "AGING": "not claimed",
+           "GUARD": "not claimed", "VTC-GAP": "not applicable to this configuration"}
+    cells = {("vtc", "flood"): {"coverage": cov}, ("vtc", "sybil"): {"coverage": dict(cov, AGING="not claimed")}}
+    lines = coverage_lines(["vtc"], ["flood", "sybil"], cells)
+    assert lines == ["## What was checked", "", "- `vtc`:",
+                     "  - checked (state, history) in 2 cells: KV-CAP, NO-LOSS",
+                     "  - not applicable to this configuration: VTC-GAP",
+                     "  - not claimed: AGING, GUARD", ""]
+
+
+def test_the_result_lists_cells_in_matrix_order_whatever_order_they_ended_in(monkeypatch):
+    """run_check's cells (read by ``tenantry study abuse`` for its columns) follow the matrix,
+    not the order the cell threads ended in (the study's CSV columns changed from run to run)."""
+    import time as time_mod
+
+    from tenantry.adversaries import check as check_mod
+    from tenantry.adversaries.search import Budget
+
+    real = check_mod.run_cell
+
+    def slow_first(setup, pattern, **kw):
+        rec = real(setup, pattern, **kw)
+        if (setup, pattern) == ("fcfs", "flood"):
+            time_mod.sleep(1.5)  # ends after the cell started beside it
+        return rec
+
+    ended = []
+    monkeypatch.setattr(check_mod, "run_cell", slow_first)
+    res = check_mod.run_check(setups=["fcfs", "vtc"], patterns=["flood"], budget=Budget(1), searches=("random",),
+                              workers=1, cell_threads=2, extras=False, progress=False, plots="none", spread_seeds=0,
+                              shrink_evaluations=0, log=ended.append)
+    assert [c.split(":")[0] for c in ended] == ["vtc/flood", "fcfs/flood"]
+    assert list(res["cells"]) == [("fcfs", "flood"), ("vtc", "flood")]
