@@ -669,6 +669,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         evaluations = sum(c["evaluations"] for c in cells.values()) + len(cells)
         unmet = [k for k in keys if cells[k]["expected_hurt"] and not cells[k]["finding"]]
         unstable = [k for k in keys if cells[k]["verdict"] == "seed-dependent"]
+        cells = {k: cells[k] for k in keys if k in cells}  # the matrix's order, not the order cells ended in
         summary = {
             "seed": seed, "budget": f"{budget.evaluations or '-'} evaluations" + (
                 f", {budget.seconds:g} s" if budget.seconds else ""),
@@ -686,8 +687,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         }
         claimed_broken = any(c["findings"] for c in cells.values()) or stateful_broke
         if outp is not None:
-            ordered = [cells[k] for k in keys]
-            dump_json({"summary": summary, "cells": ordered, "claimed_broken": claimed_broken}, outp / "matrix.json")
+            dump_json({"summary": summary, "cells": list(cells.values()), "claimed_broken": claimed_broken},
+                      outp / "matrix.json")
             from tenantry.model.files import atomic_write_text
             atomic_write_text(outp / "matrix.md", [matrix_text(setups, patterns, cells, markdown=True)])
             write_report(outp, summary, cells, plotted, title=f"tenantry {kind}" + (

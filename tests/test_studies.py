@@ -90,6 +90,22 @@ def test_abuse_reads_a_check_matrix_into_a_heat_map(tmp_path):
     assert (out / "ttft_p99_inflation.csv").read_text().splitlines()[1] == "fcfs,130.0,2.0"
 
 
+def test_a_cell_not_run_is_grey_in_the_heat_map_not_the_scales_low_end(tmp_path):
+    """fleet_rr runs only the fleet patterns: its few_huge cell has no value, drawn light grey
+    (it was drawn as the colour of inflation 0.001, which reads as "no harm at all")."""
+    import numpy as np
+    from matplotlib.image import imread
+
+    src = _matrix(tmp_path / "check", [("fcfs", "flood", 130.0), ("fcfs", "few_huge", 2.0),
+                                       ("fleet_rr", "flood", 7.0)])
+    out = tmp_path / "rep"
+    out.mkdir()
+    write_study(abuse_study(source=src), out, command="x")
+    px = (imread(out / "heatmap.png")[..., :3] * 255).round().astype(int)
+    grey = np.all(px == 211, axis=-1)  # matplotlib's "lightgrey"
+    assert grey.sum() > 0.05 * grey.size  # one of four cells
+
+
 def test_bad_study_input_is_one_line(tmp_path, capsys):
     with pytest.raises(ConfigError, match="unknown study"):
         get_study("nope")
