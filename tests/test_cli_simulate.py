@@ -304,3 +304,21 @@ def test_detail_records_block_ids_so_verify_judges_salt_isolation(tmp_path, caps
     assert "SALT-ISOLATION" in next(line for line in found[("--detail",)].splitlines() if line.startswith("checked:"))
     code, out, err = run_cli(["simulate", "--workload", str(wl), "--detail"], capsys)
     assert code == 2 and "--detail" in err and "only with --history" in err
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--speedup", "5"], "--speedup"), (["--max-rows", "10"], "--max-rows"), (["--seed", "3"], "--seed")])
+def test_an_option_the_workload_file_ignores_is_refused_not_dropped(tmp_path, capsys, flags, needle):
+    """--speedup and --max-rows act on trace files and --seed on the synthetic default: with
+    --workload each was silently ignored (the run did not do what was asked)."""
+    wl = tmp_path / "w.jsonl"
+    wl.write_text('{"request_id":0,"tenant":"a","arrival_s":0.0,"prompt_tokens":10,"output_tokens":2}\n')
+    code, out, err = run_cli(["simulate", "--workload", str(wl), *flags], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err and "--workload" in err
+    code, out, err = run_cli(["simulate", "--speedup", "2"], capsys)  # the synthetic default is no trace either
+    assert code == 2 and "not the default workload" in err
+
+
+def test_trace_options_still_act_on_a_trace(capsys):
+    code, out, err = run_cli(["simulate", "--azure-pair", "--speedup", "20", "--max-rows", "40", "--policy", "fcfs"], capsys)
+    assert code == 0 and "workload: 80 requests from 2 tenants over 1.7s" in err + out

@@ -72,8 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--burstgpt-failed", choices=("drop", "keep"), default="drop",
                    help="BurstGPT requests with 0 response tokens (failures): drop them (default) or keep them "
                         "with one output token")
-    p.add_argument("--speedup", type=positive_float, default=1.0, help="divide trace arrival times by this factor (default 1)")
-    p.add_argument("--max-rows", type=positive_int, default=None, help="read at most this many rows per trace")
+    p.add_argument("--speedup", type=positive_float, default=None,
+                   help="divide trace arrival times by this factor (default 1; trace files only)")
+    p.add_argument("--max-rows", type=positive_int, default=None, help="read at most this many rows per trace (trace files only)")
     p.add_argument("--policy", nargs="+", default=None,
                    help=f"policy setups to compare: {', '.join(SETUPS)}, or all (the one-replica ones; default: "
                         f"the --config file's own policy, else {' '.join(DEFAULT_SETUPS)}); a fleet setup (fleet_*) "
@@ -83,7 +84,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "limits stay), so give no --policy to run the file as written")
     p.add_argument("--horizon", type=positive_float, default=None, help="stop the run at this time (seconds); default 3x the last arrival, at least 600 s after it")
     p.add_argument("--window", type=positive_float, default=None, help="'finished in time' and throughput window (seconds); default: the last arrival, or the horizon when that is earlier")
-    p.add_argument("--seed", type=non_negative_int, default=9, help="seed of the synthetic default workload (default 9)")
+    p.add_argument("--seed", type=non_negative_int, default=None,
+                   help="seed of the synthetic default workload (default 9; without a workload or trace option only)")
     p.add_argument("--replicas", type=replica_count, default=None,
                    help="run a fleet of N replicas of the configuration behind a router (default: the --config "
                         "file's [fleet] table, else one replica)")
@@ -107,28 +109,48 @@ def _split(arg: str, default: str) -> tuple[str, str]:
     return path, tenant or default
 
 
+#: The trace options (``--speedup`` and ``--max-rows`` apply to these only).
+TRACE_OPTIONS = ("azure", "mooncake", "azure_pair", "burstgpt")
+
+
 def load_workload(args: argparse.Namespace, block_size_tokens: int) -> Workload:
-    """The workload named on the command line (the seed-001 default when none)."""
+    """The workload named on the command line (the seed-001 default when none).
+
+    Raises:
+        ConfigError: an option given that the workload source ignores (``--speedup`` or
+            ``--max-rows`` without a trace file, ``--seed`` with a file), instead of a run
+            that silently did not do what was asked.
+    """
+    trace = next((o for o in TRACE_OPTIONS if getattr(args, o)), None)
+    source = f"--{trace.replace('_', '-')}" if trace else "--workload" if args.workload else "the default workload"
+    for flag, value in (("--speedup", args.speedup), ("--max-rows", args.max_rows)):
+        if value is not None and trace is None:
+            raise ConfigError(flag, value, f"applies to trace files (--azure, --mooncake, --azure-pair, --burstgpt), "
+                              f"not {source}" + ("; edit the file's arrival_s or cut its lines instead"
+                                                  if args.workload else ""))
+    if args.seed is not None and source != "the default workload":
+        raise ConfigError("--seed", args.seed, f"seeds the synthetic default workload; {source} is read as written")
+    speedup = 1.0 if args.speedup is None else args.speedup
     if args.workload:
         return read_workload_jsonl(args.workload)
     if args.azure_pair:
-        return azure_two_tenant_workload(speedup=args.speedup, max_rows=args.max_rows)
+        return azure_two_tenant_workload(speedup=speedup, max_rows=args.max_rows)
     if args.burstgpt:
         reqs = read_burstgpt_csv(args.burstgpt, tenant_by=args.burstgpt_tenant, failed=args.burstgpt_failed,
                                  max_rows=args.max_rows)
         if not reqs:
             raise ConfigError("--burstgpt", str(args.burstgpt), "no requests in this file", str(args.burstgpt))
-        return compose([TracePart(reqs, speedup=args.speedup)])
+        return compose([TracePart(reqs, speedup=speedup)])
     if args.azure or args.mooncake:
         parts = []
         for arg in args.azure or []:
             path, tenant = _split(arg, Path(arg).stem)
-            parts.append(TracePart(read_azure_csv(path, tenant, max_rows=args.max_rows), speedup=args.speedup))
+            parts.append(TracePart(read_azure_csv(path, tenant, max_rows=args.max_rows), speedup=speedup))
         for arg in args.mooncake or []:
             path, tenant = _split(arg, Path(arg).stem)
-            parts.append(TracePart(read_mooncake_jsonl(path, tenant, block_size_tokens=block_size_tokens, max_rows=args.max_rows), speedup=args.speedup))
+            parts.append(TracePart(read_mooncake_jsonl(path, tenant, block_size_tokens=block_size_tokens, max_rows=args.max_rows), speedup=speedup))
         return compose(parts)
-    return seed001_workload(seed=args.seed)
+    return seed001_workload(seed=9 if args.seed is None else args.seed)
 
 
 def history_paths(template: Path, names: list[str]) -> dict[str, Path]:
