@@ -377,8 +377,7 @@ def abuse_study(quick: bool = False, seed: int = 0, source: Any = None,
         m = np.array([[math.log10(max(grid[(s, p)], 1e-3)) if grid.get((s, p)) is not None else math.nan
                        for p in patterns] for s in setups])
         fig, ax = plt.subplots(figsize=(3.0 + 0.8 * len(patterns), 2.0 + 0.4 * len(setups)))
-        cmap = plt.get_cmap("magma_r").copy()
-        cmap.set_bad("lightgrey")
+        cmap = plt.get_cmap("magma_r").with_extremes(bad="lightgrey")
         im = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, aspect="auto", vmin=min(0.0, float(np.nanmin(m))))
         ax.set_xticks(range(len(patterns)), patterns, rotation=45, ha="right", fontsize=7)
         ax.set_yticks(range(len(setups)), setups, fontsize=7)
