@@ -202,9 +202,9 @@ def h_no_banked_credit(h: HistoryContext) -> list[Finding]:
                     return [_f("NO-BANKED-CREDIT", s.step_index, "an idle tenant kept a DRR deficit", dft, 0.0, [n])]
         return out
     for prev, s in zip(h.steps, h.steps[1:]):
-        back = [n for n, q in prev.queued.items() if q]
-        for n, q in s.queued.items():
-            if q and not prev.queued.get(n, 0):
+        back = [n for n, q in prev.queued.items() if q and n in prev.counters]
+        for n, q in s.queued.items():  # a counter not recorded (a step whose adapter raised) is not judged
+            if q and not prev.queued.get(n, 0) and n in s.counters:
                 others = [prev.counters[m] for m in back if m != n]
                 if others and s.counters[n] < min(others) - EPS:
                     out.append(_f("NO-BANKED-CREDIT", s.step_index, "a newly backlogged tenant's counter starts below "

@@ -295,3 +295,20 @@ def test_queue_count_findings_follow_the_tenants_order_not_a_hash_seed():
                   for s in h.steps)
     found = [f for f in check_history(attrs.evolve(h, steps=steps), cfg, ["NO-LOSS"]) if f.step == k]
     assert [f.tenants[0] for f in found] == names
+
+
+def test_a_step_without_counters_is_not_judged_for_banked_credit():
+    """A scheduler under test whose take_results raised leaves its step with no counters
+    (``counters={}``); NO-BANKED-CREDIT read a newly backlogged tenant's counter there and
+    the whole verify run died with a KeyError (found by a blind fault test).  It is skipped
+    like VTC-GAP skips it, and judged again on the steps that have counters."""
+    from tenantry.model.history import History, StepRecord
+    from tenantry.spec.invariants import check_history
+
+    cfg = Config((TenantConfig("a"), TenantConfig("b")), order=OrderConfig(policy="vtc"))
+    step = lambda k, queued, counters: StepRecord(k, float(k), 1.0, (), (), (), queued, {"a": 0, "b": 0}, 10,
+                                                  counters, {}, {"a": 0.0, "b": 0.0}, {"a": 0.0, "b": 0.0})
+    h = History({}, (step(0, {"a": 1, "b": 0}, {"a": 5.0, "b": 0.0}), step(1, {"a": 1, "b": 1}, {})), ())
+    assert check_history(h, cfg, ["NO-BANKED-CREDIT"]) == []
+    banked = History({}, (step(0, {"a": 1, "b": 0}, {"a": 5.0, "b": 0.0}), step(1, {"a": 1, "b": 1}, {"a": 5.0, "b": 1.0})), ())
+    assert [f.invariant for f in check_history(banked, cfg, ["NO-BANKED-CREDIT"])] == ["NO-BANKED-CREDIT"]
