@@ -368,10 +368,11 @@ STATEFUL_SETUPS = ("protected", "hysteresis", "salted_cache")
 
 def _extras(out: Path | None, systems: Sequence = (), proof_timeout_s: float = 2.0,
             stateful_examples: int = 8, note: Callable[[str], None] | None = None,
-            ) -> tuple[dict[str, str], bool, list[str], dict[str, float]]:
+            shown: Path | None = None) -> tuple[dict[str, str], bool, list[str], dict[str, float]]:
     """A short run of the proofs and the stateful suite of the model setups, and each
-    other system's own extras (``system.extras(out)``: a scheduler under test's
-    stateful run and its determinism across processes).
+    other system's own extras (``system.extras(out, shown)``: a scheduler under test's
+    stateful run and its determinism across processes; ``out`` the report folder being
+    written, ``shown`` the one the user named, which replay commands name).
 
     Returns ({name: one-line result}, whether an extra found a broken invariant,
     [names of the extras that failed], {name: wall seconds}); the seconds go to timing.json
@@ -391,7 +392,7 @@ def _extras(out: Path | None, systems: Sequence = (), proof_timeout_s: float = 2
                  ("stateful", lambda: _stateful(out, STATEFUL_SETUPS, stateful_examples))]
     for sys_ in systems:
         if not isinstance(sys_, str) and hasattr(sys_, "extras"):
-            runs += [(name, (lambda f=f: f())) for name, f in sys_.extras(out)]
+            runs += [(name, (lambda f=f: f())) for name, f in sys_.extras(out, shown)]
     for n, (label, run) in enumerate(runs, 1):
         t0 = time.monotonic()
         if note:
@@ -649,7 +650,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             if plots == "all":
                 plotted = {k: c.get("plots", []) for k, c in cells.items()}
             skip_extras = deadline is not None and time.monotonic() >= deadline
-            extra, stateful_broke, extras_failed, extra_s = (_extras(outp, systems, note=note)
+            extra, stateful_broke, extras_failed, extra_s = (_extras(outp, systems, note=note, shown=root)
                                                              if extras and not skip_extras else ({}, False, [], {}))
             if extras and skip_extras:
                 extra = {"proofs": "skipped: the total budget was spent", "stateful": "skipped: the total budget was spent"}

@@ -189,3 +189,22 @@ def test_bad_target_spec_is_one_line_error(tmp_path, capsys):
     assert main(["verify", "--target", "no_colon_here", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tenantry: error: target='no_colon_here': must be module:factory")
+
+
+def test_the_stateful_replay_names_the_report_folder_and_the_target_path(tmp_path):
+    """The stateful extra's replay command, as printed, runs: it names the workload where the
+    report will be (not the staging folder, gone when the run ends) and repeats --target-path
+    (without it the command could not import a target found through that path)."""
+    from tenantry.verify.run import TargetSystem
+
+    examples = str(REPO / "examples")
+    system = TargetSystem("minisched_buggy.tenantry_adapter:make_scheduler", path=examples)
+    staging, shown = tmp_path / ".rep.new-x", tmp_path / "rep"
+    (name, run), = system.extras(staging, shown)
+    text, ok = run()
+    assert name == "stateful" and not ok, text
+    argv = shlex.split(text.split("replay: ", 1)[1])
+    workload = Path(argv[argv.index("--workload") + 1])
+    assert workload.parent == shown / "stateful" and (staging / "stateful" / workload.name).exists()
+    assert argv[argv.index("--target-path") + 1] == examples
+    assert Path(argv[argv.index("--out") + 1]).is_relative_to(Path(f"{shown}-replay"))

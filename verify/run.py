@@ -365,17 +365,21 @@ class TargetSystem:
                 + (f" --target-path {shlex.quote(self.path)}" if self.path else "")
                 + f" --out {shlex.quote(str(replay_out) if replay_out is not None else str(cell) + ('' if name == 'workload' else '-' + name) + '-replay')}")
 
-    def extras(self, out: Path | None):
-        """The target's own extras in ``tenantry check``'s report: a short stateful run."""
+    def extras(self, out: Path | None, shown: Path | None = None):
+        """The target's own extras in ``tenantry check``'s report: a short stateful run.
+        ``out``: where the report is being written; ``shown``: where it will be (the folder
+        the user named, which the replay commands name; default ``out``)."""
         def stateful() -> tuple[str, bool]:
             from tenantry.adversaries.outdir import replay_twin
 
             from .suite import TenantryFailure, stateful_check
 
+            named = shown or out
             try:
                 stateful_check(_load(self), target=self.target, out_dir=(out or Path(".")) / "stateful",
                                max_examples=10, timeout_s=self.timeout_s,
-                               replay_dir=None if out is None else replay_twin(out) / "stateful")
+                               replay_dir=None if named is None else replay_twin(named) / "stateful",
+                               shown_dir=None if named is None else named / "stateful", target_path=self.path)
             except TenantryFailure as e:
                 return f"{e.title}; replay: {e.replay}", False
             return "10 stateful examples passed", True

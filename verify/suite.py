@@ -80,22 +80,29 @@ class TenantryFailure(AssertionError):
 
 def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload,
                  horizon_s: float | None = None, tenants: Iterable[str] = (),
-                 replay_dir: Path | str | None = None) -> tuple[Path, str]:
+                 replay_dir: Path | str | None = None, shown_dir: Path | str | None = None,
+                 target_path: str | None = None) -> tuple[Path, str]:
     """Write the workload (cancellations included) under ``out_dir``; return (path, replay command).
     ``tenants``: the tenant order the run had (the command passes it as ``--victims``; without
     it the replay orders tenants by first arrival, and order breaks ties).  The command writes
     its report to ``replay_dir / <name>-replay`` (default ``out_dir``; a report folder passes
-    its ``<report>-replay`` twin, so that running the replay leaves the report as it was)."""
+    its ``<report>-replay`` twin, so that running the replay leaves the report as it was).
+    ``shown_dir``: the folder the command names for the workload (default ``out_dir``; a report
+    being staged passes where it will be once the run ends); ``target_path``: the target's
+    ``--target-path``, repeated in the command so that it imports the target as the run did."""
     from tenantry.model.traces import write_workload_jsonl
 
     out = Path(out_dir)
     path = out / f"{name}.jsonl"
     write_workload_jsonl(workload, path)
-    cmd = f"tenantry verify --target {shlex.quote(target)} --workload {shlex.quote(str(path))}"
+    shown = Path(shown_dir or out) / f"{name}.jsonl"
+    cmd = f"tenantry verify --target {shlex.quote(target)} --workload {shlex.quote(str(shown))}"
     if horizon_s is not None:
         cmd += f" --horizon-s {horizon_s}"
     if tenants:
         cmd += f" --victims {shlex.quote(','.join(tenants))}"
+    if target_path:
+        cmd += f" --target-path {shlex.quote(str(target_path))}"
     return path, cmd + f" --out {shlex.quote(str(Path(replay_dir or out) / f'{name}-replay'))}"
 
 
@@ -142,7 +149,8 @@ def pattern_check(factory: Callable[[], Any], pattern: str, *, target: str, out_
 def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | str, max_examples: int | None = None,
                    steps_per_example: int = 20, timeout_s: float | None = 10.0, tenants: Iterable[str] = STATEFUL_TENANTS,
                    derandomize: bool = True, max_evaluations: int = 150,
-                   replay_dir: Path | str | None = None) -> None:
+                   replay_dir: Path | str | None = None, shown_dir: Path | str | None = None,
+                   target_path: str | None = None) -> None:
     """Hypothesis stateful run of the scheduler; raise :class:`TenantryFailure` with the shrunk workload.
 
     The machine is :class:`tenantry.testing.stateful.ReplicaMachine` over a fresh
@@ -179,7 +187,7 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
         v = verdict(wl)
         findings = [f for f in v.findings if f.invariant == first.invariant] or e.findings
         path, cmd = write_replay(out_dir, f"stateful-{first.invariant}", target, wl, tenants=names,
-                                 replay_dir=replay_dir)
+                                 replay_dir=replay_dir, shown_dir=shown_dir, target_path=target_path)
         raise TenantryFailure(f"{target}: a stateful run breaks {first.invariant} (shrunk from "
                               f"{len(e.workload)} to {len(wl)} requests)", list(findings), wl, path,
                               cmd) from None
