@@ -250,7 +250,7 @@ def _fleet_of(setup: "str | System") -> dict[str, Any] | None:
 #: Findings not shrunk to a witness: DETERMINISM compares whole runs in fresh processes; a
 #: hang costs the call timeout per evaluation.
 NOT_SHRUNK = ("DETERMINISM", "ADAPTER-HANG")
-#: Most findings of one cell given a witness (the others keep the workload they came from).
+#: Most invariants of one cell whose witness is shrunk (the others' witness is the workload they broke on).
 MAX_WITNESSES = 4
 
 
@@ -267,8 +267,11 @@ def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: l
     e.g. timing or hash seed, or on a race in the scheduler); it is then shrunk with
     :func:`~tenantry.adversaries.evaluate.shrink_scenario` (``invariant=``; cut after the step it
     showed at).  One witness per invariant (the first finding's; the invariant's other findings
-    name the same file), at most :data:`MAX_WITNESSES` per cell, sharing ``2 x shrink_evaluations``
-    evaluations (at least 4 each; with ``shrink_evaluations`` 0, one: the replay).  A finding
+    name the same file), at most :data:`MAX_WITNESSES` shrunk per cell, sharing ``2 x shrink_evaluations``
+    evaluations (at least 4 each; with ``shrink_evaluations`` 0, one: the replay).  An invariant
+    past those, or one of :data:`NOT_SHRUNK`, broken on a search candidate gets that candidate's
+    workload unshrunk as its witness (one evaluation: the replay); broken on the cell's own
+    workload, it keeps the cell's replay.  A finding
     gets ``witness`` (file), ``witness_requests``, ``reproduced``, ``witness_finding`` (the
     finding on the witness) and ``replay`` (a command).
 
@@ -277,18 +280,21 @@ def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: l
     out: list[tuple[str, Scenario, int]] = []
     first: dict[str, int] = {}
     for i, f in enumerate(findings):
-        if f["invariant"] not in NOT_SHRUNK and len(first) < MAX_WITNESSES:
-            first.setdefault(f["invariant"], i)
+        first.setdefault(f["invariant"], i)
+    shrunk = [inv for inv in first if inv not in NOT_SHRUNK][:MAX_WITNESSES]
     todo = [(findings[i], sources[i]) for i in first.values()]
-    each = max(4, 2 * shrink_evaluations // max(1, len(todo)))  # the cell's witnesses share 2 x --shrink
+    each = max(4, 2 * shrink_evaluations // max(1, len(shrunk)))  # the shrunk witnesses share 2 x --shrink
     for f, (src, hist) in todo:
         inv = f["invariant"]
         cut = None
         if hist is not None and f.get("step") is not None and 0 <= f["step"] < len(hist.steps):
             s = hist.steps[f["step"]]
             cut = s.start_s + s.duration_s
+        if inv not in shrunk and hist is not None:
+            continue  # not shrunk and broken on the cell's own workload: the cell's replay is its witness
         sh = (shrink_scenario(setup, src, invariant=inv, depth=depth, executor=executor, cut_after_s=cut,
-                              max_evaluations=each if shrink_evaluations > 0 else 1, progress=progress))
+                              max_evaluations=each if shrink_evaluations > 0 and inv in shrunk else 1,
+                              progress=progress))
         stem = f"finding-{inv}"
         sc = sh.scenario if sh is not None else src
         out.append((stem, sc, sh.evaluations if sh is not None else 1))

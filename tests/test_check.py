@@ -555,3 +555,45 @@ def test_the_result_lists_cells_in_matrix_order_whatever_order_they_ended_in(mon
                               shrink_evaluations=0, log=ended.append)
     assert [c.split(":")[0] for c in ended] == ["vtc/flood", "fcfs/flood"]
     assert list(res["cells"]) == [("fcfs", "flood"), ("vtc", "flood")]
+
+
+def test_every_broken_invariant_gets_a_replay_and_the_printed_one_reproduces(monkeypatch):
+    """Found by a blind fault test: a hang (not shrunk) or a fifth invariant broken on a search
+    candidate had nothing to replay, and the one replay printed under the matrix was the cell's
+    workload, on which a candidate's finding does not break.  Now such a finding's witness is
+    its candidate's workload unshrunk (replayed once: ``reproduced`` says if it broke again),
+    and the printed command is a witness that broke again."""
+    from pathlib import Path
+
+    from tenantry.adversaries.check import MAX_WITNESSES, _witnesses
+    from tenantry.adversaries.evaluate import InlineExecutor, Task, scenario_of
+    from tenantry.commands.check import _replay_hint
+
+    sc = scenario_of(Task("fcfs", "flood"))
+    invs = ["ADAPTER-HANG"] + [f"X{i}" for i in range(MAX_WITNESSES + 1)] + ["DETERMINISM"]
+    findings = [{"invariant": i, "step": None, "search": "random"} for i in invs]
+    findings[-1].pop("search")  # DETERMINISM on the cell's own workload: the cell's replay
+    sources = [(sc, None)] * (len(invs) - 1) + [(sc, object())]
+    from tenantry.adversaries import check as check_mod
+
+    budgets, real = {}, check_mod.shrink_scenario
+    monkeypatch.setattr(check_mod, "shrink_scenario",
+                        lambda *a, **kw: budgets.setdefault(kw["invariant"], kw["max_evaluations"]) and real(*a, **kw))
+    out = _witnesses("fcfs", findings, sources, rel=Path("cells/fcfs/flood"), replay_root=None, depth="history",
+                     executor=InlineExecutor(), shrink_evaluations=2, progress=False)
+    witnessed = {f["invariant"]: f for f in findings if "witness" in f}
+    assert sorted(witnessed) == sorted(invs[:-1])  # every one broken on a candidate, none left without
+    assert [stem for stem, _, _ in out] == [f"finding-{i}" for i in invs[:-1]]
+    assert [i for i, n in budgets.items() if n == 1] == ["ADAPTER-HANG", f"X{MAX_WITNESSES}"]  # replayed, not shrunk
+    assert all(n > 1 for i, n in budgets.items() if i not in ("ADAPTER-HANG", f"X{MAX_WITNESSES}"))
+    assert all(f["reproduced"] is False for f in witnessed.values())  # the model breaks none of these
+    cells = {("fcfs", "flood"): {"setup": "fcfs", "pattern": "flood", "replay": "CELL", "finding": True,
+                                 "findings": findings}}
+    assert _replay_hint(cells) == ["replay fcfs/flood (broke DETERMINISM): CELL"]
+    findings[2].update(reproduced=True, replay="WITNESS")
+    assert _replay_hint(cells) == ["replay fcfs/flood (broke X1): WITNESS"]
+    only = {("vtc", "flood"): {"setup": "vtc", "pattern": "flood", "replay": "CELL", "finding": False,
+                               "findings": [{"invariant": "X0", "search": "random", "reproduced": False}]}}
+    assert "did not break it again" in _replay_hint(only)[0]
+    assert _replay_hint({("a", "b"): {"setup": "a", "pattern": "b", "replay": "C", "finding": True, "findings": []}}) \
+        == ["replay a/b (hurt): C"]

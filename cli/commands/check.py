@@ -232,11 +232,8 @@ def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str
               + f"; {len(unstable)} verdicts change with the victims' seed (?)")
     ev = res["evaluations"]
     print(f"\n{len(cells)} cells, {ev} evaluations in {wall:.1f} s ({ev / wall:.2f} evaluations/s); report: {out / 'report.md'}")
-    shown = (next((c for c in cells.values() if c.get("findings")), None)
-             or next((c for c in cells.values() if c.get("finding")), None))
-    if shown is not None and shown.get("replay"):  # every cell's command is in report.md and its cell.json
-        why = "broke " + ", ".join(dict.fromkeys(f["invariant"] for f in shown["findings"])) if shown.get("findings") else "hurt"
-        print(f"replay {shown['setup']}/{shown['pattern']} ({why}): {shown['replay']}")
+    for line in _replay_hint(cells):
+        print(line)
     code = 0
     if res["claimed_broken"]:
         print(f"{what}: exit 1", file=sys.stderr)
@@ -249,6 +246,26 @@ def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str
         print(f"--strict: {len(unmet)} expected to hurt and did not: exit 1", file=sys.stderr)
         code = 1
     return code
+
+
+def _replay_hint(cells: dict) -> list[str]:
+    """The one replay command printed under the matrix (every cell's and finding's is in
+    report.md and cell.json): a broken invariant's witness that broke it again when replayed
+    (its ``finding-<ID>.jsonl``), else the cell replay of a finding shown on the cell's own
+    workload, else the first hurt cell's; none when nothing broke or hurt."""
+    found = [(c, f) for c in cells.values() for f in c.get("findings") or ()]
+    for c, f in found:
+        if f.get("reproduced") and f.get("replay"):
+            return [f"replay {c['setup']}/{c['pattern']} (broke {f['invariant']}): {f['replay']}"]
+    for c, f in found:
+        if "search" not in f and c.get("replay"):
+            return [f"replay {c['setup']}/{c['pattern']} (broke {f['invariant']}): {c['replay']}"]
+    if found:
+        c, f = found[0]
+        return [f"{c['setup']}/{c['pattern']} broke {f['invariant']} on a search candidate that did not break it "
+                "again when replayed: see report.md"]
+    hurt = next((c for c in cells.values() if c.get("finding") and c.get("replay")), None)
+    return [f"replay {hurt['setup']}/{hurt['pattern']} (hurt): {hurt['replay']}"] if hurt else []
 
 
 def _budget_words(b) -> str:
