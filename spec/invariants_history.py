@@ -205,8 +205,13 @@ def h_kv_conserve(h: HistoryContext) -> list[Finding]:
     for k, rid, j, bid, w in h.block_reads:
         r = h.requests[rid]
         if w[0] == salts.get(r.tenant):  # same namespace, other content: the request reads KV that is not its own
-            out.append(_f("KV-CONSERVE", k, f"request {rid} holds block {bid!r} at position {j}, whose content was "
-                          f"last written by request {w[3]} for other tokens", w[3], rid, [r.tenant], [rid, w[3]]))
+            if w[3] == rid:  # its own other position (or its earlier content): no other party to name
+                out.append(_f("KV-CONSERVE", k, f"request {rid} holds block {bid!r} at position {j}, whose content "
+                              "it last wrote itself for other tokens", None, None, [r.tenant], [rid]))
+            else:
+                out.append(_f("KV-CONSERVE", k, f"request {rid} holds block {bid!r} at position {j}, whose content "
+                              f"was last written by request {w[3]} for other tokens (observed: that writer; allowed: "
+                              "the holder)", w[3], rid, [r.tenant], [rid, w[3]]))
     return out
 
 
@@ -359,9 +364,14 @@ def h_batch_limits(h: HistoryContext) -> list[Finding]:
         if total > cfg.token_budget:
             out.append(_f("BATCH-LIMITS", s.step_index, "more tokens in the batch than the budget", total,
                           cfg.token_budget, requests=ids))
-        if len(distinct) != len(ids) or any(n < 1 for n in sizes):
-            out.append(_f("BATCH-LIMITS", s.step_index, "a batch entry repeats or computes no token", len(ids),
-                          len(distinct), requests=ids))
+        if len(distinct) != len(ids):
+            out.append(_f("BATCH-LIMITS", s.step_index, "a request has more than one batch entry (entries against "
+                          "distinct requests)", len(ids), len(distinct),
+                          requests=sorted({r for r in ids if ids.count(r) > 1})))
+        if any(n < 1 for n in sizes):
+            out.append(_f("BATCH-LIMITS", s.step_index, "a batch entry computes no token (its tokens against the "
+                          "least an entry computes)", min(sizes), 1,
+                          requests=[r for r, n in zip(ids, sizes) if n < 1]))
         both = distinct.intersection(s.preempted) if s.preempted else None
         if both:
             out.append(_f("BATCH-LIMITS", s.step_index, "a request preempted in this step is in its batch",
