@@ -80,6 +80,25 @@ def _coverage(wanted: Sequence[str], live: Sequence[str], depth: str, forms_of: 
     return cov
 
 
+def noninterference_twin(workload: Workload, observers: Sequence[str]) -> Workload:
+    """NONINTERFERENCE's second workload (SPEC.md 7.5): every tenant's prefix content ids but the
+    ``observers``' relabelled (:func:`~tenantry.spec.invariants.relabel_contents`, shifted by
+    :data:`RELABEL_OFFSET`); the same arrivals, lengths and tenants."""
+    twin = workload
+    for t in sorted({r.tenant for r in workload} - set(observers)):
+        twin = relabel_contents(twin, t, RELABEL_OFFSET)
+    return twin
+
+
+def noninterference(history: History, twin_history: History, observers: Sequence[str]) -> list[Finding]:
+    """NONINTERFERENCE judged on a run and its :func:`noninterference_twin`'s run: each observer's
+    records must be the same in both (the model's, or a scheduler under test's runs)."""
+    out: list[Finding] = []
+    for obs in observers:
+        out += check_pair("NONINTERFERENCE", history, twin_history, observer=obs)
+    return out
+
+
 def run_checked(config: Config, workload: Workload | Iterable[Request], *, ids: Iterable[str] | None = None,
                 depth: str = "state", horizon_s: float | None = None, max_steps: int | None = 2000,
                 variant: type[Step] | None = None, observers: Sequence[str] = ()) -> CheckedRun:
@@ -125,12 +144,7 @@ def run_checked(config: Config, workload: Workload | Iterable[Request], *, ids: 
     if "DETERMINISM" in pair_ids:  # two runs of the public driver, byte for byte
         findings += check_pair("DETERMINISM", history, run(wl))
     if "NONINTERFERENCE" in pair_ids:
-        twin = wl
-        for t in {r.tenant for r in wl} - set(observers):
-            twin = relabel_contents(twin, t, RELABEL_OFFSET)
-        h2 = run(twin)
-        for obs in observers:
-            findings += check_pair("NONINTERFERENCE", history, h2, observer=obs)
+        findings += noninterference(history, run(noninterference_twin(wl, observers)), observers)
     done = set(state_ids) | set(hist_ids) | set(pair_ids)
     cov = _coverage(wanted, live, depth, (state_ids, hist_ids, pair_ids), lambda i: "not applicable to this configuration",
                     lambda i: "two-run property: checked at depth full with observers", lambda i, forms: "")

@@ -208,3 +208,36 @@ def test_the_stateful_replay_names_the_report_folder_and_the_target_path(tmp_pat
     assert workload.parent == shown / "stateful" and (staging / "stateful" / workload.name).exists()
     assert argv[argv.index("--target-path") + 1] == examples
     assert Path(argv[argv.index("--out") + 1]).is_relative_to(Path(f"{shown}-replay"))
+
+
+LEAKY = '"""minisched that admits a request whose prompt starts with an original content id at once\nand one with a relabelled id a step later: another tenant\'s contents change the adversary\'s service."""\nimport attrs\nfrom minisched.tenantry_adapter import MiniSchedAdapter\n\n\nclass Leaky(MiniSchedAdapter):\n    def __init__(self, tenants=()):\n        super().__init__(tenants)\n        self.claims = attrs.evolve(self.claims, invariants=("WORK-CONSERVING", "NONINTERFERENCE"))\n        self.held = []\n        self.steps = 0\n\n    def add_request(self, request):\n        if request.prefix_ids and request.prefix_ids[0] >= 10**9:\n            self.held.append(request)\n            return None\n        return super().add_request(request)\n\n    def plan_step(self, t_s):\n        self.steps += 1\n        if self.steps % 100 == 0:  # a relabelled prompt waits up to 100 steps\n            held, self.held = self.held, []\n            for r in held:\n                super().add_request(r)\n        return super().plan_step(t_s)\n\n\ndef make(tenants=()):\n    return Leaky(tenants)\n'
+
+
+FAIR = """
+
+def make_fair(tenants=()):
+    fair = MiniSchedAdapter(tenants)
+    fair.claims = attrs.evolve(fair.claims, invariants=("WORK-CONSERVING", "NONINTERFERENCE"))
+    return fair
+"""
+
+
+def test_a_claimed_noninterference_is_checked_on_a_target_as_on_the_model(tmp_path, on_path):
+    """Found by a blind fault test: verify --target accepted a NONINTERFERENCE claim and never
+    checked it (coverage: "no history form").  At depth full the worst workload runs again with
+    every other tenant's prompt contents relabelled, as the model's is: a scheduler that delays
+    a prompt by its contents changes the adversary's records, and that is a finding."""
+    from tenantry.adversaries.evaluate import Task, scenario_of
+    from tenantry.verify.run import TargetSystem
+
+    (tmp_path / "leaky_sched.py").write_text(LEAKY + FAIR)
+    system = TargetSystem("leaky_sched:make", path=str(tmp_path))
+    sc = scenario_of(Task(system, "flood"))
+    run = system.checked(sc.workload, sc.horizon_s, "full", sc.roles)
+    assert run.coverage["NONINTERFERENCE"] == "checked (two-run)"
+    (f,) = [f for f in run.findings if f.invariant == "NONINTERFERENCE"]
+    assert f.tenants == ("adv",) and "another tenant's prompt contents" in f.message
+    fair = TargetSystem("leaky_sched:make_fair", path=str(tmp_path))  # minisched claiming it: holds
+    run = fair.checked(sc.workload, sc.horizon_s, "full", sc.roles)
+    assert run.coverage["NONINTERFERENCE"] == "checked (two-run)"
+    assert not [f for f in run.findings if f.invariant == "NONINTERFERENCE"]
