@@ -312,14 +312,20 @@ def gen_replica_spreading(p, rng, limits):
 
 
 #: Slots of the free-form arrival pattern (also the Z3 search's horizon).
+#: Content ids of the prompt prefix every other ``cancellations`` request shares (never a victim's).
+CANCEL_PREFIX = tuple(DOC_BASE + 950_000 + j for j in range(8))
+
+
 def gen_cancellations(p, rng, limits):
     """Requests their clients cancel at every stage: queued, in chunked prefill, decoding, after the end.
 
     The i-th request is cancelled ``cancel_after_s * 2 ** (i % 7 - 3)`` seconds after it
     arrives (a ladder from 1/8 to 8 times ``cancel_after_s``), so one run reaches every stage.
+    Every other request starts with the same prefix (:data:`CANCEL_PREFIX`, up to 8 blocks):
+    with a prefix cache, aborts also release blocks other requests share or will hit.
     """
     ts = _stream(p, "rate_per_s", 0.0, WINDOW_S)
-    return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"],
+    return [_req(ADVERSARY, t, p["prompt_tokens"], p["output_tokens"], prefix_ids=CANCEL_PREFIX if i % 2 == 0 else (),
                  cancel_s=round(t + p["cancel_after_s"] * 2.0 ** (i % 7 - 3), 6)) for i, t in enumerate(ts)], (ADVERSARY,)
 
 

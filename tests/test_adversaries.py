@@ -261,3 +261,14 @@ def test_overlapping_runs_share_the_memory_and_the_last_to_end_drops_it():
     assert ev_mod._DONE is shared
     second.__exit__(None, None, None)
     assert ev_mod._DONE is None
+
+
+def test_cancellations_abort_requests_that_share_a_cached_prefix():
+    """Found by a blind fault test: no cancelled request ever had prefix ids (0 of 351), so a
+    scheduler that leaks cached prefix blocks on abort was caught only in two fleet cells."""
+    sc = make_scenario("cancellations", None, seed=0)
+    adv = [r for r in sc.workload if r.tenant in sc.adversaries]
+    shared = [r for r in adv if r.prefix_ids]
+    assert shared and all(r.cancel_s is not None for r in adv)
+    assert len({r.prefix_ids for r in shared}) == 1 and len(shared) >= len(adv) // 2
+    assert {r.cancel_s - r.arrival_s for r in shared} != {shared[0].cancel_s - shared[0].arrival_s}  # every stage
