@@ -305,8 +305,8 @@ def coverage_lines(setups: Sequence[str], patterns: Sequence[str],
         for inv in sorted(seen):
             whys = seen[inv]
             checked = {w: n for w, n in whys.items() if w.startswith("checked")}
-            text = ("; ".join(f"{w} in {n} cells" for w, n in sorted(checked.items())) if checked
-                    else "; ".join(sorted(whys)))
+            text = "; ".join([f"{w} in {n} cells" for w, n in sorted(checked.items())]  # and why not in the rest
+                             + [f"{w} in {n} cells" if checked else w for w, n in sorted(whys.items()) if w not in checked])
             groups.setdefault(text, []).append(inv)
         for text in sorted(groups, key=lambda t: (not t.startswith("checked"), t)):
             out.append(f"  - {text}: {', '.join(groups[text])}")
@@ -402,6 +402,10 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
                              + ("" if f["reproduced"] else "; the invariant did NOT break again when this workload "
                                 "was replayed: the finding depends on more than the workload (timing, hash seed, "
                                 "a race, state left by earlier runs)") + f". Replay: `{f['replay']}`")
+            elif "search" not in f and c.get("replay"):  # broken on the cell's own worst workload
+                lines.append(f"  {inv} broke on the cell's worst workload "
+                             f"([cells/{folder_name(s)}/{p}/workload.jsonl](cells/{folder_name(s)}/{p}/workload.jsonl)). "
+                             f"Replay: `{c['replay']}`")
     lines += ["", "## Cells where the victims were hurt", ""]
     for s in setups:
         for p in patterns:

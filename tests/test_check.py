@@ -597,3 +597,15 @@ def test_every_broken_invariant_gets_a_replay_and_the_printed_one_reproduces(mon
     assert "did not break it again" in _replay_hint(only)[0]
     assert _replay_hint({("a", "b"): {"setup": "a", "pattern": "b", "replay": "C", "finding": True, "findings": []}}) \
         == ["replay a/b (hurt): C"]
+
+
+def test_what_was_checked_names_why_not_in_the_cells_where_it_was_not():
+    """Found re-testing a hang: an invariant checked in some cells and skipped in others read
+    'checked in 13 cells', the other cells' reason dropped."""
+    from tenantry.adversaries.report import coverage_lines
+
+    cells = {("t", "a"): {"coverage": {"DETERMINISM": "checked (two-run)"}},
+             ("t", "b"): {"coverage": {"DETERMINISM": "skipped: the run broke ADAPTER-HANG, so it was not run again"}}}
+    assert coverage_lines(["t"], ["a", "b"], cells)[3] == (
+        "  - checked (two-run) in 1 cells; skipped: the run broke ADAPTER-HANG, so it was not run again in 1 cells: "
+        "DETERMINISM")

@@ -135,6 +135,10 @@ def test_hostile_target_still_writes_its_report(tmp_path, on_path, factory, inva
     (cell,) = rep["cells"]
     assert (cell["findings"][0]["invariant"], cell["findings"][0]["call"]) == (invariant, call)
     assert (out / "report.md").exists()
+    if invariant.startswith("ADAPTER-"):  # not run twice, and the coverage says why (not "no history form")
+        assert cell["coverage"]["DETERMINISM"] == f"skipped: the run broke {invariant}, so it was not run again"
+    report = (out / "report.md").read_text()
+    assert f"{cell['findings'][0]['invariant']} broke on the cell's worst workload" in report or "Witness of" in report
 
 
 CLAIMS = """

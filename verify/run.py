@@ -298,7 +298,12 @@ class TargetSystem:
                             determinism=False)
         findings = list(v.findings)
         cov = coverage(v.history, Claims(self.config(roles), invariants=tuple(i for i in v.claimed)))
-        if depth == "full" and not any(f.invariant in ("ADAPTER-HANG", "ADAPTER-RAISED") for f in findings):
+        failed = next((f.invariant for f in findings if f.invariant in ("ADAPTER-HANG", "ADAPTER-RAISED")), None)
+        if depth == "full" and failed is not None:  # no second run of a run that raised or hung: say so
+            for i in ("DETERMINISM", "NONINTERFERENCE"):
+                if i == "DETERMINISM" or i in v.claimed:
+                    cov[i] = f"skipped: the run broke {failed}, so it was not run again"
+        if depth == "full" and failed is None:
             d, why = self.rerun_differs(workload, horizon_s, roles, v.history)
             if d is not None:
                 findings.append(d)
