@@ -37,9 +37,9 @@ from . import invariants_history as H
 from . import invariants_history_fair as HF
 from . import invariants_policy as P
 from . import invariants_state as S
-from .invariants_core import Finding, Invariant, ample_kv, caps_enforced, skip_budget_claimed, slot_caps_enforced
+from .invariants_core import CHECK_RAISED, Finding, Invariant, ample_kv, check_raised, caps_enforced, skip_budget_claimed, slot_caps_enforced
 
-__all__ = ["INVARIANTS", "CLAIMABLE", "HISTORY_NEEDS_STEPS", "Finding", "Invariant", "check_state", "check_history",
+__all__ = ["CHECK_RAISED", "INVARIANTS", "CLAIMABLE", "HISTORY_NEEDS_STEPS", "Finding", "Invariant", "check_state", "check_history",
            "check_pair", "config_from_dict", "coverage", "missing", "relabel_contents", "unknown_without_steps"]
 
 _VTC_SRC = "Sheng et al., Fairness in Serving Large Language Models, OSDI 2024, Algorithm 2 and Theorem 4.4"
@@ -262,7 +262,10 @@ def check_state(config: Config, prev: State, state: State, output: StepOutput, i
     out: list[Finding] = []
     for inv in _select(config, ids):
         if inv.check_state is not None:
-            out += inv.check_state(ctx)
+            try:
+                out += inv.check_state(ctx)
+            except Exception as e:  # one check that raises must not end the run: a finding
+                out.append(check_raised(inv.id, e, output.step_index))
     return out
 
 
@@ -296,7 +299,10 @@ def check_history(history: History, claims: Any = None, ids: Iterable[str] | Non
             continue
         if missing(inv, history, config) is not None:
             continue
-        out += inv.check_history(hctx)
+        try:
+            out += inv.check_history(hctx)
+        except Exception as e:  # one check that raises must not end the run: a finding
+            out.append(check_raised(inv.id, e))
     return out
 
 
@@ -305,7 +311,10 @@ def check_pair(invariant_id: str, a: History, b: History, **kw: Any) -> list[Fin
     inv = INVARIANTS[invariant_id]
     if inv.check_pair is None:
         raise ValueError(f"{invariant_id} has no two-run form; use check_state or check_history")
-    return inv.check_pair(a, b, **kw)
+    try:
+        return inv.check_pair(a, b, **kw)
+    except Exception as e:  # one check that raises must not end the run: a finding
+        return [check_raised(invariant_id, e)]
 
 
 def relabel_contents(workload: Workload | Iterable[Request], tenant: str, offset: int) -> Workload:

@@ -137,6 +137,22 @@ def dedup(findings: Iterable[Finding]) -> list[Finding]:
     return [attrs.evolve(f, count=counts[k]) if counts[k] != f.count else f for k, f in first.items()]
 
 
+#: The finding id of a check that raised instead of judging (SPEC.md 7): the
+#: invariant was not judged on that run.  Never a scheduler's fault: a bug in
+#: tenantry, or records the check does not expect; reported so that one check
+#: cannot end a whole run without a report.
+CHECK_RAISED = "CHECK-RAISED"
+
+
+def check_raised(invariant_id: str, error: Exception, step: int | None = None) -> Finding:
+    """The :data:`CHECK_RAISED` finding for ``invariant_id``'s check that raised ``error``
+    (at ``step``, for a state form; None for a history or two-run form)."""
+    text = str(error).splitlines()[0][:200] if str(error) else ""
+    return Finding(CHECK_RAISED, step, (), (), type(error).__name__, None,
+                   f"the {invariant_id} check raised {type(error).__name__}{': ' + text if text else ''}, so "
+                   f"{invariant_id} was not judged on this run (a tenantry bug: please report it with this workload)")
+
+
 #: What a history form may need (SPEC.md 6): step records; per-request blocks
 #: (``held``: or no shareable block); block ids; the scheduler's counters /
 #: deficits; ``books``: the order policy's own (VTC counters, DRR deficits).

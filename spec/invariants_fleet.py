@@ -36,7 +36,7 @@ from tenantry.model.history import History, StepRecord
 from tenantry.model.setups import config_from_dict
 
 from .invariants import check_state
-from .invariants_core import Finding, ample_kv, batch_token_capacity, owed
+from .invariants_core import Finding, ample_kv, batch_token_capacity, check_raised, owed
 
 _TERMINAL = ("finished", "cancelled", "rejected")
 
@@ -479,7 +479,10 @@ def check_fleet_step(ctx: FleetStepContext, before: Sequence[Any], tr: Any, flee
     out = []
     for inv in FLEET_INVARIANTS.values():
         if inv.check_state is not None and inv.applies(ctx.fleet, ctx.configs):
-            out += inv.check_state(ctx, before, tr, fleet)
+            try:
+                out += inv.check_state(ctx, before, tr, fleet)
+            except Exception as e:  # one check that raises must not end the run: a finding
+                out.append(check_raised(inv.id, e, tr.record.fleet_step))
     return out
 
 
@@ -575,7 +578,10 @@ def check_fleet_history(history: History, ids: Iterable[str] | None = None, *, r
                 out += [attrs.evolve(x, message=f"replica {r}: {x.message}") for x in check_history(part, None, per)]
     for inv in FLEET_INVARIANTS.values():
         if (want is None or inv.id in want) and inv.applies(v.fleet, v.configs):
-            out += inv.check(v)
+            try:
+                out += inv.check(v)
+            except Exception as e:  # one check that raises must not end the run: a finding
+                out.append(check_raised(inv.id, e))
     return out
 
 

@@ -429,3 +429,35 @@ def test_determinism_tells_an_int_from_an_equal_float_and_zero_from_minus_zero()
         (f,) = check_pair("DETERMINISM", a, b)
         assert "differ first at line 2" in f.message
     assert check_pair("DETERMINISM", a, attrs.evolve(a)) == []
+
+
+def test_a_check_that_raises_is_a_finding_naming_it_not_the_end_of_the_run(monkeypatch):
+    """A check that raises (a tenantry bug, or records it does not expect) gives one CHECK-RAISED
+    finding naming the invariant and the error; the other checks still judge the run."""
+    from tenantry.model.fleet import FleetConfig
+    from tenantry.spec import invariants_fleet as IF
+    from tenantry.spec.invariants import CHECK_RAISED
+    from tenantry.spec.invariants_run import run_fleet_checked
+
+    def boom(*_a, **_k):
+        raise IndexError("list index out of range")
+
+    cfg = KILLERS["KV-CAP"].config
+    wl = [Request(i, t, 0.01 * i, 40, 4) for i, t in enumerate(("a", "b") * 3)]
+    for form in ("check_state", "check_history", "check_pair"):
+        inv_id = "DETERMINISM" if form == "check_pair" else "KV-CAP"
+        monkeypatch.setitem(INVARIANTS, inv_id, attrs.evolve(INVARIANTS[inv_id], **{form: boom}))
+        run = run_checked(cfg, wl, depth="full", max_steps=300)
+        raised = [f for f in run.findings if f.invariant == CHECK_RAISED]
+        assert len(raised) == 1, (form, [str(f) for f in run.findings])
+        assert f"the {inv_id} check raised IndexError: list index out of range" in raised[0].message
+        assert (raised[0].step is not None) == (form == "check_state"), form
+        assert "NO-LOSS" in run.coverage and run.coverage["NO-LOSS"].startswith("checked")
+        monkeypatch.undo()
+    gap = IF.FLEET_INVARIANTS["FLEET-NO-LOSS"]
+    for form in ("check", "check_state"):
+        monkeypatch.setitem(IF.FLEET_INVARIANTS, gap.id, attrs.evolve(gap, **{form: boom}))
+        run = run_fleet_checked(FleetConfig((cfg, cfg)), wl, depth="state", max_steps=300)
+        assert [f.message.split(",")[0] for f in run.findings if f.invariant == CHECK_RAISED] == [
+            "the FLEET-NO-LOSS check raised IndexError: list index out of range"], form
+        monkeypatch.undo()
