@@ -424,12 +424,12 @@ def h_evict_progress(h: HistoryContext) -> list[Finding]:
         r = h.requests.get(rid)
         if need <= free:
             out.append(_f("EVICT-PROGRESS", v.record.step_index, f"request {rid} was evicted although the step's "
-                          f"batch needed {need} blocks and {free} were free", need, f"> {free}",
+                          f"batch needed {need} blocks and {free} were free", need, f"more than the {free} free",
                           [r.tenant] if r else [], [rid]))
         elif any(bb == 0 for _, bb, _ in victims):
             z = next(x for x, bb, _ in victims if bb == 0)
             out.append(_f("EVICT-PROGRESS", v.record.step_index, f"request {z} was evicted and freed no block", 0,
-                          ">= 1", [h.requests[z].tenant] if z in h.requests else [], [z]))
+                          "at least 1", [h.requests[z].tenant] if z in h.requests else [], [z]))
     return out
 
 

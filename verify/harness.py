@@ -223,7 +223,7 @@ class Harness:
         if self.idle_steps > self.config.eviction.cooldown_steps + 1 and self.has_work():
             head = min(self.live.values(), key=lambda q: q.r.request_id)
             self._stop(finding("STALLED", k, f"the scheduler made no progress for {self.idle_steps} steps while "
-                               f"{len(self.live)} requests wait; request {head.r.request_id} can never end",
+                               f"{len(self.live)} requests wait (the oldest: request {head.r.request_id}); the run stops here",
                                tenant=head.r.tenant, request_id=head.r.request_id, observed=self.idle_steps,
                                allowed=self.config.eviction.cooldown_steps + 1, call="plan_step"))
         return rec
