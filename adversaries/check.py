@@ -273,7 +273,8 @@ def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: l
     workload unshrunk as its witness (one evaluation: the replay); broken on the cell's own
     workload, it keeps the cell's replay.  A finding
     gets ``witness`` (file), ``witness_requests``, ``reproduced``, ``witness_finding`` (the
-    finding on the witness) and ``replay`` (a command).
+    finding on the witness), ``witness_first`` (when another invariant breaks at an earlier
+    step on the witness: its first finding, the likelier cause) and ``replay`` (a command).
 
     Returns [(file stem, scenario, evaluations spent)] to write.
     """
@@ -301,6 +302,9 @@ def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: l
         f.update(reproduced=sh is not None, witness=str(rel / f"{stem}.jsonl"), witness_requests=len(sc.workload))
         if sh is not None and sh.finding is not None:
             f["witness_finding"] = sh.finding.to_json()
+            first_step = _breaks_first(sh.evaluation.findings, inv)
+            if first_step is not None:
+                f["witness_first"] = first_step.to_json()
         cell = Path(replay_root or ".") / rel
         f["replay"] = (setup.replay_command(cell, sc.horizon_s, sc.roles, name=stem,
                                             replay_out=_replay_out(replay_root, rel, f"-{stem}"))
@@ -310,8 +314,20 @@ def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: l
         j = first.get(f["invariant"])
         if j is not None and j != i:
             f.update({k: v for k, v in findings[j].items()
-                      if k in ("reproduced", "witness", "witness_requests", "witness_finding", "replay")})
+                      if k in ("reproduced", "witness", "witness_requests", "witness_finding", "witness_first",
+                               "replay")})
     return out
+
+
+def _breaks_first(findings: "Sequence[Finding]", invariant: str) -> "Finding | None":
+    """On one run: the finding of another invariant at the earliest step, if it is earlier than
+    ``invariant``'s first (a knock-on finding points away from the bug: a leaked block also shows
+    as an eviction that did not need to happen); None when ``invariant`` breaks first."""
+    own = min((f.step for f in findings if f.invariant == invariant and f.step is not None), default=None)
+    if own is None:
+        return None
+    return min((f for f in findings if f.invariant != invariant and f.step is not None and f.step < own),
+               key=lambda f: f.step, default=None)
 
 
 def _proofs(timeout_s: float) -> tuple[str, bool]:

@@ -402,6 +402,10 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
                              + ("" if f["reproduced"] else "; the invariant did NOT break again when this workload "
                                 "was replayed: the finding depends on more than the workload (timing, hash seed, "
                                 "a race, state left by earlier runs)") + f". Replay: `{f['replay']}`")
+                if "witness_first" in f:
+                    g = f["witness_first"]
+                    lines.append(f"  On this witness {g['invariant']} breaks at step {g['step']}, before {inv}: "
+                                 f"{inv} may follow from it; look at {g['invariant']} first.")
             elif "search" not in f and c.get("replay"):  # broken on the cell's own worst workload
                 lines.append(f"  {inv} broke on the cell's worst workload "
                              f"([cells/{folder_name(s)}/{p}/workload.jsonl](cells/{folder_name(s)}/{p}/workload.jsonl)). "

@@ -245,3 +245,17 @@ def test_a_claimed_noninterference_is_checked_on_a_target_as_on_the_model(tmp_pa
     run = fair.checked(sc.workload, sc.horizon_s, "full", sc.roles)
     assert run.coverage["NONINTERFERENCE"] == "checked (two-run)"
     assert not [f for f in run.findings if f.invariant == "NONINTERFERENCE"]
+
+
+def test_a_knock_on_finding_names_the_invariant_that_broke_first_on_its_witness(tmp_path, on_path):
+    """A prefill abort that leaks blocks starves the queue (STALLED) after it breaks KV-CONSERVE:
+    STALLED's witness says KV-CONSERVE broke first there, and KV-CONSERVE's names nothing earlier."""
+    code, rep, out = _run(tmp_path, "faults.cancel_prefill_leak:make_scheduler", "--patterns", "cancellations")
+    assert code == 1
+    (cell,) = rep["cells"]
+    by_inv = {f["invariant"]: f for f in reversed(cell["findings"])}
+    assert "witness_first" not in by_inv["KV-CONSERVE"]
+    first = by_inv["STALLED"]["witness_first"]
+    assert first["invariant"] == "KV-CONSERVE" and first["step"] < by_inv["STALLED"]["witness_finding"]["step"]
+    assert (f"On this witness KV-CONSERVE breaks at step {first['step']}, before STALLED: STALLED may follow from "
+            "it; look at KV-CONSERVE first.") in (out / "report.md").read_text()
