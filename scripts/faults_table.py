@@ -174,24 +174,37 @@ def read_report(folder: Path) -> dict:
             "stateful_text": text, "first_s": first_s, "wall_s": timing["wall_s"]}
 
 
-def checked(target: str, workload, expected: list[str], timeout_s: float, horizon_s: float = HORIZON_S):
+def checked(target: str, workload, expected: list[str], timeout_s: float, horizon_s: float = HORIZON_S,
+            weighted: bool = False):
     """The matrix's own check of ``workload`` on ``target`` (:meth:`TargetSystem.checked`: step mode,
     the catalog, and at depth ``full``, when DETERMINISM is expected, tenantry's fresh-process re-run),
-    every tenant a victim, in the workload's order: what ``verify --target T --workload W`` runs."""
+    every tenant a victim, in the workload's order (``weighted``: with the stateful extra's weights):
+    what ``verify --target T --workload W [--weighted]`` runs."""
     from tenantry.verify.run import TargetSystem
 
     depth = "full" if "DETERMINISM" in expected else "state"
-    return TargetSystem(target, timeout_s=timeout_s, path=str(EXAMPLES)).checked(
-        workload, horizon_s, depth, [(n, "victim") for n in workload.tenants])
+    return TargetSystem(target, timeout_s=timeout_s, path=str(EXAMPLES), weighted=weighted).checked(
+        workload, horizon_s, depth, [(n, "victim") for n in tenant_order(workload, weighted)])
 
 
-def invariants_on(target: str, workload, expected: list[str], timeout_s: float) -> set[str]:
+def tenant_order(workload, weighted: bool) -> list[str]:
+    """The tenants of a witness in the order its replay gives them: a weighted one comes from the
+    stateful extra, whose tenants (and so weights) are in ``STATEFUL_TENANTS`` order (its replay's
+    ``--victims``); any other in the workload's order of first arrival."""
+    from tenantry.verify.suite import STATEFUL_TENANTS
+
+    first = list(STATEFUL_TENANTS) if weighted else []
+    return first + [t for t in workload.tenants if t not in first]
+
+
+def invariants_on(target: str, workload, expected: list[str], timeout_s: float, weighted: bool = False) -> set[str]:
     """Invariant ids :func:`checked` finds on ``workload``."""
-    return {f.invariant for f in checked(target, workload, expected, timeout_s).findings}
+    return {f.invariant for f in checked(target, workload, expected, timeout_s, weighted=weighted).findings}
 
 
-def pick_witness(e: dict, rep: dict, inv: str, timeout_s: float) -> tuple[object | None, str]:
-    """(a small workload showing ``inv``, where it came from) or (None, why there is none)."""
+def pick_witness(e: dict, rep: dict, inv: str, timeout_s: float) -> tuple[object | None, str, bool]:
+    """(a small workload showing ``inv``, where it came from, whether it runs with the stateful
+    extra's weights) or (None, why there is none, False)."""
     from tenantry.model.traces import read_workload_jsonl
     from tenantry.verify.suite import shrink_finding
 
@@ -201,12 +214,12 @@ def pick_witness(e: dict, rep: dict, inv: str, timeout_s: float) -> tuple[object
         wl = read_workload_jsonl(st[3])
         # its replay command names the workload only: the stateful run's tenants (t0, t1, t2) become the
         # workload's own, in the order they appear, and a finding that follows the tenant order is lost
-        if inv in invariants_on(e["target"], wl, want, timeout_s):
-            return wl, f"stateful extra, shrunk by tenantry from {st[1]} to {st[2]} requests"
+        if inv in invariants_on(e["target"], wl, want, timeout_s, weighted=True):  # the extra's weights
+            return wl, f"stateful extra, shrunk by tenantry from {st[1]} to {st[2]} requests", True
     for path in rep.get("witnesses", {}).get(inv, []):  # tenantry already shrank it on this invariant
         wl = read_workload_jsonl(path)
         if inv in invariants_on(e["target"], wl, want, timeout_s):
-            return wl, f"tenantry's witness of cell {path.parent.name} ({len(wl)} requests)"
+            return wl, f"tenantry's witness of cell {path.parent.name} ({len(wl)} requests)", False
 
     def shrunk(wl):  # reports older than tenantry's per-invariant witnesses
         return shrink_finding(lambda w: checked(e["target"], w, want, timeout_s), inv, wl,
@@ -218,7 +231,7 @@ def pick_witness(e: dict, rep: dict, inv: str, timeout_s: float) -> tuple[object
         if inv not in invariants_on(e["target"], wl, want, timeout_s):
             continue
         return shrunk(wl), (f"cell {path.parent.name} ({len(wl)} requests), shrunk by this script with tenantry's "
-                            f"shrinker ({SHRINK_EVALUATIONS} evaluations at most)")
+                            f"shrinker ({SHRINK_EVALUATIONS} evaluations at most)"), False
     for pattern, search, index in rep["candidate_only"].get(inv, []):
         if index != 0 or search not in ("random", "evolution"):
             continue
@@ -226,11 +239,11 @@ def pick_witness(e: dict, rep: dict, inv: str, timeout_s: float) -> tuple[object
         if inv not in invariants_on(e["target"], wl, want, timeout_s):
             continue
         return shrunk(wl), (f"{pattern} at its defaults ({search} candidate 0, {len(wl)} requests), regenerated and "
-                       f"shrunk by this script with tenantry's shrinker ({SHRINK_EVALUATIONS} evaluations at most)")
+                            f"shrunk by this script with tenantry's shrinker ({SHRINK_EVALUATIONS} evaluations at most)"), False
     if inv in rep["candidate_only"]:
         where = ", ".join(f"{p}: {s} candidate {i}" for p, s, i in rep["candidate_only"][inv][:3])
-        return None, f"only in search candidates ({where}); the report keeps no such workload"
-    return None, "not found"
+        return None, f"only in search candidates ({where}); the report keeps no such workload", False
+    return None, "not found", False
 
 
 def default_scenario(target: str, pattern: str):
@@ -247,9 +260,13 @@ def default_scenario(target: str, pattern: str):
     return make_scenario(pattern, None, 0, limits=limits).workload
 
 
-def replay(e: dict, inv: str, witness_path: Path, folder: Path, log: Path) -> tuple[bool, str]:
+def replay(e: dict, inv: str, witness_path: Path, folder: Path, log: Path, weighted: bool = False) -> tuple[bool, str]:
     """Re-run the witness with the cells' replay command; (``inv`` reported again, detail)."""
-    code, _ = run_verify(e["target"], folder, log, ["--workload", str(witness_path), "--horizon-s", str(HORIZON_S)])
+    from tenantry.model.traces import read_workload_jsonl
+
+    order = tenant_order(read_workload_jsonl(witness_path), weighted)
+    code, _ = run_verify(e["target"], folder, log, ["--workload", str(witness_path), "--horizon-s", str(HORIZON_S)]
+                         + (["--victims", ",".join(order), "--weighted"] if weighted else []))
     rep = json.loads((folder / "report.json").read_text()) if (folder / "report.json").exists() else {}
     got = set(rep.get("findings_by_invariant", {}))
     if inv in got:
@@ -304,16 +321,18 @@ def witness_file(name: str, inv: str, expected: list[str]) -> str:
     return f"{name}.jsonl" if len(expected) == 1 else f"{name}.{inv}.jsonl"
 
 
-def judged(target: str, inv: str, path: Path, horizon_s: float) -> dict:
+def judged(target: str, inv: str, path: Path, horizon_s: float, weighted: bool = False) -> dict:
     """What ``tests/test_faults.py`` asserts of a stored witness: every invariant :func:`checked` finds on
     it (``raises``) and the steps of the findings of ``inv``, in order (``steps``; None: a whole-run one)."""
     from tenantry.model.traces import read_workload_jsonl
 
-    found = checked(target, read_workload_jsonl(path), [inv], 10.0 if inv != "ADAPTER-HANG" else 1.0, horizon_s).findings
+    found = checked(target, read_workload_jsonl(path), [inv], 10.0 if inv != "ADAPTER-HANG" else 1.0, horizon_s,
+                    weighted).findings
     return {"raises": sorted({f.invariant for f in found}), "steps": [f.step for f in found if f.invariant == inv]}
 
 
-def update_witness_index(name: str, inv: str, src_path: Path, source: str, expected: list[str]) -> str:
+def update_witness_index(name: str, inv: str, src_path: Path, source: str, expected: list[str],
+                         weighted: bool = False) -> str:
     """Copy a witness into examples/faults/witness (never over a hand-written one); what happened."""
     WITNESS.mkdir(exist_ok=True)
     index_path = WITNESS / "index.json"
@@ -324,7 +343,8 @@ def update_witness_index(name: str, inv: str, src_path: Path, source: str, expec
         return f"kept the hand-written witness/{fname}"
     shutil.copyfile(src_path, WITNESS / fname)
     index[fname] = {"fault": name, "invariant": inv, "horizon_s": HORIZON_S, "source": f"faults_table.py: {source}",
-                    **judged(f"faults.{name}:make_scheduler", inv, WITNESS / fname, HORIZON_S)}
+                    **({"weighted": True} if weighted else {}),
+                    **judged(f"faults.{name}:make_scheduler", inv, WITNESS / fname, HORIZON_S, weighted)}
     index_path.write_text(json.dumps(dict(sorted(index.items())), indent=1, sort_keys=True) + "\n")
     return f"wrote witness/{fname}"
 
@@ -335,7 +355,7 @@ def refresh_index() -> int:
     index = json.loads(index_path.read_text())
     for fname, meta in sorted(index.items()):
         meta.update(judged(f"faults.{meta['fault']}:make_scheduler", meta["invariant"], WITNESS / fname,
-                           meta["horizon_s"]))
+                           meta["horizon_s"], meta.get("weighted", False)))
         print(f"{fname}: {', '.join(meta['raises']) or 'nothing'}; {meta['invariant']} at steps {meta['steps']}",
               flush=True)
     index_path.write_text(json.dumps(dict(sorted(index.items())), indent=1, sort_keys=True) + "\n")
@@ -385,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    {wall:.0f} s, exit {code}: {row['caught_by']} -> {row['verdict']}", flush=True)
         witnesses = []
         for inv in [i for i in e["expected"] if i in rep["found"]] if e["group"] != "clean" else []:
-            wl, source = pick_witness(e, rep, inv, args.shrink_timeout_s)
+            wl, source, weighted = pick_witness(e, rep, inv, args.shrink_timeout_s)
             w = dict(invariant=inv, source=source, shrunk=None, replay_ok=None, replay="")
             witnesses.append(w)
             if wl is None:
@@ -395,12 +415,12 @@ def main(argv: list[str] | None = None) -> int:
             write_workload_jsonl(wl, wpath)
             rdir = wpath.name.replace(".witness.jsonl", "-replay")
             remember(out, made, wpath.name, rdir, f"{rdir}.log")
-            ok, detail = replay(e, inv, wpath, out / rdir, out / f"{rdir}.log")
+            ok, detail = replay(e, inv, wpath, out / rdir, out / f"{rdir}.log", weighted)
             w.update(shrunk=len(wl), replay_ok="yes" if ok else "NO", replay=detail)
             print(f"    {inv}: witness of {len(wl)} requests ({source}); replay {'ok' if ok else 'FAILED'}: {detail}",
                   flush=True)
             if args.write_witnesses and e["group"] == "fault":
-                print(f"    {update_witness_index(name, inv, wpath, source, e['expected'])}", flush=True)
+                print(f"    {update_witness_index(name, inv, wpath, source, e['expected'], weighted)}", flush=True)
         row["witnesses"] = witnesses
         if witnesses:
             row["shrunk"] = ", ".join(str(w["shrunk"]) if w["shrunk"] is not None else "-" for w in witnesses)

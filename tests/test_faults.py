@@ -15,6 +15,7 @@ index records (``--refresh-index`` re-judges them after a change to tenantry).
 import ast
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -26,6 +27,7 @@ from tenantry.model.traces import read_workload_jsonl
 from tenantry.spec.invariants import INVARIANTS
 from tenantry.verify.protocol import PROTOCOL, Claims, load_factory
 from tenantry.verify.run import RERUN_HASH_SEEDS, TargetSystem, bind, scenario_tenants, verify_workload
+from tenantry.verify.suite import STATEFUL_TENANTS
 
 EXAMPLES = REPO / "examples"
 FAULTS_DIR = EXAMPLES / "faults"
@@ -41,14 +43,18 @@ WITNESSES = sorted(INDEX)
 NOT_SCHEDULERS = {"__init__", "base"}
 
 
-def _roles(workload):
-    return [(n, "victim") for n in workload.tenants]
+def _roles(workload, weighted: bool = False):
+    """Every tenant a victim, in the order the witness's replay gives them: a weighted witness comes
+    from the stateful extra, whose tenant order (and so weights) is ``STATEFUL_TENANTS``."""
+    first = list(STATEFUL_TENANTS) if weighted else []
+    return [(n, "victim") for n in first + [t for t in workload.tenants if t not in first]]
 
 
-def _checked(target: str, workload, horizon_s, timeout_s: float | None = 10.0):
-    """The matrix's check of one workload (state forms; DETERMINISM needs a fresh process, below)."""
-    return TargetSystem(target, timeout_s=timeout_s, path=str(EXAMPLES)).checked(
-        workload, horizon_s, "state", _roles(workload))
+def _checked(target: str, workload, horizon_s, timeout_s: float | None = 10.0, weighted: bool = False):
+    """The matrix's check of one workload (state forms; DETERMINISM needs a fresh process, below);
+    ``weighted``: the tenants with the stateful extra's weights (the witness's ``weighted``)."""
+    return TargetSystem(target, timeout_s=timeout_s, path=str(EXAMPLES), weighted=weighted).checked(
+        workload, horizon_s, "state", _roles(workload, weighted))
 
 
 def _checked_full_in_fresh_process(target: str, path, horizon_s) -> list[list]:
@@ -123,7 +129,7 @@ def test_witness_raises_exactly_its_recorded_invariants(fname):
         found = _checked_full_in_fresh_process(target, path, meta["horizon_s"])
     else:
         run = _checked(target, read_workload_jsonl(path), meta["horizon_s"],
-                       timeout_s=1.0 if inv == "ADAPTER-HANG" else 10.0)
+                       timeout_s=1.0 if inv == "ADAPTER-HANG" else 10.0, weighted=meta.get("weighted", False))
         found = [[f.invariant, f.step] for f in run.findings]
     assert sorted({i for i, _ in found}) == meta["raises"], found
     assert [s for i, s in found if i == inv] == meta["steps"], found
@@ -140,15 +146,17 @@ def test_fixed_twin_is_clean_on_the_witness(fname):
     meta = INDEX[fname]
     wl = read_workload_jsonl(WITNESS / fname)
     twin = fixed_twin(load_factory(FAULTS[meta["fault"]].target, path=str(EXAMPLES)))
-    v = verify_workload(bind(twin, scenario_tenants(_roles(wl), False)), wl, horizon_s=meta["horizon_s"],
-                        determinism=False)
+    weighted = meta.get("weighted", False)
+    v = verify_workload(bind(twin, scenario_tenants(_roles(wl, weighted), False, weighted)), wl,
+                        horizon_s=meta["horizon_s"], determinism=False)
     assert v.ok, v.render()
 
 
 @pytest.mark.parametrize("name", sorted(CLEAN))
 def test_clean_scheduler_raises_nothing_on_any_witness(name):
     for fname in WITNESSES:
-        run = _checked(CLEAN[name], read_workload_jsonl(WITNESS / fname), INDEX[fname]["horizon_s"])
+        run = _checked(CLEAN[name], read_workload_jsonl(WITNESS / fname), INDEX[fname]["horizon_s"],
+                       weighted=INDEX[fname].get("weighted", False))
         assert not run.findings, (fname, [f.render() for f in run.findings[:5]])
 
 
@@ -193,3 +201,31 @@ def test_cache_at_finish_is_clean_and_only_the_last_step_block_ids_show_its_stal
     cfg = TargetSystem(FAULTS["stale_salt_at_finish"].target, path=str(EXAMPLES)).config(_roles(wl))
     assert h_salt_isolation(HistoryContext(run.history, cfg))
     assert not h_salt_isolation(HistoryContext(blind, cfg))
+
+def test_a_weight_bug_shows_only_with_unequal_weights():
+    """vtc_weight_ignored is VTC exactly when every weight is 1: its witness is clean without the
+    stateful extra's weights (so the default matrix, all weights 1, cannot catch it) and breaks
+    VTC-GAP with them (``--weighted``, as the stateful extra runs)."""
+    meta = INDEX["vtc_weight_ignored.jsonl"]
+    wl = read_workload_jsonl(WITNESS / "vtc_weight_ignored.jsonl")
+    assert meta["weighted"] is True
+    assert not _checked(FAULTS["vtc_weight_ignored"].target, wl, meta["horizon_s"]).findings
+    assert "VTC-GAP" in {f.invariant for f in _checked(FAULTS["vtc_weight_ignored"].target, wl, meta["horizon_s"],
+                                                       weighted=True).findings}
+
+
+def test_the_stateful_extra_runs_weighted_and_its_replay_says_so(tmp_path):
+    """The stateful extra (on by default) gives the tenants unequal weights: it catches
+    vtc_weight_ignored, which it cannot with every weight 1, and prints a replay with --weighted
+    that breaks VTC-GAP again; the fault's fixed twin passes it."""
+    from tenantry.verify.suite import TenantryFailure, stateful_check
+
+    make = load_factory(FAULTS["vtc_weight_ignored"].target, path=str(EXAMPLES))
+    stateful_check(make, target="w", out_dir=tmp_path / "equal", max_examples=10, weighted=False)
+    stateful_check(fixed_twin(make), target="w", out_dir=tmp_path / "fixed", max_examples=10)
+    with pytest.raises(TenantryFailure) as e:
+        stateful_check(make, target=FAULTS["vtc_weight_ignored"].target, out_dir=tmp_path / "w", max_examples=10)
+    assert e.value.findings[0].invariant == "VTC-GAP" and " --weighted" in e.value.replay
+    argv = shlex.split(e.value.replay)
+    p = subprocess.run([sys.executable, "-m", "tenantry.cli", *argv[1:]], cwd=EXAMPLES, capture_output=True, text=True)
+    assert p.returncode == 1 and "VTC-GAP" in p.stdout, (p.stdout, p.stderr)

@@ -40,14 +40,15 @@ def test_planted_bug_fails_with_kv_conserve_and_a_shrunk_replayable_workload(tmp
     # shrunk: a handful of requests (it takes a preemption, so at least two)
     assert 2 <= len(requests) <= 5, requests
     assert f"replay: tenantry verify --target {BUGGY} --workload .tenantry/" in out
-    assert "stateful-KV-CONSERVE.jsonl --victims t0,t1,t2 --out " in out  # the run's tenant order, its own folder
+    # the run's tenant order and weights, its own folder
+    assert "stateful-KV-CONSERVE.jsonl --victims t0,t1,t2 --weighted --out " in out
 
     from tenantry.cli import main
 
     sys.path.insert(0, str(EXAMPLES))
     try:
         code = main(["verify", "--target", BUGGY, "--workload", str(wl_path), "--victims", "t0,t1,t2",
-                     "--out", str(tmp_path / "replay")])
+                     "--weighted", "--out", str(tmp_path / "replay")])
     finally:
         sys.path.remove(str(EXAMPLES))
     report = json.loads((tmp_path / "replay" / "report.json").read_text())

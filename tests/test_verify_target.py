@@ -181,8 +181,11 @@ def test_a_claim_that_cannot_be_checked_is_one_line_before_any_work(tmp_path, on
     assert main(["verify", "--target", "hostile_targets_claims:no_counters", "--workload", str(wl), "--out",
                  str(out)]) == 2
     assert "NO-BANKED-CREDIT" in capsys.readouterr().err and not out.exists()
-    assert main(["verify", "--target", "hostile_targets_claims:untiered", "--tiered", "--out", str(out), *QUICK]) == 2
-    assert "takes no 'tenants' argument" in capsys.readouterr().err and not out.exists()
+    for flag, what in (("--tiered", "tiers"), ("--weighted", "weights")):
+        assert main(["verify", "--target", "hostile_targets_claims:untiered", flag, "--out", str(out), *QUICK]) == 2
+        err = capsys.readouterr().err
+        assert f"takes no 'tenants' argument, so it cannot learn the {what}" in err and flag in err, err
+        assert not out.exists()
     # a claim that does not apply to the claimed configuration: a warning, and the report says so
     code = main(["verify", "--target", "hostile_targets_claims:inapplicable", "--workload", str(wl), "--out", str(out)])
     err = capsys.readouterr().err
@@ -259,3 +262,16 @@ def test_a_knock_on_finding_names_the_invariant_that_broke_first_on_its_witness(
     assert first["invariant"] == "KV-CONSERVE" and first["step"] < by_inv["STALLED"]["witness_finding"]["step"]
     assert (f"On this witness KV-CONSERVE breaks at step {first['step']}, before STALLED: STALLED may follow from "
             "it; look at KV-CONSERVE first.") in (out / "report.md").read_text()
+
+
+def test_weighted_matrix_catches_a_scheduler_that_ignores_weights_and_its_replay_is_weighted(tmp_path, on_path):
+    """--weighted gives the matrix's tenants the weights 1, 2, 0.5: a VTC that ignores weights
+    (exact VTC when every weight is 1, so the plain matrix passes it) breaks VTC-GAP, and the
+    cell's replay command repeats --weighted."""
+    target = "faults.vtc_weight_ignored:make_scheduler"
+    code, rep, _ = _run(tmp_path / "plain", target, "--patterns", "flood")
+    assert code == 0 and not rep["cells"][0]["findings"]
+    code, rep, _ = _run(tmp_path / "weighted", target, "--patterns", "flood", "--weighted")
+    (cell,) = rep["cells"]
+    assert code == 1 and "VTC-GAP" in {f["invariant"] for f in cell["findings"]}
+    assert " --weighted" in cell["replay"]

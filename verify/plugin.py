@@ -46,6 +46,8 @@ def pytest_addoption(parser: Any) -> None:
                 help="folder for shrunk failing workloads (default .tenantry)")
     g.addoption("--tenantry-tiered", action="store_true",
                 help="adversary tier 0, victims tier 1 in the pattern scenarios")
+    g.addoption("--tenantry-weighted", action="store_true",
+                help="tenants' weights 1, 2, 0.5 in tenant order in the pattern scenarios (the stateful run always)")
     g.addoption("--tenantry-timeout-s", type=float, default=10.0, metavar="S",
                 help="per-call timeout for the scheduler (default 10 s)")
 
@@ -57,6 +59,7 @@ def _options(config: Any) -> dict[str, Any]:
         "examples": config.getoption("tenantry_examples"),
         "out": Path(config.getoption("tenantry_out")),
         "tiered": config.getoption("tenantry_tiered"),
+        "weighted": config.getoption("tenantry_weighted"),
         "timeout_s": config.getoption("tenantry_timeout_s"),
     }
 
@@ -95,8 +98,9 @@ def _items(session: Any, target: str, opts: dict[str, Any]) -> list[TenantryItem
     from .suite import STATEFUL_TENANTS, pattern_check, stateful_check
 
     factory = load_factory(target)
+    # a claim that cannot be checked: a usage error
     for line in preflight(factory, [(t, "victim") for t in STATEFUL_TENANTS], tiered=opts["tiered"],
-                          timeout_s=opts["timeout_s"], name=target):  # a claim that cannot be checked: a usage error
+                          weighted=opts["weighted"], timeout_s=opts["timeout_s"], name=target):
         warnings.warn(line, stacklevel=1)
     out = opts["out"] / target.replace(":", "_")
     name = f"tenantry[{target}]"
@@ -106,7 +110,8 @@ def _items(session: Any, target: str, opts: dict[str, Any]) -> list[TenantryItem
     for p in pats:
         get_pattern(p)
         items.append(TenantryItem.from_parent(session, name=f"{name}::pattern[{p}]", check=lambda p=p: pattern_check(
-            factory, p, target=target, out_dir=out, tiered=opts["tiered"], timeout_s=opts["timeout_s"])))
+            factory, p, target=target, out_dir=out, tiered=opts["tiered"], timeout_s=opts["timeout_s"],
+            weighted=opts["weighted"])))
     return items
 
 
@@ -146,7 +151,7 @@ def tenantry_verify(request: Any) -> Callable[..., None]:
         target = name or f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', 'factory')}"
         try:
             for line in preflight(factory, [(t, "victim") for t in STATEFUL_TENANTS], tiered=opts["tiered"],
-                                  timeout_s=opts["timeout_s"], name=target):
+                                  weighted=opts["weighted"], timeout_s=opts["timeout_s"], name=target):
                 warnings.warn(line, stacklevel=2)
         except ConfigError as e:
             pytest.fail(f"tenantry: {e}", pytrace=False)
@@ -159,7 +164,7 @@ def tenantry_verify(request: Any) -> Callable[..., None]:
         pats = patterns if patterns is not None else (opts["patterns"] if opts["patterns"] is not None else list(PATTERNS))
         for p in pats:
             checks.append(lambda p=p: pattern_check(factory, p, target=target, out_dir=out, tiered=opts["tiered"],
-                                                    timeout_s=opts["timeout_s"]))
+                                                    timeout_s=opts["timeout_s"], weighted=opts["weighted"]))
         for c in checks:
             try:
                 c()

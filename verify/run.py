@@ -157,9 +157,18 @@ def verify_workload(factory: Callable[[], Any], workload: Workload | Iterable[Re
 # --- a scheduler under test as a system of the adversary searches ---------------------------
 
 
-def scenario_tenants(roles: Iterable[tuple[str, str]], tiered: bool) -> tuple[TenantConfig, ...]:
-    """Tenants of a scenario: weight 1; tiers per role when ``tiered`` (adversary 0, victims 1)."""
-    return tuple(TenantConfig(n, tier=(0 if r == "adversary" else 1) if tiered else 0) for n, r in roles)
+#: Tenant weights of a weighted run (``--weighted``, and the stateful extra), cycled in tenant
+#: order (the adversary first): unequal weights, so that a weighted fair scheduler's use of them
+#: (VTC's counters, DRR's quanta, SPEC.md 7.2) is judged, which equal weights cannot show.
+WEIGHTS = (1.0, 2.0, 0.5)
+
+
+def scenario_tenants(roles: Iterable[tuple[str, str]], tiered: bool, weighted: bool = False) -> tuple[TenantConfig, ...]:
+    """Tenants of a scenario, in the order of ``roles`` ((name, role) pairs): weight 1, or
+    :data:`WEIGHTS` cycled in that order when ``weighted``; tiers per role when ``tiered``
+    (adversary 0, victims 1)."""
+    return tuple(TenantConfig(n, weight=WEIGHTS[i % len(WEIGHTS)] if weighted else 1.0,
+                              tier=(0 if r == "adversary" else 1) if tiered else 0) for i, (n, r) in enumerate(roles))
 
 
 def bind(factory: Callable[..., Any], tenants: tuple[TenantConfig, ...]) -> Callable[[], Any]:
@@ -179,10 +188,10 @@ def bind(factory: Callable[..., Any], tenants: tuple[TenantConfig, ...]) -> Call
 
 
 def preflight(factory: Callable[..., Any], roles: Iterable[tuple[str, str]], *, tiered: bool = False,
-              timeout_s: float | None = 10.0, name: str = "the target") -> list[str]:
+              timeout_s: float | None = 10.0, name: str = "the target", weighted: bool = False) -> list[str]:
     """Check, before any search, that a scheduler under test can be judged as it claims.
 
-    Runs a probe on ``bind(factory, scenario_tenants(roles, tiered))`` (two small
+    Runs a probe on ``bind(factory, scenario_tenants(roles, tiered, weighted))`` (two small
     requests per tenant, sharing a prefix when the prefix cache is on) and reads
     what its history lacks for each claimed invariant
     (:func:`tenantry.spec.invariants.missing`).  A probe on which the adapter
@@ -193,18 +202,19 @@ def preflight(factory: Callable[..., Any], roles: Iterable[tuple[str, str]], *, 
         claimed configuration (reported as not applicable, not checked).
 
     Raises:
-        ConfigError: ``tiered`` with a factory that takes no ``tenants`` (the
-            tiers could not reach it); a claimed invariant whose data the
+        ConfigError: ``tiered`` or ``weighted`` with a factory that takes no ``tenants``
+            (the tiers or weights could not reach it); a claimed invariant whose data the
             adapter does not give (counters, deficits, blocks, block ids),
             naming the invariant and what is missing.
     """
     from tenantry.spec.invariants import INVARIANTS, missing
 
     roles = tuple(roles)
-    if tiered and bind(factory, ()) is factory:
-        raise ConfigError("--tiered", name, "the factory takes no 'tenants' argument, so it cannot learn the "
-                          "tiers; add a 'tenants' keyword to the factory or drop --tiered")
-    fac = bind(factory, scenario_tenants(roles, tiered))
+    for flag, on, what in (("--tiered", tiered, "tiers"), ("--weighted", weighted, "weights")):
+        if on and bind(factory, ()) is factory:
+            raise ConfigError(flag, name, f"the factory takes no 'tenants' argument, so it cannot learn the "
+                              f"{what}; add a 'tenants' keyword to the factory or drop {flag}")
+    fac = bind(factory, scenario_tenants(roles, tiered, weighted))
     h = Harness.start(fac, [n for n, _ in roles], timeout_s=timeout_s)
     h.close()
     if h.stopped:
@@ -250,13 +260,15 @@ class TargetSystem:
     Attributes:
         target: ``module:factory``; tiered: tenants' tiers by role (adversary 0,
             victims 1); timeout_s: per call (seconds); path: import the target from
-            this folder first (None: the current folder).
+            this folder first (None: the current folder); weighted: tenants' weights
+            :data:`WEIGHTS` in tenant order (else 1).
     """
 
     target: str
     tiered: bool = False
     timeout_s: float | None = 10.0
     path: str | None = None
+    weighted: bool = False
 
     @property
     def name(self) -> str:
@@ -265,7 +277,7 @@ class TargetSystem:
     def factory(self, roles: Iterable[tuple[str, str]]) -> Callable[[], Any]:
         from .protocol import load_factory
 
-        return bind(load_factory(self.target, path=self.path), scenario_tenants(roles, self.tiered))
+        return bind(load_factory(self.target, path=self.path), scenario_tenants(roles, self.tiered, self.weighted))
 
     def config(self, roles: Iterable[tuple[str, str]]) -> Any:
         return self._claims(roles)[0]
@@ -288,7 +300,7 @@ class TargetSystem:
         from .protocol import load_factory
 
         return preflight(load_factory(self.target, path=self.path), roles, tiered=self.tiered,
-                         timeout_s=self.timeout_s, name=self.target)
+                         timeout_s=self.timeout_s, name=self.target, weighted=self.weighted)
 
     def checked(self, workload: Workload, horizon_s: float, depth: str, roles) -> Any:
         from tenantry.spec.invariants import coverage
@@ -336,7 +348,7 @@ class TargetSystem:
             write_workload_jsonl(workload, wl_path)
             args = [sys.executable, "-c", "from tenantry.verify.run import _rerun_main; _rerun_main()", self.target,
                     str(wl_path), str(h_path), json.dumps([horizon_s, self.tiered, self.timeout_s, self.path,
-                                                           [list(r) for r in roles]])]
+                                                           [list(r) for r in roles], self.weighted])]
             env = {**os.environ, "PYTHONHASHSEED": seed,
                    "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # imports what this process imports
             p = subprocess.run(args, env=env, capture_output=True, text=True, cwd=os.getcwd())
@@ -373,7 +385,7 @@ class TargetSystem:
         return (f"tenantry verify --target {shlex.quote(self.target)} --workload "
                 f"{shlex.quote(str(cell / f'{name}.jsonl'))} --horizon-s {horizon_s}"
                 + (f" --adversaries {shlex.quote(','.join(adv))} --victims {shlex.quote(','.join(vic))}" if adv else "")
-                + (" --tiered" if self.tiered else "")
+                + (" --tiered" if self.tiered else "") + (" --weighted" if self.weighted else "")
                 + (f" --target-path {shlex.quote(self.path)}" if self.path else "")
                 + f" --out {shlex.quote(str(replay_out) if replay_out is not None else str(cell) + ('' if name == 'workload' else '-' + name) + '-replay')}")
 
@@ -415,8 +427,8 @@ def _rerun_main() -> None:
     from tenantry.model.traces import read_workload_jsonl
 
     target, wl_path, h_path, extra = sys.argv[1:5]
-    horizon_s, tiered, timeout_s, path, roles = json.loads(extra)
-    system = TargetSystem(target, tiered, timeout_s, path)
+    horizon_s, tiered, timeout_s, path, roles, weighted = json.loads(extra)
+    system = TargetSystem(target, tiered, timeout_s, path, weighted)
     v = verify_workload(system.factory([tuple(r) for r in roles]), read_workload_jsonl(wl_path), horizon_s=horizon_s,
                         timeout_s=timeout_s, determinism=False, catalog=False)
     write_history(v.history, h_path)

@@ -24,7 +24,6 @@ import shlex
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from tenantry.model.config import TenantConfig
 from tenantry.model.workload import Workload
 from tenantry.testing.shrink import first_failing, shrink
 
@@ -81,7 +80,8 @@ class TenantryFailure(AssertionError):
 def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload,
                  horizon_s: float | None = None, tenants: Iterable[str] = (),
                  replay_dir: Path | str | None = None, shown_dir: Path | str | None = None,
-                 target_path: str | None = None) -> tuple[Path, str]:
+                 target_path: str | None = None, adversaries: Iterable[str] = (), tiered: bool = False,
+                 weighted: bool = False) -> tuple[Path, str]:
     """Write the workload (cancellations included) under ``out_dir``; return (path, replay command).
     ``tenants``: the tenant order the run had (the command passes it as ``--victims``; without
     it the replay orders tenants by first arrival, and order breaks ties).  The command writes
@@ -89,7 +89,9 @@ def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload
     its ``<report>-replay`` twin, so that running the replay leaves the report as it was).
     ``shown_dir``: the folder the command names for the workload (default ``out_dir``; a report
     being staged passes where it will be once the run ends); ``target_path``: the target's
-    ``--target-path``, repeated in the command so that it imports the target as the run did."""
+    ``--target-path``, repeated in the command so that it imports the target as the run did;
+    ``adversaries``, ``tiered``, ``weighted``: the run's adversary tenants (``--adversaries``,
+    before ``tenants``), tiers and weights (:func:`~tenantry.verify.run.scenario_tenants`)."""
     from tenantry.model.traces import write_workload_jsonl
 
     out = Path(out_dir)
@@ -99,8 +101,12 @@ def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload
     cmd = f"tenantry verify --target {shlex.quote(target)} --workload {shlex.quote(str(shown))}"
     if horizon_s is not None:
         cmd += f" --horizon-s {horizon_s}"
+    adversaries = tuple(adversaries)
+    if adversaries:
+        cmd += f" --adversaries {shlex.quote(','.join(adversaries))}"
     if tenants:
         cmd += f" --victims {shlex.quote(','.join(tenants))}"
+    cmd += (" --tiered" if tiered else "") + (" --weighted" if weighted else "")
     if target_path:
         cmd += f" --target-path {shlex.quote(str(target_path))}"
     return path, cmd + f" --out {shlex.quote(str(Path(replay_dir or out) / f'{name}-replay'))}"
@@ -115,14 +121,17 @@ def shrink_finding(verdict: Callable[[Workload], Any], invariant: str, workload:
 
 
 def pattern_check(factory: Callable[[], Any], pattern: str, *, target: str, out_dir: Path | str, seed: int = 0,
-                  tiered: bool = False, timeout_s: float | None = 10.0, max_evaluations: int = 150) -> None:
-    """Run one adversary pattern against the scheduler; raise :class:`TenantryFailure` (shrunk) on a finding."""
+                  tiered: bool = False, timeout_s: float | None = 10.0, max_evaluations: int = 150,
+                  weighted: bool = False) -> None:
+    """Run one adversary pattern against the scheduler (tenants' tiers and weights as
+    :func:`~tenantry.verify.run.scenario_tenants` gives them); raise :class:`TenantryFailure`
+    (shrunk, with a replay command that runs the same tenants) on a finding."""
     from tenantry.adversaries.patterns import ADVERSARY, get_pattern, limits_of, make_scenario
 
     from .run import bind, scenario_tenants
 
     sc = make_scenario(pattern, None, seed)
-    fac = bind(factory, scenario_tenants(sc.roles, tiered))
+    fac = bind(factory, scenario_tenants(sc.roles, tiered, weighted))
     if get_pattern(pattern).uses_limits:  # boundary requests at the limits the scheduler claims
         h = Harness.start(fac, [n for n, _ in sc.roles], timeout_s=timeout_s)
         h.close()
@@ -138,7 +147,8 @@ def pattern_check(factory: Callable[[], Any], pattern: str, *, target: str, out_
     wl = shrink_finding(verdict, first.invariant, sc.workload, cut_after_s=cut, max_evaluations=max_evaluations)
     final = verdict(wl)
     found = [f for f in final.findings if f.invariant == first.invariant] or list(v.findings)
-    path, cmd = write_replay(out_dir, f"{pattern}-{first.invariant}", target, wl, horizon_s=sc.horizon_s)
+    path, cmd = write_replay(out_dir, f"{pattern}-{first.invariant}", target, wl, horizon_s=sc.horizon_s,
+                             adversaries=sc.adversaries, tenants=sc.victims, tiered=tiered, weighted=weighted)
     raise TenantryFailure(f"{target}: pattern {pattern} breaks {first.invariant} (shrunk from {len(sc.workload)} "
                           f"to {len(wl)} requests)", found, wl, path, cmd)
 
@@ -150,8 +160,12 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
                    steps_per_example: int = 20, timeout_s: float | None = 10.0, tenants: Iterable[str] = STATEFUL_TENANTS,
                    derandomize: bool = True, max_evaluations: int = 150,
                    replay_dir: Path | str | None = None, shown_dir: Path | str | None = None,
-                   target_path: str | None = None) -> None:
+                   target_path: str | None = None, weighted: bool = True) -> None:
     """Hypothesis stateful run of the scheduler; raise :class:`TenantryFailure` with the shrunk workload.
+
+    ``weighted`` (default): a factory that takes ``tenants`` gets them with the unequal
+    :data:`~tenantry.verify.run.WEIGHTS`, so a weighted fair scheduler's use of its weights is
+    judged under what it claims (the replay command says ``--weighted``).
 
     The machine is :class:`tenantry.testing.stateful.ReplicaMachine` over a fresh
     harness per example, judged by the harness's findings.  The first failing
@@ -166,10 +180,10 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
 
     from tenantry.testing.stateful import StatefulFinding
 
-    from .run import bind
+    from .run import bind, scenario_tenants
 
     names = tuple(tenants)
-    fac = bind(factory, tuple(TenantConfig(n) for n in names))
+    fac = bind(factory, scenario_tenants([(n, "victim") for n in names], False, weighted))
     machine = harness_machine(fac, names, timeout_s)
     base = settings()
     s = settings(base, max_examples=max_examples or base.max_examples, stateful_step_count=steps_per_example,
@@ -187,7 +201,8 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
         v = verdict(wl)
         findings = [f for f in v.findings if f.invariant == first.invariant] or e.findings
         path, cmd = write_replay(out_dir, f"stateful-{first.invariant}", target, wl, tenants=names,
-                                 replay_dir=replay_dir, shown_dir=shown_dir, target_path=target_path)
+                                 replay_dir=replay_dir, shown_dir=shown_dir, target_path=target_path,
+                                 weighted=weighted)
         raise TenantryFailure(f"{target}: a stateful run breaks {first.invariant} (shrunk from "
                               f"{len(e.workload)} to {len(wl)} requests)", list(findings), wl, path,
                               cmd) from None

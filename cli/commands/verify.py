@@ -93,6 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=non_negative_int, default=0, help="victims' seed of the matrix scenarios (default 0)")
     p.add_argument("--tiered", action="store_true", help="give the adversary tier 0 and the victims tier 1 "
                    "(for a priority scheduler whose factory takes tenants=)")
+    p.add_argument("--weighted", action="store_true", help="give the tenants the weights 1, 2, 0.5 in tenant order "
+                   "(the adversary first; for a weighted fair scheduler whose factory takes tenants=; the stateful "
+                   "extra always does)")
     p.add_argument("--timeout-s", type=positive_float, default=10.0, help="per-call timeout for the scheduler (s, default 10)")
     p.add_argument("--quiet", action="store_true", help="target mode: no progress bar")
     p.add_argument("--no-determinism", action="store_true", help="skip the determinism re-run")
@@ -302,13 +305,21 @@ def _cell_json(c: Any, replay: str | None) -> dict[str, Any]:
             **_findings_json(list(c.verdict.findings)), "replay": replay}
 
 
+def _target(args: argparse.Namespace) -> Any:
+    """The :class:`~tenantry.verify.run.TargetSystem` the options name."""
+    from tenantry.verify.run import TargetSystem
+
+    return TargetSystem(args.target, tiered=args.tiered, timeout_s=args.timeout_s, path=args.target_path,
+                        weighted=args.weighted)
+
+
 def run_target(args: argparse.Namespace) -> int:
     """Target mode (see the module docstring): one workload, or the adversary matrix."""
     from tenantry.adversaries.outdir import check_out, report_folder
     from tenantry.adversaries.patterns import PATTERNS, get_pattern
     from tenantry.model.traces import read_workload_jsonl
     from tenantry.verify.protocol import load_factory
-    from tenantry.verify.run import TargetSystem, bind, scenario_tenants, verify_workload
+    from tenantry.verify.run import bind, scenario_tenants, verify_workload
 
     out, default = _out(args)
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] or None
@@ -344,15 +355,14 @@ def run_target(args: argparse.Namespace) -> int:
             if missing:
                 raise ConfigError("--victims", args.victims, f"tenant {missing[0]} of the workload is not listed")
             roles = [(n, "victim") for n in victims]
-        _warn(TargetSystem(args.target, tiered=args.tiered, timeout_s=args.timeout_s,
-                           path=args.target_path).preflight(roles))
-        v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered)), wl,
+        _warn(_target(args).preflight(roles))
+        v = verify_workload(bind(factory, scenario_tenants(roles, args.tiered, args.weighted)), wl,
                             horizon_s=args.horizon_s, timeout_s=args.timeout_s, determinism=not args.no_determinism)
         if not args.no_determinism and not any(f.invariant in ("DETERMINISM", "ADAPTER-HANG", "ADAPTER-RAISED")
                                                for f in v.findings):
             # and across processes, as the matrix checks it: a finding of the matrix's fresh-process
             # re-run (another PYTHONHASHSEED) replays with the command its cell prints
-            system = TargetSystem(args.target, tiered=args.tiered, timeout_s=args.timeout_s, path=args.target_path)
+            system = _target(args)
             d, _ = system.rerun_differs(wl, args.horizon_s, roles, v.history)
             if d is not None:
                 v = attrs.evolve(v, findings=v.findings + (d,))
@@ -382,11 +392,9 @@ def run_target_matrix(args: argparse.Namespace, out: Path, default: bool, patter
 
     from tenantry.adversaries.check import DEFAULT_SHRINK, run_check
     from tenantry.adversaries.search import Budget
-    from tenantry.verify.run import TargetSystem
-
     from .check import report
 
-    system = TargetSystem(args.target, tiered=args.tiered, timeout_s=args.timeout_s, path=args.target_path)
+    system = _target(args)
     # before any worker: a claim that cannot be checked is one line now, not a silent skip later
     _warn(system.preflight([("adv", "adversary"), ("chat", "victim"), ("conv", "victim"), ("code", "victim")]))
     b = args.budget or Budget(QUICK_BUDGET if args.quick else DEFAULT_TARGET_BUDGET)

@@ -65,6 +65,7 @@ FAULTS: dict[str, Fault] = {
     "evict_watermark": _f("evict_watermark", "EVICT-PROGRESS", "10 preemption without progress"),
     "vtc_no_lift": _f("vtc_no_lift", "NO-BANKED-CREDIT", "11 VTC without the lift"),
     "vtc_prompt_only": _f("vtc_prompt_only", "VTC-GAP", "11 VTC not charging output tokens"),
+    "vtc_weight_ignored": _f("vtc_weight_ignored", "VTC-GAP", "11 VTC ignoring the tenants' weights"),
     "over_preemption": _f("over_preemption", "EVICT-MINIMAL", "12 bug log: over-preemption (SGLang #12493)"),
     "rate_limit_stale": _f("rate_limit_stale", "REFUSAL-TRUTH", "12 bug log: rate limit under the limit (LiteLLM #37789)"),
     "free_overcounted": _f("free_overcounted", "KV-CONSERVE", "12 bug log: free blocks overcounted (SGLang #35270)"),
