@@ -151,6 +151,9 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
              gate: _Gate | None = None, depth: str = "full") -> dict[str, Any]:
     """Search, replay, shrink and write one cell; returns its record (JSON-able).
 
+    Once a search finds that the system hangs (ADAPTER-HANG), the cell's later searches are
+    skipped (their record says so): each would first wait out the per-call timeout.
+
     ``replay_root``: the report folder as the user named it (``out`` may be a staging
     folder); the cell's replay command names ``replay_root/cells/<setup>/<pattern>``
     so that it works from the folder where ``check`` ran.
@@ -166,11 +169,15 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
     name_ = label(setup)
     names = searches_for(setup, pattern, searches)
     share = budget.split(len(names))
-    results: list[SearchResult] = [
-        run_search(name, setup, pattern, seed=sub_seed(seed, name_, pattern, name), budget=share,
-                   executor=executor, progress=progress, scenario_seed=seed, victims=victims)
-        for name in names
-    ]
+    results: list[SearchResult] = []
+    for name in names:
+        hung = next((r.search for r in results if "ADAPTER-HANG" in r.broken), None)
+        if hung is not None:  # every further search would first wait out the call timeout, at least once
+            results.append(SearchResult(name, name_, pattern, sub_seed(seed, name_, pattern, name), None, 0,
+                                        note=f"skipped: the system hung (ADAPTER-HANG) in the {hung} search"))
+            continue
+        results.append(run_search(name, setup, pattern, seed=sub_seed(seed, name_, pattern, name), budget=share,
+                                  executor=executor, progress=progress, scenario_seed=seed, victims=victims))
     found = [r for r in results if r.best is not None]
     best = max(found, key=lambda r: r.best.score) if found else None  # max keeps the first of equals
     params = dict(best.best.params) if best else pat.space.defaults()

@@ -609,3 +609,27 @@ def test_what_was_checked_names_why_not_in_the_cells_where_it_was_not():
     assert coverage_lines(["t"], ["a", "b"], cells)[3] == (
         "  - checked (two-run) in 1 cells; skipped: the run broke ADAPTER-HANG, so it was not run again in 1 cells: "
         "DETERMINISM")
+
+
+def test_a_cell_skips_its_later_searches_once_the_system_hung(monkeypatch):
+    """A hanging target costs the per-call timeout per hanging evaluation: once one search of a
+    cell found ADAPTER-HANG, the cell's later searches are skipped, and its record says why."""
+    from tenantry.adversaries import check as check_mod
+    from tenantry.adversaries.evaluate import InlineExecutor
+    from tenantry.adversaries.search import Budget, SearchResult
+    from tenantry.spec.invariants_core import Finding
+
+    ran = []
+
+    def search(name, setup, pattern, **kw):
+        ran.append(name)
+        broken = {"ADAPTER-HANG": (0, Finding("ADAPTER-HANG", 2), {})} if name == "evolution" else {}
+        return SearchResult(name, "fcfs", pattern, kw["seed"], None, 2, (0.0, 0.0), broken)
+
+    monkeypatch.setattr(check_mod, "run_search", search)
+    rec = check_mod.run_cell("fcfs", "flood", seed=0, budget=Budget(6), executor=InlineExecutor(), out=None,
+                             searches=("random", "evolution", "hypothesis"), shrink_evaluations=0, spread_seeds=0)
+    assert ran == ["random", "evolution"]
+    assert rec["searches"]["hypothesis"] == {
+        "evaluations": 0, "best": None, "note": "skipped: the system hung (ADAPTER-HANG) in the evolution search"}
+    assert [f["invariant"] for f in rec["findings"]] == ["ADAPTER-HANG"]
