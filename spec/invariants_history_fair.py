@@ -18,6 +18,25 @@ from .invariants_core import EPS, Finding, ample_kv, largest_block_seconds, skip
 from .invariants_history import HistoryContext, _f
 
 
+# --- the books: findings about the counters and deficits a scheduler reports ---------
+
+#: Messages of the findings judged on the recorded counters and deficits (the books)
+#: rather than on the service: a scheduler under test reports them in its plan, or
+#: from ``accounting()`` after ``take_results``, and a finding names that call
+#: (:func:`from_books`).
+COUNTER_MOVED = "a counter moved by other than the tenant's new weighted service over its weight"
+COUNTER_AHEAD = "a backlogged tenant's counter ran ahead of the least backlogged counter by more than D/weight"
+DEFICIT_OVER = "a deficit exceeds the carry bound"
+IDLE_DEFICIT = "an idle tenant kept a DRR deficit"
+BANKED_COUNTER = "a newly backlogged tenant's counter starts below the least backlogged counter"
+BOOKS_MESSAGES = (COUNTER_MOVED, COUNTER_AHEAD, DEFICIT_OVER, IDLE_DEFICIT, BANKED_COUNTER)
+
+
+def from_books(f: Finding) -> bool:
+    """Whether ``f`` was judged on the recorded counters or deficits (not on the service)."""
+    return f.message.startswith(BOOKS_MESSAGES)
+
+
 # --- fairness ------------------------------------------------------------------------
 
 
@@ -122,8 +141,7 @@ def _vtc_counters(h: HistoryContext) -> list[Finding]:
                 want = (s.service.get(n, 0.0) - prev.service.get(n, 0.0)) / w
                 got = counters[n] - prev.counters[n]
                 if abs(got - want) > EPS * max(1.0, abs(want)):
-                    out.append(_f("VTC-GAP", s.step_index, "a counter moved by other than the tenant's new weighted "
-                                  "service over its weight", got, want, [n]))
+                    out.append(_f("VTC-GAP", s.step_index, COUNTER_MOVED, got, want, [n]))
                     books = True
                     break
         if not gap:
@@ -132,9 +150,8 @@ def _vtc_counters(h: HistoryContext) -> list[Finding]:
                 lo = min(back, key=counters.__getitem__)
                 for n in back:
                     if counters[n] - counters[lo] > d / h.weight(n) + extra + EPS:
-                        out.append(_f("VTC-GAP", s.step_index, "a backlogged tenant's counter ran ahead of the least "
-                                      "backlogged counter by more than D/weight" + (" + guard_skips*D/w_min" if extra
-                                                                                     else ""),
+                        out.append(_f("VTC-GAP", s.step_index,
+                                      COUNTER_AHEAD + (" + guard_skips*D/w_min" if extra else ""),
                                       counters[n] - counters[lo], d / h.weight(n) + extra, [n, lo]))
                         gap = True
                         break
@@ -153,7 +170,7 @@ def h_drr_deficit(h: HistoryContext) -> list[Finding]:
     for s in h.steps:
         for name, d in s.deficits.items():
             if o.drr_carry_bound is not None and d > o.drr_carry_bound + EPS:
-                out.append(_f("DRR-DEFICIT", s.step_index, "a deficit exceeds the carry bound", d, o.drr_carry_bound,
+                out.append(_f("DRR-DEFICIT", s.step_index, DEFICIT_OVER, d, o.drr_carry_bound,
                               [name]))
     wmax = max(t.weight for t in cfg.tenants)
     if o.policy == "drr_tokens" and ((ample_kv(cfg) and (
@@ -199,7 +216,7 @@ def h_no_banked_credit(h: HistoryContext) -> list[Finding]:
             running = {h.requests[rid].tenant for rid in s.running if rid in h.requests}
             for n, dft in s.deficits.items():
                 if not s.queued.get(n, 0) and n not in running and abs(dft) > EPS:
-                    return [_f("NO-BANKED-CREDIT", s.step_index, "an idle tenant kept a DRR deficit", dft, 0.0, [n])]
+                    return [_f("NO-BANKED-CREDIT", s.step_index, IDLE_DEFICIT, dft, 0.0, [n])]
         return out
     for prev, s in zip(h.steps, h.steps[1:]):
         back = [n for n, q in prev.queued.items() if q and n in prev.counters]
@@ -207,8 +224,7 @@ def h_no_banked_credit(h: HistoryContext) -> list[Finding]:
             if q and not prev.queued.get(n, 0) and n in s.counters:
                 others = [prev.counters[m] for m in back if m != n]
                 if others and s.counters[n] < min(others) - EPS:
-                    out.append(_f("NO-BANKED-CREDIT", s.step_index, "a newly backlogged tenant's counter starts below "
-                                  "the least backlogged counter", s.counters[n], min(others), [n]))
+                    out.append(_f("NO-BANKED-CREDIT", s.step_index, BANKED_COUNTER, s.counters[n], min(others), [n]))
     return out
 
 

@@ -146,3 +146,15 @@ def test_books_read_after_the_results_through_accounting():
     assert "NO-BANKED-CREDIT" in {f.invariant for f in late.findings}
     ok = verify_workload(lambda: WithAccounting(cfg, **kw), wl, timeout_s=None)
     assert ok.ok, ok.render()
+    # a finding on the books names the call that reported them
+    assert {f.call for f in late.findings if f.invariant == "NO-BANKED-CREDIT"} == {"plan_step"}
+
+    class AccountingKeepsDeficits(WithAccounting):
+        def accounting(self):
+            counters, deficits = super().accounting()
+            return counters, {n: d + 5 for n, d in deficits.items()}
+
+    kept = verify_workload(lambda: AccountingKeepsDeficits(cfg, **kw), wl, timeout_s=None)
+    books = [f for f in kept.findings if f.invariant == "NO-BANKED-CREDIT"]
+    assert books and {f.call for f in books} == {"accounting"}, kept.render()
+    assert "idle tenant kept a DRR deficit" in books[0].render() and "call accounting" in books[0].render()

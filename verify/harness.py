@@ -165,6 +165,12 @@ class Harness:
             self._stop(_fail_finding(v, self.k))
         return ok, v
 
+    @property
+    def books_call(self) -> str:
+        """The call that reports the scheduler's counters and deficits: ``accounting``
+        when the adapter has that method (read after ``take_results``), else ``plan_step``."""
+        return "accounting" if getattr(self.adapter, "accounting", None) is not None else "plan_step"
+
     # --- the replica of the driver loop ------------------------------------------------
 
     def has_work(self) -> bool:

@@ -66,14 +66,19 @@ class Verdict:
         return "\n".join(lines)
 
 
-def catalog_findings(history: History, claims: Any) -> list[Finding]:
+def catalog_findings(history: History, claims: Any, books_call: str = "plan_step") -> list[Finding]:
     """The invariant catalog's record forms on a step-mode ``history`` under ``claims``
     (safety always, the rest only when claimed), deduplicated.  A finding about
-    a step is a decision of that step's ``plan_step``, and is attributed to it."""
+    a step is a decision of that step's ``plan_step``, and is attributed to it;
+    one judged on the counters or deficits
+    (:func:`~tenantry.spec.invariants_history_fair.from_books`) to ``books_call``,
+    the call that reported them (:attr:`~tenantry.verify.harness.Harness.books_call`)."""
     from tenantry.spec.invariants import check_history
     from tenantry.spec.invariants_core import dedup
+    from tenantry.spec.invariants_history_fair import from_books
 
-    return [f if f.step is None or f.call is not None else attrs.evolve(f, call="plan_step")
+    return [f if f.step is None or f.call is not None
+            else attrs.evolve(f, call=books_call if from_books(f) else "plan_step")
             for f in dedup(check_history(history, claims))]
 
 
@@ -136,7 +141,7 @@ def verify_workload(factory: Callable[[], Any], workload: Workload | Iterable[Re
     history = h.history(wl.requests, header=header)
     findings = list(h.findings)
     if catalog and h.adapter is not None:
-        findings = _merge([f for f in findings if h.stopped], catalog_findings(history, h.claims)) + [
+        findings = _merge([f for f in findings if h.stopped], catalog_findings(history, h.claims, h.books_call)) + [
             f for f in findings if not h.stopped]
     # step order; at one step, what the catalog found before the harness's own remarks
     findings.sort(key=lambda f: (f.step if f.step is not None else 1 << 60, f.invariant in PROTOCOL))

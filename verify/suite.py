@@ -244,7 +244,7 @@ def harness_machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_
             return list(self.h.findings) if new else []
 
         def judge_end(self):
-            return list(self.h.findings) + catalog_findings(self.h.history(), self.h.claims)
+            return list(self.h.findings) + catalog_findings(self.h.history(), self.h.claims, self.h.books_call)
 
         def close(self):
             self.h.close()
