@@ -361,6 +361,21 @@ def test_bad_flag_values_are_one_line_usage_errors(argv, words, capsys):
     assert not any("Traceback" in line for line in err)
 
 
+@pytest.mark.parametrize("argv, dest, want", [
+    (["check", "--pattern", "flood", "sybil"], "pattern", ["flood", "sybil"]),
+    (["check", "--patterns", "flood,sybil"], "pattern", ["flood", "sybil"]),
+    (["check", "--policy", "vtc,fcfs", "drr_tokens", "vtc"], "policy", ["vtc", "fcfs", "drr_tokens"]),
+    (["verify", "--target", "a:b", "--patterns", "flood,sybil"], "patterns", ["flood", "sybil"]),
+    (["verify", "--target", "a:b", "--pattern", "flood", "sybil"], "patterns", ["flood", "sybil"]),
+    (["verify", "--target", "a:b"], "patterns", None),
+])
+def test_pattern_and_setup_lists_take_spaces_or_commas(argv, dest, want):
+    """``check --pattern`` and ``verify --patterns`` (each takes the other spelling) read the same lists."""
+    from tenantry.cli import build_parser
+
+    assert getattr(build_parser().parse_args(argv), dest) == want
+
+
 def test_an_empty_target_workload_names_the_file(tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
@@ -633,3 +648,4 @@ def test_a_cell_skips_its_later_searches_once_the_system_hung(monkeypatch):
     assert rec["searches"]["hypothesis"] == {
         "evaluations": 0, "best": None, "note": "skipped: the system hung (ADAPTER-HANG) in the evolution search"}
     assert [f["invariant"] for f in rec["findings"]] == ["ADAPTER-HANG"]
+

@@ -73,3 +73,15 @@ def executor(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text}: {'Ray' if lib == 'ray' else 'Dask'} is not installed; "
                                          f"pip install 'tenantry[{lib}]'")
     return text
+
+
+class Names(argparse.Action):
+    """A list of names given space- or comma-separated (``--pattern flood sybil``,
+    ``--patterns flood,sybil``, or both), in the order given, repeats dropped; use with
+    ``nargs="+"``.  The value is the list, or the option's default when it is absent."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        names = [n.strip() for v in values for n in str(v).split(",") if n.strip()]
+        if not names:
+            parser.error(f"{option_string}: give at least one name")
+        setattr(namespace, self.dest, list(dict.fromkeys(names)))

@@ -32,7 +32,7 @@ from typing import Any
 from tenantry.model.config import ConfigError
 from tenantry.model.traces import read_workload_jsonl
 
-from .args import budget, executor, non_negative_int, positive_int
+from .args import Names, budget, executor, non_negative_int, positive_int
 
 HELP = "Run every abusive-tenant pattern and search against every built-in policy setup; print the matrix."
 
@@ -52,8 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true",
                    help="exit 1 also when a pattern did not hurt a setup it is expected to hurt (marked ~)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the victims and the searches (default 0)")
-    p.add_argument("--policy", nargs="+", default=None, metavar="SETUP", help="setups to run (default: all; see --list)")
-    p.add_argument("--pattern", nargs="+", default=None, metavar="PATTERN", help="patterns to run (default: all)")
+    p.add_argument("--policy", nargs="+", action=Names, default=None, metavar="SETUP",
+                   help="setups to run, space- or comma-separated (default: all; see --list)")
+    p.add_argument("--pattern", "--patterns", nargs="+", action=Names, default=None, metavar="PATTERN",
+                   help="patterns to run, space- or comma-separated (default: all)")
     p.add_argument("--search", nargs="+", default=None, metavar="SEARCH",
                    help="searches per cell: random evolution hypothesis z3 (default: all)")
     p.add_argument("--out", type=Path, default=None,

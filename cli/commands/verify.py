@@ -35,7 +35,7 @@ from typing import Any
 
 import attrs
 
-from .args import budget, executor, non_negative_int, positive_float, positive_int
+from .args import Names, budget, executor, non_negative_int, positive_float, positive_int
 from tenantry.model.config import ConfigError
 from tenantry.model.files import atomic_write_text
 from tenantry.model.history import read_history
@@ -70,8 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "the workload came from")
     p.add_argument("--victims", default="", metavar="NAMES", help="target mode with --workload: the victim tenants "
                    "in tenant order (default: order of first arrival; without --adversaries: every tenant, in this order)")
-    p.add_argument("--patterns", default="", metavar="NAMES", help="target mode: comma-separated patterns "
-                   "(default: all)")
+    p.add_argument("--patterns", "--pattern", nargs="+", action=Names, default=None, metavar="NAME",
+                   help="target mode: patterns, space- or comma-separated (default: all)")
     p.add_argument("--budget", type=budget, default=None,
                    help="target mode: PER PATTERN, shared by its searches: N evaluations, Ns seconds or N,Ns "
                         f"(default {DEFAULT_TARGET_BUDGET} evaluations; --quick: {QUICK_BUDGET})")
@@ -322,7 +322,7 @@ def run_target(args: argparse.Namespace) -> int:
     from tenantry.verify.run import bind, scenario_tenants, verify_workload
 
     out, default = _out(args)
-    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()] or None
+    patterns = args.patterns
     for name in patterns or ():
         get_pattern(name)
     if not args.workload:
@@ -434,7 +434,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--timeout-s", args.timeout_s, "must be > 0")
     if args.history:
         for flag, value in (("--workload", args.workload), ("--cancellations", args.cancellations),
-                            ("--patterns", args.patterns), ("--target-path", args.target_path)):
+                            ("--patterns", args.patterns and ",".join(args.patterns)), ("--target-path", args.target_path)):
             if value:
                 raise ConfigError(flag, value, "only with --target (--history judges the recorded history as is)")
     else:
