@@ -42,7 +42,7 @@ from tenantry.model.history import History
 
 from .outdir import STOP_REQUESTED, Interrupted, report_folder, shielded, stop_if_requested
 from tenantry.model.setups import SETUPS, get_setup
-from .evaluate import System, Task, evaluate_batch, run_scenario, scenario_of, shrink_scenario
+from .evaluate import System, Task, evaluate_batch, hang_note, run_scenario, scenario_of, shrink_scenario
 from .patterns import PATTERNS, Scenario, get_pattern
 from .report import (cell_plots, dump_json, folder_name, matrix_text, plot_cell, write_plots, write_report,
                      write_workload_files)
@@ -221,7 +221,9 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
                    else f"tenantry check --replay {shlex.quote(str(Path(replay_root or '.') / rel))}"), "shrunk": None,
     }
     sh = None
-    if finding and shrink_evaluations > 0:
+    if finding and shrink_evaluations > 0 and hang_note(ev):
+        rec["shrunk_note"] = hang_note(ev)
+    elif finding and shrink_evaluations > 0:
         sh = shrink_scenario(setup, scenario, pat.finding, executor=executor, max_evaluations=shrink_evaluations,
                     progress=progress)
         if sh is not None:
@@ -279,7 +281,8 @@ def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: l
     past those, or one of :data:`NOT_SHRUNK`, broken on a search candidate gets that candidate's
     workload unshrunk as its witness (one evaluation: the replay); broken on the cell's own
     workload, it keeps the cell's replay.  A finding
-    gets ``witness`` (file), ``witness_requests``, ``reproduced``, ``witness_finding`` (the
+    gets ``witness`` (file), ``witness_requests``, ``reproduced``, ``witness_note`` (why it was
+    not shrunk: the system hangs on it, :func:`~tenantry.adversaries.evaluate.hang_note`), ``witness_finding`` (the
     finding on the witness), ``witness_first`` (when another invariant breaks at an earlier
     step on the witness: its first finding, the likelier cause) and ``replay`` (a command).
 
@@ -307,6 +310,8 @@ def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: l
         sc = sh.scenario if sh is not None else src
         out.append((stem, sc, sh.evaluations if sh is not None else 1))
         f.update(reproduced=sh is not None, witness=str(rel / f"{stem}.jsonl"), witness_requests=len(sc.workload))
+        if sh is not None and sh.note:
+            f["witness_note"] = sh.note
         if sh is not None and sh.finding is not None:
             f["witness_finding"] = sh.finding.to_json()
             first_step = _breaks_first(sh.evaluation.findings, inv)
@@ -321,8 +326,8 @@ def _witnesses(setup: "str | System", findings: list[dict[str, Any]], sources: l
         j = first.get(f["invariant"])
         if j is not None and j != i:
             f.update({k: v for k, v in findings[j].items()
-                      if k in ("reproduced", "witness", "witness_requests", "witness_finding", "witness_first",
-                               "replay")})
+                      if k in ("reproduced", "witness", "witness_requests", "witness_note", "witness_finding",
+                               "witness_first", "replay")})
     return out
 
 

@@ -589,6 +589,7 @@ class ShrunkScenario:
         original_requests, requests: requests that could go (the adversary's, or every
             request when shrinking an invariant's finding) before and after.
         evaluations: evaluations spent.
+        note: why it was not reduced, if it was not tried (:func:`hang_note`), else empty.
     """
 
     scenario: Scenario
@@ -596,11 +597,24 @@ class ShrunkScenario:
     original_requests: int
     requests: int
     evaluations: int
+    note: str = ""
 
     @property
     def finding(self) -> "Finding | None":
         """The first finding of the evaluation (of the invariant shrunk for, if any was)."""
         return self.evaluation.findings[0] if self.evaluation.findings else None
+
+
+def hang_note(ev: Evaluation) -> str:
+    """Why a workload on which the system hung (an ADAPTER-HANG finding in ``ev``) is not
+    shrunk, or "" when it did not hang: every candidate that still hangs would wait out the
+    per-call timeout (a blind test's hanging scheduler spent 25 of its 27 timeouts, 250 s,
+    shrinking two such witnesses)."""
+    hang = next((f for f in ev.findings if f.invariant == "ADAPTER-HANG"), None)
+    if hang is None:
+        return ""
+    return (f"not shrunk: the system hangs on this workload (ADAPTER-HANG at step {hang.step}), and each "
+            "candidate that hangs would wait out the call timeout")
 
 
 def shrink_scenario(setup: "str | System", scenario: Scenario, threshold: float | None = None, *,
@@ -624,6 +638,9 @@ def shrink_scenario(setup: "str | System", scenario: Scenario, threshold: float 
 
     The prefix probe's control twin follows the same request slots (each kept probe
     keeps its decoy prefix, trimmed like the probe's).
+
+    A scenario on which the system hangs is not reduced (:func:`hang_note`): the result is the
+    scenario itself, with that note, after one evaluation.
 
     Returns None when the scenario itself does not fail.
 
@@ -675,6 +692,10 @@ def shrink_scenario(setup: "str | System", scenario: Scenario, threshold: float 
         n_adv = lambda wl: sum(1 for r in wl if r.tenant in adv)
     else:
         fixed, phases, n_adv = (lambda r: False), PHASES, len
+    note = hang_note(best[0]) if invariant != "ADAPTER-HANG" else ""
+    if note:
+        n = n_adv(scenario.workload)
+        return ShrunkScenario(build(scenario.workload), best[0], n, n, 1, note)
     res = shrink(scenario.workload, test, fixed=fixed, block_size_tokens=block, phases=phases,
                  min_prompt_tokens=block, max_evaluations=max(0, max_evaluations - 1), cut_after_s=cut_after_s,
                  progress=(f"shrink     {system_of(setup).name}/{scenario.pattern}"

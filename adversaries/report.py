@@ -401,7 +401,8 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
                 lines.append(f"  Witness of {inv}: [{d}/{w}]({d}/{w}), {f['witness_requests']} requests"
                              + ("" if f["reproduced"] else "; the invariant did NOT break again when this workload "
                                 "was replayed: the finding depends on more than the workload (timing, hash seed, "
-                                "a race, state left by earlier runs)") + f". Replay: `{f['replay']}`")
+                                "a race, state left by earlier runs)")
+                             + (f"; {f['witness_note']}" if f.get("witness_note") else "") + f". Replay: `{f['replay']}`")
                 if "witness_first" in f:
                     g = f["witness_first"]
                     lines.append(f"  On this witness {g['invariant']} breaks at step {g['step']}, before {inv}: "
@@ -425,7 +426,8 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
                          f"{fmt(m['jain'])}, most evictions of one sequence {fmt(m['max_evictions'])}, probe AUC "
                          f"{fmt(m['probe_auc'])}.  Workload: [{d}/{c['workload_name']}]({d}/{c['workload_name']})"
                          + (f"; shrunk to {c['shrunk_requests']} of {c['adversary_requests']} adversary requests: "
-                            f"[{d}/shrunk.jsonl]({d}/shrunk.jsonl)" if c.get("shrunk") else "") + ".")
+                            f"[{d}/shrunk.jsonl]({d}/shrunk.jsonl)" if c.get("shrunk") else "")
+                         + (f"; {c['shrunk_note']}" if c.get("shrunk_note") else "") + ".")
             lines.append(f"Replay: `{c['replay']}`")
             for png in plots.get((s, p), ()):
                 lines.append(f"![{png}]({d}/{png})")

@@ -649,3 +649,65 @@ def test_a_cell_skips_its_later_searches_once_the_system_hung(monkeypatch):
         "evaluations": 0, "best": None, "note": "skipped: the system hung (ADAPTER-HANG) in the evolution search"}
     assert [f["invariant"] for f in rec["findings"]] == ["ADAPTER-HANG"]
 
+
+def test_a_workload_on_which_the_system_hangs_is_not_shrunk(monkeypatch):
+    """Measured on examples/faults/hangs.py (two hanging cells, one worker): 25 of the run's 27
+    call timeouts, 250 of its 304 s, went to shrinking NO-LOSS witnesses on which the scheduler
+    also hung, each candidate waiting out the timeout.  Now a witness (or a hurt cell's worst
+    workload) on which the system hangs is replayed once, kept unshrunk, and says why."""
+    from pathlib import Path
+
+    from tenantry.adversaries import evaluate as ev_mod
+    from tenantry.adversaries.check import _witnesses
+    from tenantry.adversaries.evaluate import Evaluation, InlineExecutor, Task, scenario_of
+    from tenantry.spec.invariants_core import Finding
+
+    sc = scenario_of(Task("fcfs", "flood"))
+    calls = []
+
+    def hangs(executor, tasks):  # every run breaks NO-LOSS, then hangs
+        calls.extend(tasks)
+        return [Evaluation(1.0, {}, (Finding("NO-LOSS", 0), Finding("ADAPTER-HANG", 7))) for _ in tasks]
+
+    monkeypatch.setattr(ev_mod, "evaluate_batch", hangs)
+    findings = [{"invariant": "NO-LOSS", "step": 0, "search": "random"}]
+    out = _witnesses("fcfs", findings, [(sc, None)], rel=Path("cells/fcfs/flood"), replay_root=None,
+                     depth="history", executor=InlineExecutor(), shrink_evaluations=16, progress=False)
+    assert len(calls) == 1  # the replay only
+    assert [(stem, len(s.workload), n) for stem, s, n in out] == [("finding-NO-LOSS", len(sc.workload), 1)]
+    f = findings[0]
+    assert f["reproduced"] is True and f["witness_requests"] == len(sc.workload)
+    assert f["witness_note"].startswith("not shrunk: the system hangs on this workload (ADAPTER-HANG at step 7)")
+    calls.clear()  # without the hang, the same witness is shrunk
+    monkeypatch.setattr(ev_mod, "evaluate_batch", lambda executor, tasks: calls.extend(tasks) or [
+        Evaluation(1.0, {}, (Finding("NO-LOSS", 0),)) for _ in tasks])
+    findings = [{"invariant": "NO-LOSS", "step": 0, "search": "random"}]
+    out = _witnesses("fcfs", findings, [(sc, None)], rel=Path("cells/fcfs/flood"), replay_root=None,
+                     depth="history", executor=InlineExecutor(), shrink_evaluations=16, progress=False)
+    assert len(calls) > 1 and "witness_note" not in findings[0] and len(out[0][1].workload) < len(sc.workload)
+
+
+def test_a_hurt_cell_whose_worst_workload_hangs_is_not_shrunk(monkeypatch):
+    """The score shrink of a hurt cell runs its candidates unchecked, so a hang shows only as
+    the timeout's wait: when the cell's worst workload hung, it is not shrunk, and the record
+    and report say why."""
+    import attrs
+
+    from tenantry.adversaries import check as check_mod
+    from tenantry.adversaries.evaluate import InlineExecutor
+    from tenantry.adversaries.search import Budget
+    from tenantry.spec.invariants_core import Finding
+
+    real, shrunk = check_mod.run_scenario, []
+
+    def hung(setup, scenario, **kw):
+        hist, base, twin, ev = real(setup, scenario, **kw)
+        return hist, base, twin, attrs.evolve(ev, score=1e9, findings=(Finding("ADAPTER-HANG", 3),))
+
+    monkeypatch.setattr(check_mod, "run_scenario", hung)
+    monkeypatch.setattr(check_mod, "shrink_scenario", lambda *a, **kw: shrunk.append(kw) or None)
+    rec = check_mod.run_cell("fcfs", "flood", seed=0, budget=Budget(2), executor=InlineExecutor(), out=None,
+                             searches=("random",), shrink_evaluations=16, spread_seeds=0)
+    assert rec["finding"] and rec["shrunk"] is None
+    assert rec["shrunk_note"].startswith("not shrunk: the system hangs on this workload (ADAPTER-HANG at step 3)")
+    assert all(kw.get("invariant") is not None for kw in shrunk)  # only witnesses were shrunk (ADAPTER-HANG's: replayed)
