@@ -106,6 +106,11 @@ def _non_negative_int(inst: Any, attribute: attrs.Attribute, value: Any) -> None
         raise ConfigError(attribute.name, value, "must be a non-negative integer")
 
 
+def _flag(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, bool):  # a TOML string "false" would otherwise read as on
+        raise ConfigError(attribute.name, value, "must be true or false")
+
+
 def _one_of(options: tuple[str, ...]):
     def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         if value not in options:
@@ -237,13 +242,13 @@ class OrderConfig:
     policy: str = attrs.field(default="vtc", validator=_one_of(ORDER_POLICIES))
     w_in: float = attrs.field(default=1.0, validator=_positive)
     w_out: float = attrs.field(default=2.0, validator=_positive)
-    lift: bool = True
+    lift: bool = attrs.field(default=True, validator=_flag)
     drr_quantum: float = attrs.field(default=2048.0, validator=_positive)
     drr_carry_bound: float | None = attrs.field(default=4096.0, validator=_non_negative)
-    drr_reset_when_idle: bool = True
+    drr_reset_when_idle: bool = attrs.field(default=True, validator=_flag)
     aging_rate_per_s: float = attrs.field(default=1.0, validator=_positive)
     tier_floors: tuple[float, ...] = attrs.field(default=(0.8, 0.2), converter=tuple)
-    strict_tiers: bool = False
+    strict_tiers: bool = attrs.field(default=False, validator=_flag)
     guard_steps: int | None = attrs.field(default=None, validator=_positive_int)
     guard_wait_s: float | None = attrs.field(default=None, validator=_positive)
     guard_skips: int | None = attrs.field(default=None, validator=_non_negative_int)
@@ -310,17 +315,17 @@ class AdmissionConfig:
             are then not charged again (SPEC.md 4.2).  Needs ``token_bucket``.
     """
 
-    token_bucket: bool = False
-    request_rate_limit: bool = False
-    queue_bound: bool = True
-    kv_cap: bool = True
+    token_bucket: bool = attrs.field(default=False, validator=_flag)
+    request_rate_limit: bool = attrs.field(default=False, validator=_flag)
+    queue_bound: bool = attrs.field(default=True, validator=_flag)
+    kv_cap: bool = attrs.field(default=True, validator=_flag)
     prompt_estimate: str = attrs.field(default="tokens", validator=_one_of(PROMPT_ESTIMATES))
     bytes_per_token: float = attrs.field(default=4.0, validator=_positive)
     kv_watermarks: tuple[float, ...] = attrs.field(default=(), converter=tuple)
-    slot_cap: bool = True
+    slot_cap: bool = attrs.field(default=True, validator=_flag)
     tier_slot_caps: tuple[int, ...] = attrs.field(default=(), converter=tuple)
-    reserve_output: bool = False
-    kv_watermark_queued: bool = False
+    reserve_output: bool = attrs.field(default=False, validator=_flag)
+    kv_watermark_queued: bool = attrs.field(default=False, validator=_flag)
     wait_limits_s: tuple[float, ...] = attrs.field(default=(), converter=tuple)
     wait_service_rate_tokens_per_s: float | None = attrs.field(default=None, validator=_positive)
 
@@ -376,7 +381,7 @@ class EvictionConfig:
     min_free_blocks: int = attrs.field(default=0, validator=_non_negative_int)
     cooldown_steps: int = attrs.field(default=0, validator=_non_negative_int)
     max_evictions: int | None = attrs.field(default=None, validator=_non_negative_int)
-    preempt_for_priority: bool = False
+    preempt_for_priority: bool = attrs.field(default=False, validator=_flag)
 
 
 @attrs.frozen

@@ -80,6 +80,20 @@ def test_unknown_toml_key_is_named(tmp_path, capsys):
     assert code == 2 and "[order]" in err and "lyft" in err
 
 
+@pytest.mark.parametrize("table, key, value", [
+    ("admission", "token_bucket", '"false"'), ("admission", "reserve_output", '"yes"'),
+    ("admission", "kv_cap", "0"), ("order", "lift", '"no"'), ("eviction", "preempt_for_priority", "1"),
+])
+def test_a_flag_in_toml_must_be_true_or_false(tmp_path, capsys, table, key, value):
+    """Found by a fresh user: ``token_bucket = "false"`` turned the token bucket on (a non-empty
+    string is truthy), and every flag took strings and numbers silently."""
+    cfg = tmp_path / "r.toml"
+    cfg.write_text(f'[{table}]\n{key} = {value}\n\n[[tenants]]\nname = "a"\n')
+    code, out, err = run_cli(["simulate", "--config", str(cfg)], capsys)
+    assert code == 2 and "r.toml" in err and f"[{table}]" in err and key in err and "must be true or false" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
 def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "tenantry.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "simulate" in out.stdout
