@@ -44,7 +44,7 @@ from .outdir import STOP_REQUESTED, Interrupted, report_folder, shielded, stop_i
 from tenantry.model.setups import SETUPS, get_setup
 from .evaluate import System, Task, evaluate_batch, hang_note, run_scenario, scenario_of, shrink_scenario
 from .patterns import PATTERNS, Scenario, get_pattern
-from .report import (cell_plots, dump_json, folder_name, matrix_text, plot_cell, write_plots, write_report,
+from .report import (cell_plots, dump_json, folder_name, matrix_md, plot_cell, write_plots, write_report,
                      write_workload_files)
 from .space import freeze
 from .search import Budget, SearchResult, run_search
@@ -725,7 +725,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             dump_json({"summary": summary, "cells": list(cells.values()), "claimed_broken": claimed_broken},
                       outp / "matrix.json")
             from tenantry.model.files import atomic_write_text
-            atomic_write_text(outp / "matrix.md", [matrix_text(setups, patterns, cells, markdown=True)])
+            atomic_write_text(outp / "matrix.md", matrix_md(setups, patterns, cells))
             write_report(outp, summary, cells, plotted, title=f"tenantry {kind}" + (
                 f" --target {setups[0]}" if kind == "verify" else ""))
             dump_json({"wall_s": round(wall_s, 1), "evaluations": evaluations,

@@ -191,6 +191,23 @@ ABBREV = {"flood": "flood", "few_huge": "fewhuge", "slow_decoders": "slowdec", "
           "prefix_herding": "herding", "replica_spreading": "spreading"}
 
 
+#: What a matrix cell shows (report.md and matrix.md).
+MATRIX_LEGEND = ("Each cell: the pattern's objective on the worst workload found (larger is worse for the victims); "
+                 "`*` hurt: at or above the pattern's hurt level; `?` the verdict changes with the victims' seed; "
+                 "`~` the pattern is expected to hurt this setup and did not; `!` a claimed invariant broke (a finding).")
+
+
+def matrix_md(setups: Sequence[str], patterns: Sequence[str], cells: Mapping) -> list[str]:
+    """``matrix.md``: the policy x adversary table in Markdown, with the legend and each
+    pattern's objective and hurt level (the columns' units differ), readable on its own."""
+    from .patterns import PATTERNS
+
+    return [MATRIX_LEGEND, "", matrix_text(setups, patterns, cells, markdown=True), "",
+            "Objectives (hurt at >=): " + "; ".join(
+                f"{p}: {PATTERNS[p].objective} ({PATTERNS[p].finding:g})" for p in patterns if p in PATTERNS)
+            + ".  Their definitions, the findings and the replay commands: report.md."]
+
+
 def cell_marks(c: Mapping[str, Any]) -> str:
     """A cell's marks: ``*`` hurt, ``?`` the verdict changes with the victims' seed, ``~`` expected
     to hurt and did not, ``!`` a claimed invariant broke."""
@@ -333,9 +350,7 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
         f"invariants checked with the catalog of tenantry.spec (history forms during search; state, "
         f"history and two-run forms on each cell's worst workload).",
         "",
-        "Each cell: the pattern's objective on the worst workload found (larger is worse for the victims); "
-        "`*` hurt: at or above the pattern's hurt level; `?` the verdict changes with the victims' seed; "
-        "`~` the pattern is expected to hurt this setup and did not; `!` a claimed invariant broke (a finding)."
+        MATRIX_LEGEND
         + (f" A verdict within a factor {summary.get('spread_band', 2):g} of the hurt level is re-scored on the "
            f"victims' seeds {', '.join(map(str, seeds[1:]))} (same adversary workload)." if len(seeds) > 1 else ""),
         "",
@@ -377,7 +392,8 @@ def write_report(folder: str | os.PathLike, summary: Mapping[str, Any], cells: M
     for p in patterns:
         pat = PATTERNS[p]
         lines.append(f"- **{p}** ({pat.objective}, hurt at >= {pat.finding:g}): {pat.exploits}. "
-                     f"Should hurt: {', '.join(pat.hurts)}. Objective: {OBJECTIVES[pat.objective]}.")
+                     f"Should hurt: {', '.join(pat.hurts) or 'no setup is expected to be hurt'}. "
+                     f"Objective: {OBJECTIVES[pat.objective]}.")
     broken = [(k, c) for k, c in sorted(cells.items()) if c["findings"]]
     lines += ["", "## Broken invariants", ""]
     if not broken:

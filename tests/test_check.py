@@ -220,6 +220,8 @@ def test_same_seed_gives_the_same_matrix_and_workload_files(tmp_path):
     assert "cells/fcfs/flood/workload.jsonl" in fa and "cells/fcfs/flood/azure/adv.csv" in fa
     assert "cells/fcfs/flood/mooncake/chat.jsonl" in fa and "cells/fcfs/flood/shrunk.jsonl" in fa
     assert a["cells"][("fcfs", "flood")]["score"] == b["cells"][("fcfs", "flood")]["score"]
+    md = fa["matrix.md"].decode()  # readable alone (a fresh user: the bare table said nothing of * ? ~ !)
+    assert "`*` hurt" in md and "flood: ttft_p99_inflation (" in md and "| fcfs" in md
     m = json.loads((out / "matrix.json").read_text())
     assert [c["setup"] for c in m["cells"]] == ["fcfs", "vtc_nolift"]
 
