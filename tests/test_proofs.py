@@ -185,3 +185,24 @@ def test_outcome_ok_requires_replay():
     o = Outcome("X~t", "twin", "c", "any N", REFUTED, REFUTED, 0.1, replayed=False)
     assert not o.ok
     assert Outcome("X~t", "twin", "c", "any N", REFUTED, REFUTED, 0.1, replayed=True).ok
+
+
+def test_the_checks_proof_summary_tries_an_undecided_row_again(monkeypatch):
+    """``tenantry check``'s short proof run (2 s per obligation) read "31/33 proved" for a fresh
+    user at load 6: a row Z3 did not decide in the short timeout is now run again with
+    ``tenantry prove``'s timeout before it is called undecided."""
+    from tenantry.adversaries.check import _proofs
+    from tenantry.proofs import core
+
+    real, calls = core.solve, []
+
+    def slow_first(formula, timeout_ms=core.TIMEOUT_MS):  # as if the machine were loaded: short tries run out
+        calls.append(timeout_ms)
+        return core.Check("unknown", 0.0, reason="timeout") if timeout_ms < core.TIMEOUT_MS else real(formula, timeout_ms)
+
+    monkeypatch.setattr(core, "solve", slow_first)
+    from tenantry.proofs.registry import PROOFS
+
+    text, ok = _proofs(0.05)
+    assert ok and text.startswith(f"{len(PROOFS)}/{len(PROOFS)} proved, "), text
+    assert "undecided" not in text and core.TIMEOUT_MS in calls
