@@ -94,6 +94,18 @@ def test_a_flag_in_toml_must_be_true_or_false(tmp_path, capsys, table, key, valu
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_the_table_says_what_its_columns_mean(tmp_path, capsys):
+    """A fresh user read 'done<=0.02s 0%' and 'wtok/s 0' on a short workload with nothing
+    to say what they measure: under the table (on stderr) a legend names the window and --window."""
+    wl = tmp_path / "w.jsonl"
+    wl.write_text('{"request_id":0,"tenant":"a","arrival_s":0,"prompt_tokens":10,"output_tokens":1}\n'
+                  '{"request_id":1,"tenant":"b","arrival_s":0.02,"prompt_tokens":10,"output_tokens":1}\n')
+    code, out, err = run_cli(["simulate", "--workload", str(wl), "--policy", "vtc"], capsys)
+    assert code == 0 and "done<=0.02s: share of the requests sent that finished by 0.02 s" in err
+    assert "--window S" in err and "wtok/s: w_in x prompt + w_out x output tokens" in err
+    assert "429: refused" not in out  # stdout stays the table
+
+
 def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "tenantry.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "simulate" in out.stdout

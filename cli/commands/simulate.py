@@ -58,6 +58,14 @@ def format_table(results: list[tuple[str, list[dict[str, Any]]]], window_s: floa
     return "\n".join([head, "-" * len(head)] + ["" if r is None else line(r) for r in rows])
 
 
+def table_legend(window_s: float) -> str:
+    """What the columns of :func:`format_table` measure (printed to stderr, under the table)."""
+    return (f"429: refused; done<={window_s:g}s: share of the requests sent that finished by {window_s:g} s, the "
+            "end of the arrivals (--window S sets it); TTFT of the admitted requests (never: no first token "
+            f"by the horizon); wtok/s: w_in x prompt + w_out x output tokens of the requests finished by "
+            f"{window_s:g} s, per second")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="replica configuration (TOML); default: 70B on 8 H100s, equal tenants")
     src = p.add_mutually_exclusive_group()
@@ -380,6 +388,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"fleet{label}: {n} replica{'s' if n != 1 else ''}, pools "
                   f"{' '.join(str(c.num_blocks) for c in fc.replicas)} blocks", file=sys.stderr)
     print(format_table(results, window))
+    print(table_legend(window), file=sys.stderr)
     if fleets is not None:
         print()
         print(format_fleet_table(rows))
