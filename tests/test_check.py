@@ -378,6 +378,20 @@ def test_pattern_and_setup_lists_take_spaces_or_commas(argv, dest, want):
     assert getattr(build_parser().parse_args(argv), dest) == want
 
 
+def test_an_unknown_search_or_a_replay_file_outside_a_cell_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    """A fresh user: ``check --search nosuch`` printed the run's banner before its error, and
+    ``check --replay README.md`` named the folder '.', not the file given."""
+    monkeypatch.chdir(tmp_path)
+    assert _code(["check", "--search", "nosuch", "--out", "zz"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--search='nosuch'" in err[0] and "random" in err[0], err
+    assert not (tmp_path / "zz").exists()
+    (tmp_path / "notes.md").write_text("mine\n")
+    assert _code(["check", "--replay", "notes.md"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--replay='notes.md'" in err[0] and "beside it" in err[0], err
+
+
 def test_an_empty_target_workload_names_the_file(tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")

@@ -107,12 +107,15 @@ def replay(folder: Path) -> int:
     from tenantry.adversaries.patterns import scenario_from_workload
     from tenantry.adversaries.report import twin_file
 
+    given = folder
     wl_path = folder / "workload.jsonl"
     if folder.is_file() or folder.suffix == ".jsonl":
         folder, wl_path = folder.parent, folder
     cell_path = folder / "cell.json"
     if not cell_path.exists():
-        raise ConfigError("--replay", str(folder), "no cell.json in this folder (give a cells/<setup>/<pattern> folder)")
+        raise ConfigError("--replay", str(given), "no cell.json " + ("in this folder" if given == folder else
+                          f"beside it in {folder}") + " (give a cells/<setup>/<pattern> folder, or a workload "
+                          "file in one)")
     try:
         cell = json.loads(cell_path.read_text(encoding="utf-8"))
         adv, vic = tuple(cell["adversaries"]), tuple(cell["victims"])
@@ -188,6 +191,11 @@ def run(args: argparse.Namespace) -> int:
         get_setup(name)
     for name in patterns or ():
         get_pattern(name)
+    from tenantry.adversaries.search import SEARCHES
+
+    for name in args.search or ():
+        if name not in SEARCHES:
+            raise ConfigError("--search", name, f"unknown search; choose from {', '.join(SEARCHES)}")
     from tenantry.adversaries.check import matrix_cells
 
     n = len(matrix_cells(setups or list(SETUPS), patterns))
