@@ -584,6 +584,10 @@ def read_history(path: str | os.PathLike) -> History:
             fleet_steps.append(rec)
         elif kind == "request":
             requests.append(_record(RequestRecord, obj, where))
+        elif kind is None and "request_id" in obj and "arrival_s" in obj:
+            raise ConfigError("kind", kind, "must be header, step, fleet_step or request: this line is a request of "
+                              "a workload, not of a history (run it with simulate --workload FILE --history OUT, or "
+                              "verify --target ... --workload FILE)", where)
         else:
             raise ConfigError("kind", kind, "must be header, step, fleet_step or request", where)
     _complete(path, where, header, steps, requests)

@@ -115,6 +115,16 @@ def test_bad_history_file_is_one_line_error(tmp_path, capsys):
     assert err.startswith("tenantry: error: ") and "bad.jsonl:2" in err and len(err.splitlines()) == 1
 
 
+def test_a_workload_given_as_a_history_says_so(tmp_path, capsys):
+    """A fresh user passed a workload to --history and read only 'kind=None: must be header, ...'."""
+    p = tmp_path / "w.jsonl"
+    p.write_text('{"request_id":0,"tenant":"a","arrival_s":0,"prompt_tokens":10,"output_tokens":1}\n')
+    assert main(["verify", "--history", str(p), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "w.jsonl:1" in err and "a request of a workload, not of a history" in err and "--workload" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "r").exists()
+
+
 def test_a_flood_of_findings_is_capped_when_printed_and_in_report_json(tmp_path, clean, capsys, monkeypatch):
     from tenantry.commands import verify as verify_cmd
     from tenantry.spec.invariants_core import Finding
