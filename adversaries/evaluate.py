@@ -225,11 +225,20 @@ def run_scenario(setup: "str | System", scenario: Scenario, depth: str | None = 
     ``ttft_p99_inflation``).
     """
     system = system_of(setup)
-    cfg = system.config(scenario.roles)
     if depth is None:
         run = CheckedRun(system.plain(scenario.workload, scenario.horizon_s, scenario.roles), ())
     else:
         run = system.checked(scenario.workload, scenario.horizon_s, depth, scenario.roles)
+    return scored(system, scenario, run)
+
+
+def scored(setup: "str | System", scenario: Scenario, run: CheckedRun,
+           ) -> tuple[History, History, History | None, Evaluation]:
+    """A scenario's run (history and findings, however it was made) with its metrics: the
+    baseline (the victims alone) and the probe's control twin are run here.  Returns what
+    :func:`run_scenario` returns."""
+    system = system_of(setup)
+    cfg = system.config(scenario.roles)
     hist = run.history
     base = _baseline(system, scenario)
     twin = system.plain(scenario.twin.workload, scenario.horizon_s, scenario.roles) if scenario.twin is not None else None

@@ -60,6 +60,13 @@ def test_clean_target_matrix(tmp_path, on_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder or lock left behind
     text = capsys.readouterr().out
     assert "2 cells" in text and f"report: {out / 'report.md'}" in text
+    # the cell's replay prints its objective and metrics against the record (a fresh user saw only
+    # '488 steps, 0 findings' replaying a hurt cell)
+    argv = shlex.split(cell["replay"])
+    assert argv[:2] == ["tenantry", "verify"] and main(argv[1:]) == 0
+    text = capsys.readouterr().out
+    assert f"sybil: contended_share = {sybil['score']:.6g} (recorded {sybil['score']:.6g}: same)" in text, text
+    assert "  starvation_s" in text and "(recorded" not in text.split("same)", 1)[1]
 
 
 def test_buggy_target_matrix_and_replay(tmp_path, on_path):

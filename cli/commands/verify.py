@@ -344,11 +344,16 @@ def run_target(args: argparse.Namespace) -> int:
         factory = load_factory(args.target, path=args.target_path)
         roles = [(n, "victim") for n in wl.tenants]
         adversaries = tuple(n.strip() for n in args.adversaries.split(",") if n.strip())
+        scenario, cell = None, None
         if adversaries:  # the tenant order and roles of the matrix cell the workload came from
             from tenantry.adversaries.patterns import scenario_from_workload
 
             victims = tuple(n.strip() for n in args.victims.split(",") if n.strip()) or None
-            roles = list(scenario_from_workload(wl, adversaries, victims=victims).roles)
+            cell = _cell_beside(Path(args.workload))
+            scenario = scenario_from_workload(wl, adversaries, victims=victims,
+                                              pattern=cell["pattern"] if cell else "replay",
+                                              **({"horizon_s": args.horizon_s} if args.horizon_s else {}))
+            roles = list(scenario.roles)
         elif args.victims:  # the tenant order alone (every tenant a victim), as a stateful run had it
             victims = tuple(n.strip() for n in args.victims.split(",") if n.strip())
             missing = [n for n in wl.tenants if n not in victims]
@@ -372,15 +377,57 @@ def run_target(args: argparse.Namespace) -> int:
             print(f.render())
         for line in _more_lines(counts, PRINT_PER_INVARIANT):
             print(line)
+        metrics = (_cell_metrics(args, scenario, cell, v.history, found)
+                   if scenario is not None and args.horizon_s else [])  # a cell's replay names its horizon
+        for line in metrics:
+            print(line)
         print(f"{args.target} on {args.workload}: {v.stats.get('steps', 0)} steps, {len(found)} findings")
         report = {"kind": "verify-target", "target": args.target, "describe": v.describe,
                   "claimed": list(v.claimed), "workload": str(args.workload), "stats": v.stats,
                   **_findings_json(found)}
         atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
         atomic_write_text(tmp / "report.md", [f"# tenantry verify --target {args.target} --workload {args.workload}",
-                                              "", v.render(limit=50)])
+                                              "", v.render(limit=50)] + (["", "```", *metrics, "```"] if metrics else []))
     print(f"report: {out}")
     return 1 if found else 0
+
+
+def _cell_beside(workload: Path) -> dict[str, Any] | None:
+    """The matrix cell a workload file was written into (its folder's ``cell.json``), or None
+    when there is none or it cannot be read (the replay then prints metrics without a record)."""
+    try:
+        cell = json.loads((workload.parent / "cell.json").read_text(encoding="utf-8"))
+        return cell if isinstance(cell, dict) and isinstance(cell.get("pattern"), str) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _cell_metrics(args: argparse.Namespace, scenario: Any, cell: dict[str, Any] | None, history: Any,
+                  findings: list) -> list[str]:
+    """The lines a matrix cell's replay prints besides its findings: the pattern's objective and
+    every metric of the run (the victims alone are run once more for the baseline), each
+    against what the cell recorded for that file, as ``tenantry check --replay`` prints them."""
+    from tenantry.adversaries.evaluate import scored
+    from tenantry.adversaries.patterns import scenario_from_workload
+    from tenantry.adversaries.report import twin_file
+    from tenantry.model.traces import read_workload_jsonl
+    from tenantry.spec.invariants_run import CheckedRun
+    from .check import _against_record
+
+    wl_path = Path(args.workload)
+    twin_path = wl_path.parent / twin_file(wl_path.stem)
+    if twin_path.exists():  # the prefix probe's control twin, written beside its workload
+        twin = read_workload_jsonl(twin_path)
+        scenario = scenario.with_workload(scenario.workload, scenario_from_workload(
+            twin, scenario.adversaries, victims=scenario.victims, pattern=scenario.pattern,
+            horizon_s=scenario.horizon_s))
+    _, _, _, ev = scored(_target(args), scenario, CheckedRun(history, tuple(findings)))
+    recorded, differ = _against_record(cell, wl_path.name, ev) if cell else (None, {})
+    objective = cell["objective"] if cell and isinstance(cell.get("objective"), str) else "ttft_p99_inflation"
+    lines = [f"{scenario.pattern}: {objective} = {ev.metrics.get(objective, ev.score):.6g}"
+             + (f" ({recorded})" if recorded else "")]
+    return lines + [f"  {k:<32} {ev.metrics[k]:.6g}" + (f"  (recorded {differ[k]})" if k in differ else "")
+                    for k in sorted(ev.metrics)]
 
 
 def run_target_matrix(args: argparse.Namespace, out: Path, default: bool, patterns: list[str] | None) -> int:
