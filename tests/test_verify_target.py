@@ -255,6 +255,20 @@ def test_a_claimed_noninterference_is_checked_on_a_target_as_on_the_model(tmp_pa
     run = fair.checked(sc.workload, sc.horizon_s, "full", sc.roles)
     assert run.coverage["NONINTERFERENCE"] == "checked (two-run)"
     assert not [f for f in run.findings if f.invariant == "NONINTERFERENCE"]
+    # and its replay command judges it again (a blind fault test: the printed replay of a
+    # NONINTERFERENCE witness ran clean, exit 0, the twin run being only in the matrix)
+    from tenantry.model.traces import write_workload_jsonl
+
+    wl = tmp_path / "w.jsonl"
+    write_workload_jsonl(sc.workload, wl)
+    victims = ",".join(n for n, r in sc.roles if r == "victim")
+    for factory, code in (("make", 1), ("make_fair", 0)):
+        argv = ["verify", "--target", f"leaky_sched:{factory}", "--target-path", str(tmp_path), "--workload", str(wl),
+                "--horizon-s", str(sc.horizon_s), "--adversaries", "adv", "--victims", victims,
+                "--out", str(tmp_path / f"replay-{factory}")]
+        assert main(argv) == code
+        report = json.loads((tmp_path / f"replay-{factory}" / "report.json").read_text())
+        assert [f["invariant"] for f in report["findings"]] == (["NONINTERFERENCE"] if code else []), factory
 
 
 def test_a_knock_on_finding_names_the_invariant_that_broke_first_on_its_witness(tmp_path, on_path):

@@ -325,15 +325,25 @@ class TargetSystem:
             if d is not None:
                 findings.append(d)
             cov["DETERMINISM"] = why
-            observers = tuple(t for t, r in roles if r == "adversary")
-            if "NONINTERFERENCE" in v.claimed and observers:  # as the model's: a second run, contents relabelled
-                from tenantry.spec.invariants_run import noninterference, noninterference_twin
-
-                twin = self.plain(noninterference_twin(workload, observers), horizon_s, roles)
-                findings += noninterference(v.history, twin, observers)
+            ni = self.noninterference(workload, horizon_s, roles, v)
+            if ni is not None:
+                findings += ni
                 cov["NONINTERFERENCE"] = "checked (two-run)"
         unchecked = tuple(i for i, why in cov.items() if why.startswith("skipped"))
         return CheckedRun(v.history, tuple(findings), unchecked, cov)
+
+    def noninterference(self, workload: Workload, horizon_s: float | None, roles, verdict: Verdict,
+                        ) -> list[Finding] | None:
+        """NONINTERFERENCE's two-run form on a run already judged (``verdict``), as the model's: the
+        workload again with every other tenant's prompt contents relabelled, the adversaries
+        observing; None when it is not claimed or no tenant has the adversary role."""
+        observers = tuple(t for t, r in roles if r == "adversary")
+        if "NONINTERFERENCE" not in verdict.claimed or not observers:
+            return None
+        from tenantry.spec.invariants_run import noninterference, noninterference_twin
+
+        twin = self.plain(noninterference_twin(workload, observers), horizon_s, roles)
+        return noninterference(verdict.history, twin, observers)
 
     def plain(self, workload: Workload, horizon_s: float, roles) -> History:
         return verify_workload(self.factory(roles), workload, horizon_s=horizon_s, timeout_s=self.timeout_s,
