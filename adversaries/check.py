@@ -41,6 +41,7 @@ from tenantry.model.config import ConfigError
 from tenantry.model.history import History
 
 from .outdir import STOP_REQUESTED, Interrupted, report_folder, shielded, stop_if_requested
+from .replay import in_report, text_in_report
 from tenantry.model.setups import SETUPS, get_setup
 from .evaluate import System, Task, evaluate_batch, hang_note, run_scenario, scenario_of, shrink_scenario
 from .patterns import PATTERNS, Scenario, get_pattern
@@ -155,8 +156,9 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
     skipped (their record says so): each would first wait out the per-call timeout.
 
     ``replay_root``: the report folder as the user named it (``out`` may be a staging
-    folder); the cell's replay command names ``replay_root/cells/<setup>/<pattern>``
-    so that it works from the folder where ``check`` ran.
+    folder); the cell's replay commands are written as run from it
+    (:func:`~tenantry.adversaries.replay.in_report`: ``cells/<setup>/<pattern>``), so that the
+    report's bytes do not depend on its name.
 
     ``spread_seeds``: when the objective is near the hurt level (:func:`near_threshold`),
     the worst workload's parameters are evaluated again with the victims' traffic drawn
@@ -237,6 +239,11 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
     witnesses = _witnesses(setup, findings, sources, rel=rel, replay_root=replay_root, depth=depth,
                            executor=executor, shrink_evaluations=shrink_evaluations, progress=progress)
     rec["evaluations"] += sum(w[2] for w in witnesses)
+    if replay_root is not None:  # the report's files hold the commands as run from the report folder
+        for d in [rec, *findings]:
+            for k in ("replay", "shrunk_replay"):
+                if isinstance(d.get(k), str):
+                    d[k] = in_report(d[k], replay_root)
     if out is not None:
         with gate.open() if gate is not None else nullcontext():
             folder = out / rel
@@ -398,7 +405,7 @@ def _stateful(out: Path | None, setups: Sequence[str], max_examples: int) -> tup
             if out is not None:
                 path = out / "stateful" / f"{setup}-{e.findings[0].invariant}.jsonl"
                 write_workload_jsonl(e.workload, path)
-                where = f"; workload: {path}"
+                where = f"; workload: {path.relative_to(out)} in the report"
             failed.append(f"{setup}: {e.findings[0].render()}{where}")
     text = (f"{len(setups) - len(failed)}/{len(setups)} setups passed {max_examples} stateful examples each"
             + ("; " + "; ".join(failed) if failed else ""))
@@ -707,8 +714,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             raise
         if own:
             ex.shutdown()
-        if outp is not None and root is not None:  # replay commands name --out, not the staging folder
-            extra = {k: v.replace(str(outp), str(root)) for k, v in extra.items()}
+        if outp is not None and root is not None:  # replay commands as run from the report folder
+            extra = {k: text_in_report(v.replace(str(outp), str(root)), root) for k, v in extra.items()}
         wall_s = time.monotonic() - t0
         evaluations = sum(c["evaluations"] for c in cells.values()) + len(cells)
         unmet = [k for k in keys if cells[k]["expected_hurt"] and not cells[k]["finding"]]

@@ -232,9 +232,11 @@ def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str
     if fleet:
         print()
         print(fleet)
+    from tenantry.adversaries.replay import text_runnable
+
     for k, v in sorted((s.get("extras") or {}).items()):
         secs = (res.get("extras_s") or {}).get(k)
-        print(f"{k}: {v}" + (f" ({secs:.1f} s)" if secs is not None else ""))
+        print(f"{k}: {text_runnable(v, out)}" + (f" ({secs:.1f} s)" if secs is not None else ""))
     unmet, unstable = res.get("unmet", []), res.get("seed_dependent", [])
     if s.get("expected"):
         print(f"expectations: {s.get('expected', 0) - len(unmet)} of {s.get('expected', 0)} \"should hurt\" met"
@@ -242,7 +244,7 @@ def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str
               + f"; {len(unstable)} verdicts change with the victims' seed (?)")
     ev = res["evaluations"]
     print(f"\n{len(cells)} cells, {ev} evaluations in {wall:.1f} s ({ev / wall:.2f} evaluations/s); report: {out / 'report.md'}")
-    for line in _replay_hint(cells):
+    for line in _replay_hint(cells, out):
         print(line)
     code = 0
     if res["claimed_broken"]:
@@ -258,11 +260,21 @@ def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str
     return code
 
 
-def _replay_hint(cells: dict) -> list[str]:
+def _replay_hint(cells: dict, out: Path | None = None) -> list[str]:
     """The one replay command printed under the matrix (every cell's and finding's is in
     report.md and cell.json): a broken invariant's witness that broke it again when replayed
     (its ``finding-<ID>.jsonl``), else the cell replay of a finding shown on the cell's own
-    workload, else the first hurt cell's; none when nothing broke or hurt."""
+    workload, else the first hurt cell's; none when nothing broke or hurt.  With ``out`` (the
+    report folder) the command is printed runnable from here, not from the report folder."""
+    lines = _hint(cells)
+    if out is None:
+        return lines
+    from tenantry.adversaries.replay import text_runnable
+
+    return [text_runnable(line, out) for line in lines]
+
+
+def _hint(cells: dict) -> list[str]:
     found = [(c, f) for c in cells.values() for f in c.get("findings") or ()]
     for c, f in found:
         if f.get("reproduced") and f.get("replay"):

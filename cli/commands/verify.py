@@ -16,6 +16,8 @@ it is a tenantry verify report; the default ``verify-report`` never by a smaller
 run; see :mod:`tenantry.adversaries.outdir`); the matrix uses ``tenantry
 check``'s layout (``cells/<target>/<pattern>/`` with the workload in three
 formats, ``cell.json`` and the command that replays it, into ``<out>-replay``).
+Without ``--out``, ``--workload FILE`` with FILE in a report folder (a cell's replay command,
+which the report writes as run from its folder) writes into ``<report>-replay/``.
 A history naming tenants its header's configuration (or ``--config``) does
 not, or with no request records, is bad input.  At most
 :data:`PRINT_PER_INVARIANT` findings of one invariant are printed and
@@ -128,8 +130,18 @@ def _findings_json(found: list) -> dict[str, Any]:
 
 
 def _out(args: argparse.Namespace) -> tuple[Path, bool]:
-    """The report folder and whether it is the default one."""
-    return (Path(args.out), False) if args.out is not None else (Path(DEFAULT_OUT), True)
+    """The report folder and whether it is the default one.  Without ``--out``, a ``--workload``
+    inside a tenantry report (a cell's replay command) writes beside that report, into
+    ``<report>-replay/...`` (:func:`~tenantry.adversaries.replay.replay_out`)."""
+    if args.out is not None:
+        return Path(args.out), False
+    if getattr(args, "workload", None) and getattr(args, "target", None):
+        from tenantry.adversaries.replay import replay_out
+
+        derived = replay_out(args.workload)
+        if derived is not None:
+            return derived, False
+    return Path(DEFAULT_OUT), True
 
 
 def _history_tenants(path: str, history: Any, config: Any, config_path: str | None) -> None:
