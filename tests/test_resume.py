@@ -1,8 +1,9 @@
 """Nothing a user runs is lost (issue 34): the report's bytes do not depend on the ``--out``
-folder's name."""
+folder's name; a full disk is one line naming the file and what was kept."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, snapshot
 from tenantry.cli import main
 
 #: A small matrix (2 policies x 3 patterns, 6 cells of about a second each on one worker).
@@ -85,3 +86,22 @@ def test_verify_targets_report_does_not_depend_on_the_out_folders_name(at, capsy
     assert (at / "va-replay" / "cells" / "minisched.tenantry_adapter_make_scheduler" / "sybil-replay"
             / "report.json").exists()
     assert sorted(p.name for p in (at / "va").iterdir()) == sorted(p.name for p in (at / "vb").iterdir())
+
+
+def test_a_full_disk_writing_a_history_names_the_file_and_keeps_the_old_one(tmp_path, capsys, monkeypatch):
+    """simulate --history on a full disk: one line naming the history file and saying the old
+    one is as it was (before: ``tenantry: error: : No space left on device``)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", "--policy", "vtc", "--history", "h.jsonl", "--horizon", "2"]) == 0
+    old = (tmp_path / "h.jsonl").read_bytes()
+    capsys.readouterr()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    before = snapshot(tmp_path)
+    assert main(["simulate", "--policy", "vtc", "--history", "h.jsonl", "--horizon", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "tenantry: error: cannot write h.jsonl: No space left on device; h.jsonl is as it was", err
+    assert (tmp_path / "h.jsonl").read_bytes() == old and snapshot(tmp_path) == before
