@@ -15,7 +15,7 @@ a setup claims broke or an extra failed (a proof or twin of the short run did
 not hold; one undecided within its short timeout is listed, not a failure)
 (with ``--strict``, also when a pattern did not hurt a
 setup it is expected to hurt), else 0; 2 on bad input; 130 / 143 on Ctrl-C /
-SIGTERM (nothing written).
+SIGTERM (the finished cells are kept beside ``--out``; ``--resume`` finishes the run).
 
 ``--replay CELL`` re-runs one cell folder's workload file and prints its metrics.
 """
@@ -71,6 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shrink", type=non_negative_int, default=None, metavar="N", help="evaluations per shrink of a finding (default 16; 0: off)")
     p.add_argument("--plots", choices=("findings", "all", "none"), default="findings", help="which cells get plots")
     p.add_argument("--no-extras", action="store_true", help="skip the short run of the proofs and the stateful suite")
+    p.add_argument("--resume", action="store_true",
+                   help="finish the interrupted run of --out (killed, Ctrl-C, a full disk): only its missing cells "
+                        "run, with the same options (refused, naming the option, when one differs); the report is "
+                        "the one an uninterrupted run gives")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the setups and patterns and exit")
     p.add_argument("--replay", type=Path, default=None, metavar="CELL", help="re-run a cell folder's workload (or a "
@@ -201,15 +205,20 @@ def run(args: argparse.Namespace) -> int:
     n = len(matrix_cells(setups or list(SETUPS), patterns))
     check_out(out, "check", default=args.out is None, size=n)  # refused before the plan line and any work
     total = args.total_budget
-    if not args.quiet:
-        print(f"tenantry check: {n} cells, budget {_budget_words(budget)} per cell"
-              + (f", {_budget_words(total)} in total" if total else "") + f"; report: {out}", file=sys.stderr)
+
+    def announce(kept: int) -> None:  # once --out is taken (a refusal is the only line)
+        if not args.quiet:
+            print(f"tenantry check: {n} cells, budget {_budget_words(budget)} per cell"
+                  + (f", {_budget_words(total)} in total" if total else "")
+                  + (f"; resuming: {kept} finished, {n - kept} to run" if args.resume else "")
+                  + f"; report: {out}", file=sys.stderr)
+
     t0 = time.monotonic()
     res = run_check(setups=setups, patterns=patterns, seed=args.seed, budget=budget,
                     searches=tuple(args.search or SEARCHES), out=out, workers=args.workers, executor_kind=args.executor,
                     shrink_evaluations=DEFAULT_SHRINK if args.shrink is None else args.shrink, plots=args.plots,
                     extras=not args.no_extras, progress=not args.quiet, victims=args.victims,
-                    total_budget=total, out_is_default=args.out is None)
+                    total_budget=total, out_is_default=args.out is None, resume=args.resume, announce=announce)
     return report(res, out, time.monotonic() - t0, strict=args.strict)
 
 

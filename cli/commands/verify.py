@@ -23,7 +23,8 @@ not, or with no request records, is bad input.  At most
 :data:`PRINT_PER_INVARIANT` findings of one invariant are printed and
 :data:`KEEP_PER_INVARIANT` kept in ``report.json`` (with the counts).
 Exit status: 0 when nothing was found, 1 on a finding, 2 on bad input, 130 / 143
-on Ctrl-C / SIGTERM (nothing written).
+on Ctrl-C / SIGTERM (the matrix's finished cells are kept beside ``--out``, and
+``--resume`` finishes the run; otherwise nothing is written).
 """
 
 from __future__ import annotations
@@ -101,6 +102,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout-s", type=positive_float, default=10.0, help="per-call timeout for the scheduler (s, default 10)")
     p.add_argument("--quiet", action="store_true", help="target mode: no progress bar")
     p.add_argument("--no-determinism", action="store_true", help="skip the determinism re-run")
+    p.add_argument("--resume", action="store_true",
+                   help="target mode: finish the interrupted matrix run of --out (killed, Ctrl-C, a full disk): only "
+                        "its missing patterns run, with the same options; never automatic, so that a run after a "
+                        "fix to the scheduler does not silently reuse the old cells")
     p.add_argument("--out", default=None, metavar="DIR",
                    help=f"report folder (default {DEFAULT_OUT}); an existing one is replaced only when it is a tenantry "
                         "verify report, and the default one never by a smaller run")
@@ -469,7 +474,7 @@ def run_target_matrix(args: argparse.Namespace, out: Path, default: bool, patter
                     workers=args.workers, executor_kind=args.executor, shrink_evaluations=shrink,
                     extras=not args.quick,
                     progress=not args.quiet, total_budget=args.total_budget, out_is_default=default, kind="verify",
-                    replay_depth="full" if not args.no_determinism else "state")
+                    replay_depth="full" if not args.no_determinism else "state", resume=args.resume)
     return report(res, out, time.monotonic() - t0, what=f"{args.target}: an invariant broke or the protocol was broken")
 
 
@@ -496,6 +501,9 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``tenantry verify``; returns the exit status."""
     if args.timeout_s is not None and not args.timeout_s > 0:
         raise ConfigError("--timeout-s", args.timeout_s, "must be > 0")
+    if args.resume and (args.history or args.workload):
+        raise ConfigError("--resume", True, "only with --target's matrix (a history or a single workload is "
+                          "judged again in full, not resumed)")
     if args.history:
         for flag, value in (("--workload", args.workload), ("--cancellations", args.cancellations),
                             ("--patterns", args.patterns and ",".join(args.patterns)), ("--target-path", args.target_path)):
