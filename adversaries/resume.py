@@ -296,8 +296,9 @@ def plan(target: Path, kind: str, fingerprint: dict | None, *, resume: bool, fla
     if held:
         p = best(held)
         d = difference(p.fingerprint, fingerprint or {}) if not p.problem else p.problem
-        note = (f"{p.path} holds {p.cells}" + (f" of {p.total}" if isinstance(p.total, int) else "")
-                + " finished cells of an interrupted run of " + str(target)
+        of = f" of {p.total}" if isinstance(p.total, int) else ""
+        note = (f"{p.path} holds {p.cells}{of} finished cell{'s' if of or p.cells != 1 else ''} of an interrupted "
+                f"run of {target}"
                 + (": --resume would finish it instead" if d is None else f" ({d})")
                 + "; it is kept until this run's report replaces it")
     return Plan(None, dead, note)
