@@ -215,14 +215,24 @@ CASES = [
 ]
 
 
+class _Case:
+    """What a case's setup gets: its folder ``t``, ``monkeypatch``, and, made when first asked
+    for, the module's ``partials`` and a ``live`` process."""
+
+    def __init__(self, t: Path, monkeypatch, request) -> None:
+        self.t, self.monkeypatch, self._request = t, monkeypatch, request
+
+    def __getattr__(self, name: str):
+        return self._request.getfixturevalue(name)
+
+
 @pytest.mark.parametrize("name, setup, words", CASES, ids=[c[0] for c in CASES])
-def test_a_hostile_run_is_one_line_and_changes_nothing(name, setup, words, tmp_path, monkeypatch, capsys, partials,
-                                                       live):
+def test_a_hostile_run_is_one_line_and_changes_nothing(name, setup, words, tmp_path, monkeypatch, capsys, request):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     _importable(tmp_path)
-    argv = setup(SimpleNamespace(t=tmp_path, monkeypatch=monkeypatch, partials=partials, live=live))
+    argv = setup(_Case(tmp_path, monkeypatch, request))
     capsys.readouterr()
     before = snapshot(tmp_path)
     code = _code(argv)
