@@ -295,12 +295,12 @@ def plan(target: Path, kind: str, fingerprint: dict | None, *, resume: bool, fla
     held = [p for p in dead if p.cells > 0]
     if held:
         p = best(held)
-        d = difference(p.fingerprint, fingerprint or {}) if not p.problem else p.problem
+        d = (p.problem or (None if fingerprint is None else difference(p.fingerprint, fingerprint)))
         of = f" of {p.total}" if isinstance(p.total, int) else ""
+        how = (": --resume would finish it instead" if d is None and fingerprint is not None
+               else f" ({d})" if d else " (its own command with --resume would finish it)")
         note = (f"{p.path} holds {p.cells}{of} finished cell{'s' if of or p.cells != 1 else ''} of an interrupted "
-                f"run of {target}"
-                + (": --resume would finish it instead" if d is None else f" ({d})")
-                + "; it is kept until this run's report replaces it")
+                f"run of {target}{how}; it is kept until this run's report replaces it")
     return Plan(None, dead, note)
 
 

@@ -327,3 +327,20 @@ def test_a_full_disk_with_nothing_finished_removes_the_staging_folder_and_says_s
     assert line.startswith("tenantry: error: cannot write .rep.new-") and \
         line.endswith(": No space left on device; nothing written (rep not created)"), line
     assert snapshot(here) == before
+
+
+def test_a_history_run_on_the_out_of_an_interrupted_matrix_says_so_and_replaces_it_only_at_the_end(
+        here, capsys, partials):
+    """verify --history on the --out of an interrupted verify --target: one line saying the
+    partial is there and what finishes it (this run cannot), then the history's report is
+    published and the partial removed; nothing else beside --out changes."""
+    assert main(["simulate", "--policy", "vtc", "--history", "h.jsonl", "--horizon", "0.5"]) == 0
+    stage = _copy(SimpleNamespace(t=here, partials=partials), "vr")
+    capsys.readouterr()
+    before = snapshot(here)
+    assert _code(["verify", "--history", "h.jsonl", "--out", "vr"]) == 0
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"tenantry: {stage.name} holds 1 of 2 finished cells of an interrupted run of vr (its own "
+                    "command with --resume would finish it); it is kept until this run's report replaces it"), line
+    assert not stage.exists() and (here / "vr" / "report.json").exists()
+    assert _outside(snapshot(here), "vr") == {k: v for k, v in before.items() if not k.startswith(stage.name)}
