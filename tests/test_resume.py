@@ -251,3 +251,37 @@ def test_a_full_disk_writing_a_history_names_the_file_and_keeps_the_old_one(tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == "tenantry: error: cannot write h.jsonl: No space left on device; h.jsonl is as it was", err
     assert (tmp_path / "h.jsonl").read_bytes() == old and snapshot(tmp_path) == before
+
+
+def test_resume_continues_the_total_budgets_clock_from_the_last_kept_cell(at, capsys, monkeypatch):
+    """--total-budget's seconds are the interrupted run's: a resumed run starts its clock where
+    the last kept cell ended.  The first cell is recorded as ending at 1000 s of a 100 s
+    budget, so the resumed run is past its deadline: its cell runs one evaluation per search
+    without shrinking, and the extras are skipped (a fresh clock would have run them)."""
+    import tenantry.adversaries.check as check
+
+    args = ["check", "--policy", "fcfs", "--pattern", "flood", "churn", "--budget", "3", "--total-budget", "100s",
+            "--workers", "1", "--quiet", "--plots", "none", "--search", "random", "evolution"]
+    real, calls = check.save_cell, []
+
+    def second_stops(*a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(check, "save_cell", second_stops)
+    assert _main([*args, "--out", "rep"]) == 130
+    monkeypatch.setattr(check, "save_cell", real)
+    (record,) = at.glob(".rep.new-*/.tenantry-done/0000.json")
+    doc = json.loads(record.read_text())
+    assert doc["done_s"] < 100
+    record.write_text(json.dumps({**doc, "done_s": 1000.0}))
+    capsys.readouterr()
+    assert _main([*args, "--out", "rep", "--resume"]) == 0, capsys.readouterr().err
+    m = json.loads((at / "rep" / "matrix.json").read_text())
+    assert m["summary"]["extras"] == {"proofs": "skipped: the total budget was spent",
+                                      "stateful": "skipped: the total budget was spent"}
+    first, second = m["cells"]
+    assert first == doc["record"]  # the kept cell, as it was recorded
+    assert {s: v["evaluations"] for s, v in second["searches"].items()} == {"random": 1, "evolution": 1}
