@@ -17,7 +17,14 @@ For each cell (setup, pattern) of the matrix, :func:`run_cell`:
 sharing the executor), optionally the proofs and the stateful suite, and
 writes ``matrix.json``, ``matrix.md`` and ``report.md``.  Same seed and an
 evaluation budget: same matrix and same workload files, whatever the number
-of workers.
+of workers, whatever ``--out`` is named, and whether or not the run was killed
+and resumed: each finished cell is recorded in the staging folder as it ends,
+and ``resume`` runs only the missing ones (:mod:`tenantry.adversaries.resume`).
+
+(About 800 lines, past the project's 500: the engine is one driver of the
+matrix, whose cell, witness, extras and pacing parts share its state; the
+resume machinery, the replay commands and the report's files live in their own
+modules.)
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ from tenantry.model.config import ConfigError
 from tenantry.model.history import History
 
 from .outdir import STOP_REQUESTED, Interrupted, report_folder, shielded, stop_if_requested
+from .replay import in_report, text_in_report
+from .resume import fingerprint, load_cells, prune, save_cell
 from tenantry.model.setups import SETUPS, get_setup
 from .evaluate import System, Task, evaluate_batch, hang_note, run_scenario, scenario_of, shrink_scenario
 from .patterns import PATTERNS, Scenario, get_pattern
@@ -155,8 +164,9 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
     skipped (their record says so): each would first wait out the per-call timeout.
 
     ``replay_root``: the report folder as the user named it (``out`` may be a staging
-    folder); the cell's replay command names ``replay_root/cells/<setup>/<pattern>``
-    so that it works from the folder where ``check`` ran.
+    folder); the cell's replay commands are written as run from it
+    (:func:`~tenantry.adversaries.replay.in_report`: ``cells/<setup>/<pattern>``), so that the
+    report's bytes do not depend on its name.
 
     ``spread_seeds``: when the objective is near the hurt level (:func:`near_threshold`),
     the worst workload's parameters are evaluated again with the victims' traffic drawn
@@ -237,6 +247,11 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
     witnesses = _witnesses(setup, findings, sources, rel=rel, replay_root=replay_root, depth=depth,
                            executor=executor, shrink_evaluations=shrink_evaluations, progress=progress)
     rec["evaluations"] += sum(w[2] for w in witnesses)
+    if replay_root is not None:  # the report's files hold the commands as run from the report folder
+        for d in [rec, *findings]:
+            for k in ("replay", "shrunk_replay"):
+                if isinstance(d.get(k), str):
+                    d[k] = in_report(d[k], replay_root)
     if out is not None:
         with gate.open() if gate is not None else nullcontext():
             folder = out / rel
@@ -398,7 +413,7 @@ def _stateful(out: Path | None, setups: Sequence[str], max_examples: int) -> tup
             if out is not None:
                 path = out / "stateful" / f"{setup}-{e.findings[0].invariant}.jsonl"
                 write_workload_jsonl(e.workload, path)
-                where = f"; workload: {path}"
+                where = f"; workload: {path.relative_to(out)} in the report"
             failed.append(f"{setup}: {e.findings[0].render()}{where}")
     text = (f"{len(setups) - len(failed)}/{len(setups)} setups passed {max_examples} stateful examples each"
             + ("; " + "; ".join(failed) if failed else ""))
@@ -563,7 +578,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
               victims: str = "excerpt",
               log: Callable[[str], None] | None = None, total_budget: Budget | None = None,
               spread_seeds: int = SPREAD_SEEDS, out_is_default: bool = False, kind: str = "check",
-              replay_depth: str = "full") -> dict[str, Any]:
+              replay_depth: str = "full", resume: bool = False,
+              announce: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run the matrix.
 
     Args:
@@ -589,6 +605,12 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         executor: use this executor instead of making one.
         executor_kind: the executor to make (:func:`~tenantry.adversaries.evaluate.make_executor`:
             ``process``, ``ray``, ``ray:ADDRESS``, ``dask`` or ``dask:ADDRESS``); results do not depend on it.
+        resume: finish the interrupted run of ``out`` with the same options
+            (:mod:`tenantry.adversaries.resume`): only its missing cells run, and the report is the
+            bytes an uninterrupted run gives.  ``--total-budget``'s seconds continue the
+            interrupted run's clock from when its last kept cell ended.
+        announce: called with the number of finished cells resumed once ``out`` is taken (before
+            any work: a refusal comes before it).
 
     Returns:
         {"summary": ..., "cells": {(setup, pattern): record}, "claimed_broken": bool,
@@ -597,8 +619,9 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
 
     Raises:
         ConfigError: on an unknown setup, pattern or search name, or an ``out`` it may not replace.
-        Interrupted: on Ctrl-C (or SIGTERM through the CLI): worker processes killed,
-            nothing written, ``out`` as it was.
+        Interrupted: on Ctrl-C (or SIGTERM through the CLI): worker processes killed, ``out``
+            as it was; the finished cells kept in the staging folder for ``resume`` (none: removed).
+        WriteError: a file could not be written (a full disk): naming it and what was kept.
     """
     from .evaluate import executor_slots, make_executor, same_tasks_once, terminate_executor
     from .search import private_hypothesis_home
@@ -622,8 +645,23 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
     outp = Path(out) if out is not None else None
     root = outp
     stage = ExitStack()
+    kept: dict[tuple[str, str], dict[str, Any]] = {}  # a resumed run's finished cells
+    index = {k: i for i, k in enumerate(keys)}
+    rel = lambda k: Path("cells") / folder_name(k[0]) / k[1]  # noqa: E731
     if outp is not None:  # refused here, before any work, when it may not be replaced
-        outp = stage.enter_context(report_folder(outp, kind, default=out_is_default, size=len(keys)))
+        fp = fingerprint(kind, systems, explicit_patterns and list(patterns), keys, seed=seed, budget=budget,
+                          total_budget=total_budget, searches=searches, shrink=shrink_evaluations, plots=plots,
+                          extras=extras, victims=victims, spread_seeds=spread_seeds, depth=replay_depth)
+        outp = stage.enter_context(report_folder(outp, kind, default=out_is_default, size=len(keys), fingerprint=fp,
+                                                 resume=resume))
+        if resume:
+            kept = load_cells(outp, keys)
+            with shielded():
+                prune(outp, {index[k]: rel(k) for k in kept})
+    elif resume:
+        raise ConfigError("--resume", None, "needs the report folder (--out) of the run to finish")
+    if announce is not None:
+        announce(len(kept))
     with stage, private_hypothesis_home(), same_tasks_once():
         own = executor is None
         ex: cf.Executor | None = executor
@@ -631,15 +669,18 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         # the worker busy (one per worker left a fifth of the CPU idle); inline (1 worker), one
         n_workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
         n_threads = [cell_threads or (2 * n_workers if n_workers > 1 else 1)]
-        t0 = time.monotonic()
+        # a resumed run continues the interrupted run's clock from when its last kept cell ended
+        t0 = time.monotonic() - max((c["done_s"] for c in kept.values()), default=0.0)
         deadline = t0 + total_budget.seconds if total_budget is not None and total_budget.seconds else None
-        cells: dict[tuple[str, str], dict[str, Any]] = {}
+        cells: dict[tuple[str, str], dict[str, Any]] = {k: c["record"] for k, c in kept.items()}
         gate = _Gate()
-        started = [0]
+        started = [len(kept)]
         start_lock = threading.Lock()
         bar = None  # made once the executor is up (an unreachable cluster is one line, no bar)
 
-        spent = {"seconds": 0.0, "evaluations": 0}  # cell-thread seconds and evaluations of the cells done
+        # cell-thread seconds and evaluations of the cells done (the kept ones' too: --total-budget's pacing)
+        spent = {"seconds": sum(c["cell_s"] for c in kept.values()),
+                 "evaluations": sum(c["record"]["evaluations"] + 1 for c in kept.values())}
 
         def one(key: tuple[str, str]) -> dict[str, Any]:
             with start_lock:
@@ -654,12 +695,18 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             rec = run_cell(by_label[s], p, seed=seed, budget=b, executor=ex, out=outp, searches=searches,
                            shrink_evaluations=shrink_n, plots=plots == "all", progress=False, victims=victims,
                            replay_root=root, spread_seeds=spread_seeds, gate=gate, depth=replay_depth)
+            cell_s = time.monotonic() - now
             with start_lock:
-                spent["seconds"] += time.monotonic() - now
+                spent["seconds"] += cell_s
                 spent["evaluations"] += rec["evaluations"] + 1  # + the replay of the worst workload
+            if outp is not None:  # the cell is finished once its record is written, after all its files
+                with gate.open():
+                    rec = save_cell(outp, index[key], key, rec, done_s=round(time.monotonic() - t0, 1),
+                                    cell_s=cell_s)
             return rec
 
-        done_s: dict[str, float] = {}  # "setup/pattern" -> seconds from the start when the cell was done
+        # "setup/pattern" -> seconds from the start when the cell was done
+        done_s: dict[str, float] = {f"{k[0]}/{k[1]}": c["done_s"] for k, c in kept.items()}
 
         plot_jobs: dict[tuple[str, str], cf.Future] = {}  # a finding cell's plots, made by the executor meanwhile
 
@@ -678,10 +725,14 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
                 ex = make_executor(workers, executor_kind)
             if cell_threads is None and workers is None and executor_slots(ex):  # a cluster: two cells per CPU
                 n_threads[0] = max(n_threads[0], 2 * executor_slots(ex))
-            bar = tqdm(total=len(keys), desc=f"tenantry {kind}", unit="cell", disable=not progress,
+            bar = tqdm(total=len(keys), initial=len(kept), desc=f"tenantry {kind}", unit="cell", disable=not progress,
                        dynamic_ncols=True)
+            for k in keys:  # the plots of a resumed run's kept finding cells, as if they had just ended
+                if k in kept and outp is not None and plots == "findings" and cells[k]["finding"]:
+                    plot_jobs[k] = ex.submit(plots_of, Task(by_label[k[0]], k[1], freeze(cells[k]["params"]), seed,
+                                                            victims=victims), k[0])
             try:
-                _cells_in_threads(keys, one, n_threads[0], done)
+                _cells_in_threads([k for k in keys if k not in kept], one, n_threads[0], done)
             finally:
                 bar.close()
             plotted: dict[tuple[str, str], list[str]] = {}
@@ -707,8 +758,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             raise
         if own:
             ex.shutdown()
-        if outp is not None and root is not None:  # replay commands name --out, not the staging folder
-            extra = {k: v.replace(str(outp), str(root)) for k, v in extra.items()}
+        if outp is not None and root is not None:  # replay commands as run from the report folder
+            extra = {k: text_in_report(v.replace(str(outp), str(root)), root) for k, v in extra.items()}
         wall_s = time.monotonic() - t0
         evaluations = sum(c["evaluations"] for c in cells.values()) + len(cells)
         unmet = [k for k in keys if cells[k]["expected_hurt"] and not cells[k]["finding"]]

@@ -18,9 +18,15 @@ goes through :func:`report_folder`:
   (``.<name>.new-*``, same file system) and published whole at the end
   (:func:`publish`): the old folder is renamed away, the new one in, the old
   one deleted.  Readers see the old report or the new one, never a mix.
-* On Ctrl-C, SIGTERM or any error the staging folder is deleted and the target
-  is left as it was; a :class:`KeyboardInterrupt` leaves as :class:`Interrupted`,
-  whose ``kept`` says so in words.
+* On Ctrl-C, SIGTERM or any error the target is left as it was.  The staging
+  folder of a matrix run that finished cells is kept for ``--resume``
+  (:mod:`tenantry.adversaries.resume`); any other is deleted.  A
+  :class:`KeyboardInterrupt` leaves as :class:`Interrupted`, whose ``kept`` says
+  what was kept in words; a failed write (a full disk) as a
+  :class:`~tenantry.model.files.WriteError` naming the file and what was kept.
+* A staging folder or lock file left by a killed run never blocks a run; the
+  staging folders of runs whose writer is gone are removed once a report
+  replaces them, never before.
 
 :func:`check_output_file` is the same rule for single files (``simulate
 --history``): an existing file is replaced only when it is one tenantry wrote.
@@ -35,13 +41,15 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from tenantry.model.config import ConfigError
 
@@ -53,8 +61,7 @@ except ImportError:  # not POSIX: no lock (two runs on one folder are not refuse
 #: The marker file in every report folder tenantry writes: JSON with the kind
 #: (``check`` or ``verify``), the size (cells or patterns) and every file written.
 MARKER = ".tenantry-report"
-#: Marker of a staging folder (so a later run may remove one left by a killed run).
-STAGING_MARKER = ".tenantry-staging"
+from .resume import STAGING_MARKER  # noqa: E402  (the marker of a staging folder; see resume)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -63,11 +70,13 @@ class Interrupted(KeyboardInterrupt):
     Attributes:
         detail: how far the run got (``after 37 of 204 cells``), or "".
         kept: what was kept, in words (``nothing written; out/ is as it was``), or "".
+        resumable: finished cells were kept that ``--resume`` finishes (the command line
+            then prints the command).
     """
 
-    def __init__(self, detail: str = "", kept: str = "") -> None:
+    def __init__(self, detail: str = "", kept: str = "", resumable: bool = False) -> None:
         super().__init__(detail)
-        self.detail, self.kept = detail, kept
+        self.detail, self.kept, self.resumable = detail, kept, resumable
 
 
 def _umask() -> int:
@@ -229,6 +238,10 @@ def check_out(target: str | os.PathLike, kind: str, *, flag: str = "--out", defa
         if _inside(Path(inp).resolve(), real):
             raise ConfigError(flag, shown, f"holds the input {inp}, and the report replaces the whole folder; "
                               "give another --out")
+    stage = next((a for a in real.parents if (a / STAGING_MARKER).is_file()), None)
+    if stage is not None:
+        raise ConfigError(flag, shown, f"is inside {stage}, the staging folder of an unfinished tenantry run; give "
+                          "a folder outside it")
     if target.is_symlink():
         raise ConfigError(flag, shown, "is a symbolic link; give the folder itself or a new one")
     if not target.exists():
@@ -246,6 +259,11 @@ def check_out(target: str | os.PathLike, kind: str, *, flag: str = "--out", defa
     if marker is None:
         if not entries and not (target / MARKER).exists():
             return  # an empty folder: nothing to lose
+        if (target / STAGING_MARKER).is_file():
+            m = re.match(r"^\.(.+)\.new-[^/]*$", target.name)
+            raise ConfigError(flag, shown, "is the staging folder of an unfinished tenantry run, not a report"
+                              + (f"; to finish that run give --out {target.parent / m.group(1)} --resume"
+                                 if m else "") + ", or give another --out")
         raise ConfigError(flag, shown, f"exists and is not a tenantry {kind} report (no {MARKER} file); "
                           "give a new folder, or remove this one yourself")
     if marker.get("kind") != kind:
@@ -263,16 +281,36 @@ def check_out(target: str | os.PathLike, kind: str, *, flag: str = "--out", defa
                           "(or remove the folder)")
 
 
+def _ours(fd: int) -> bool:
+    """True when the open lock file ``fd`` is one tenantry made: empty (an older tenantry's) or
+    holding a tenantry lock's JSON (a run killed before it removed it)."""
+    data = os.pread(fd, 4096, 0)
+    if not data.strip():
+        return True
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("tool") == "tenantry" and doc.get("lock") == 1
+
+
 @contextmanager
 def _lock(target: Path, flag: str) -> Iterator[None]:
     """Hold ``.<name>.lock`` beside ``target`` (flock); refuse at once when another run holds it.
-    The file is removed at the end only when this run made it (never a file someone left there)."""
+
+    The lock file names its holder (JSON: this process, :func:`~tenantry.adversaries.resume.identity`).
+    One left by a killed run is not locked (the kernel drops a dead process's flock), so it
+    never blocks a run: this run takes it over and removes it at the end.  A file of that name
+    that tenantry did not write (a user's) is locked for the run but neither changed nor removed.
+    """
+    from .resume import identity
+
     path = target.parent / f".{target.name}.lock"
     if fcntl is None:
         yield
         return
     while True:
-        try:  # made here: removed at the end; there already (a user's file, a killed run's lock): left as it is
+        try:  # made here, or a killed run's: removed at the end; a user's file of that name: left as it is
             fd, made = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666 & ~_umask()), True
         except FileExistsError:
             try:
@@ -295,6 +333,14 @@ def _lock(target: Path, flag: str) -> Iterator[None]:
             break
         os.close(fd)  # the holder removed the file as we opened it: take the new one
     try:
+        if made or _ours(fd):
+            made = True
+            text = json.dumps({"tool": "tenantry", "lock": 1, "out": target.name, "process": identity()}).encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, text + b"\n", 0)
+    except OSError:
+        pass  # the lock holds without its note
+    try:
         yield
     finally:
         with shielded():
@@ -306,33 +352,50 @@ def _lock(target: Path, flag: str) -> Iterator[None]:
             os.close(fd)
 
 
-def _stale_staging(target: Path) -> None:
-    """Remove staging folders of this target left by a killed run (only ours: they hold the staging marker)."""
-    for p in target.parent.glob(f".{target.name}.new-*"):
-        if p.is_dir() and not p.is_symlink() and (p / STAGING_MARKER).is_file():
-            shutil.rmtree(p, ignore_errors=True)
+def _write_marker(folder: Path, kind: str, size: int | None, unit: str, leave: tuple[str, ...] = ()) -> None:
+    """Write the report marker of ``folder`` listing its files, but those under the names
+    ``leave`` (the staging folder's own, removed before it is published)."""
+    from tenantry.model.files import atomic_write_text
 
-
-def _write_marker(folder: Path, kind: str, size: int | None, unit: str) -> None:
-    files = sorted(_listing(folder))
+    files = sorted(f for f in _listing(folder) if not any(f == x or f.startswith(x) for x in leave))
     doc = {"tool": "tenantry", "kind": kind, "size": size, "unit": unit, "files": files}
-    (folder / MARKER).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write_text(folder / MARKER, [json.dumps(doc, indent=1, sort_keys=True)])
+
+
+def _note(line: str) -> None:
+    print(f"tenantry: {line}", file=sys.stderr, flush=True)
 
 
 @contextmanager
 def report_folder(target: str | os.PathLike, kind: str, *, flag: str = "--out", default: bool = False,
                   size: int | None = None, unit: str = "cell",
-                  inputs: Iterable[str | os.PathLike | None] = ()) -> Iterator[Path]:
+                  inputs: Iterable[str | os.PathLike | None] = (), fingerprint: dict | None = None,
+                  resume: bool = False, note: Callable[[str], None] | None = _note) -> Iterator[Path]:
     """Check ``target`` (:func:`check_out`), lock it, yield a staging folder, publish it with a marker.
 
-    On any exception the staging folder is removed and ``target`` is left as it
-    was; a KeyboardInterrupt (Ctrl-C, or SIGTERM as the CLI maps it) leaves as
-    :class:`Interrupted` with ``kept`` saying so.
+    A run that keeps its finished cells (:mod:`tenantry.adversaries.resume`) gives its
+    ``fingerprint`` (every option that changes the report): the staging folder records it,
+    and on Ctrl-C, SIGTERM or an error the folder is kept when it holds a finished cell
+    (``--resume`` finishes the run).  With ``resume`` the yielded folder is the interrupted
+    run's (:func:`~tenantry.adversaries.resume.plan`), as it was left.  Partial runs of
+    ``target`` whose writer is gone are removed once the report is published, never before
+    (``note`` is told about one holding finished cells when this run starts afresh).
+
+    Otherwise, on any exception the staging folder is removed; ``target`` is always left as
+    it was.  A KeyboardInterrupt (Ctrl-C, or SIGTERM as the CLI maps it) leaves as
+    :class:`Interrupted` with ``kept`` saying what was kept; an OSError (a full disk, a
+    read-only folder) leaves with ``kept`` saying the same (a
+    :class:`~tenantry.model.files.WriteError` names the path being written).
 
     Raises:
-        ConfigError: before any work, for a target this run may not replace.
+        ConfigError: before any work, for a target this run may not replace, or a ``resume``
+            with nothing to resume.
         OSError: when the parent folder cannot be created or written.
     """
+    from tenantry.model.files import WriteError
+
+    from . import resume as rs
+
     inputs = list(inputs)
     check_out(target, kind, flag=flag, default=default, size=size, inputs=inputs)
     target = Path(target)
@@ -340,40 +403,66 @@ def report_folder(target: str | os.PathLike, kind: str, *, flag: str = "--out", 
         target = target.resolve()
     existed = target.exists()
     made = [a for a in reversed(target.absolute().parents) if not a.exists()]  # folders this run creates
-    target.parent.mkdir(parents=True, exist_ok=True)
+    as_was = f"{target} is as it was" if existed else f"{target} not created"
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         with _lock(target, flag):
             check_out(target, kind, flag=flag, default=default, size=size, inputs=inputs)  # as it is now, locked
-            _stale_staging(target)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
-            (tmp / STAGING_MARKER).write_text(f"{os.getpid()}\n", encoding="utf-8")
+            chosen = rs.plan(target, kind, fingerprint, resume=resume, flag=flag)
+            if chosen.note and note is not None:
+                note(chosen.note)
+            if chosen.resume is not None:
+                tmp = chosen.resume.path
+            else:
+                tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
             try:
+                rs.write_marker(tmp, target, kind, fingerprint, size)
                 yield tmp
-                with shielded():
-                    (tmp / STAGING_MARKER).unlink()
+                with shielded():  # the finished cells stay resumable until the report's marker is written
                     check_out(target, kind, flag=flag, default=default, size=size, inputs=inputs)
-                    _write_marker(tmp, kind, size, unit)
-            except KeyboardInterrupt as e:
-                _remove(tmp)
-                kept = (f"nothing written: {target} is as it was" if existed
-                        else f"nothing written ({target} not created)")
-                raise Interrupted(getattr(e, "detail", ""), kept) from None
-            except BaseException:
-                _remove(tmp)
+                    _write_marker(tmp, kind, size, unit, leave=(STAGING_MARKER, f"{rs.DONE}/"))
+                    (tmp / STAGING_MARKER).unlink()
+                    shutil.rmtree(tmp / rs.DONE, ignore_errors=True)
+            except BaseException as e:
+                with shielded():
+                    n = rs.finished(tmp) if fingerprint is not None and (tmp / STAGING_MARKER).is_file() else 0
+                    if not n:
+                        _remove(tmp)
+                kept = (f"{n} finished cell{'s' if n != 1 else ''} kept in {tmp} for --resume ({as_was})" if n
+                        else f"nothing written: {as_was}" if existed else f"nothing written ({as_was})")
+                if isinstance(e, KeyboardInterrupt):
+                    raise Interrupted(getattr(e, "detail", ""), kept, resumable=bool(n)) from None
+                if isinstance(e, WriteError) or (isinstance(e, OSError) and e.errno in WRITE_ERRNOS):
+                    raise WriteError(e.errno, e.strerror or str(e), e.filename if e.filename is not None else str(tmp),
+                                     kept, resumable=bool(n)) from None
+                if isinstance(e, OSError):
+                    e.kept, e.resumable = kept, bool(n)  # type: ignore[attr-defined]
                 raise
             try:
                 publish(tmp, target)
             except BaseException:
                 _remove(tmp)
                 raise
-    except BaseException:
+            with shielded():
+                rs.remove_partials(chosen.stale)
+    except BaseException as e:
         with shielded():
             for a in reversed(made):  # the parent folders this run made, when still empty
                 try:
                     a.rmdir()
                 except OSError:
                     break
+        if isinstance(e, OSError) and not isinstance(e, WriteError) and e.errno in WRITE_ERRNOS:
+            # the parent folder or the lock could not be made (a read-only or full file system)
+            raise WriteError(e.errno, e.strerror or str(e), e.filename if e.filename is not None else str(target),
+                             f"nothing written: {as_was}" if existed else f"nothing written ({as_was})") from None
         raise
+
+
+#: errno values of a write that failed for want of room or rights (a full disk, a quota, a
+#: read-only file system, no permission, a file too large, an I/O error).
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG,
+                          errno.EIO})
 
 
 def is_history_file(path: Path) -> bool:

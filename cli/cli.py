@@ -117,15 +117,14 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError):
             pass
         return 141  # 128 + SIGPIPE, what a shell reports for a program stopped by a closed pipe
-    except OSError as e:  # unreadable input or unwritable output: name the path
-        where = e.filename if e.filename is not None else ""
-        print(f"tenantry: error: {where}: {e.strerror or e}", file=sys.stderr)
+    except OSError as e:  # unreadable input or unwritable output: name the path, and what was kept
+        print(f"tenantry: error: {_os_error(e, argv)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        return _interrupted(e, old, got)
+        return _interrupted(e, old, got, argv)
     except Exception as e:
         if got:  # a signal surfacing as another exception (ctypes wraps one raised in a call into Z3)
-            return _interrupted(e, old, got)
+            return _interrupted(e, old, got, argv)
         raise
     finally:
         for s, h in old.items():
@@ -135,7 +134,28 @@ def main(argv: list[str] | None = None) -> int:
         STOP_REQUESTED.clear()
 
 
-def _interrupted(e: BaseException, old: dict, got: list[int]) -> int:
+def _os_error(e: OSError, argv: list[str] | None) -> str:
+    """The one line of an OSError: ``cannot write PATH: No space left on device; <what was kept>``
+    for a write (:class:`~tenantry.model.files.WriteError`), ``PATH: <reason>`` otherwise, and
+    the command that finishes the run when its finished cells were kept."""
+    from tenantry.model.files import WriteError
+
+    where = e.filename if e.filename is not None else ""
+    head = f"cannot write {where}" if isinstance(e, WriteError) else where
+    kept = getattr(e, "kept", "")
+    return (f"{head}: {e.strerror or e}" + (f"; {kept}" if kept else "")
+            + (f"; to finish the run: {resume_command(argv)}" if getattr(e, "resumable", False) else ""))
+
+
+def resume_command(argv: list[str] | None) -> str:
+    """The command line that finishes an interrupted run: this one with ``--resume``."""
+    import shlex
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    return shlex.join(["tenantry", *args, *([] if "--resume" in args else ["--resume"])])
+
+
+def _interrupted(e: BaseException, old: dict, got: list[int], argv: list[str] | None = None) -> int:
     """Print the one line of a stop by SIGINT / SIGTERM (what was kept) and return its exit status."""
     for s in old:  # a second signal while the line is printed changes nothing
         signal.signal(s, signal.SIG_IGN)
@@ -143,7 +163,9 @@ def _interrupted(e: BaseException, old: dict, got: list[int]) -> int:
     word = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
     detail, kept = getattr(e, "detail", ""), getattr(e, "kept", "")
     print(f"tenantry: {word}{' ' + detail if detail else ''}; "
-          f"{kept or 'nothing was being written'}", file=sys.stderr)
+          f"{kept or 'nothing was being written'}"
+          + (f"; to finish the run: {resume_command(argv)}" if getattr(e, "resumable", False) else ""),
+          file=sys.stderr)
     return SIGNAL_EXIT.get(signum, 130)
 
 

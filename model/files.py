@@ -17,6 +17,30 @@ from typing import Iterable, Iterator
 from .config import ConfigError
 
 
+class WriteError(OSError):
+    """A file could not be written (a full disk, a quota, a read-only file system, no
+    permission): ``filename`` is the path being written (never a temporary file's),
+    ``kept`` says in words what is as it was (``out/h.jsonl is as it was``), and the
+    command line prints both on one line.
+
+    Attributes:
+        errno, strerror, filename: as :class:`OSError`'s.
+        kept: what was kept, in words ("" when nothing is known).
+        resumable: True when the run kept finished work that ``--resume`` finishes.
+    """
+
+    def __init__(self, errno: int | None, strerror: str, filename: str, kept: str = "",
+                 resumable: bool = False) -> None:
+        super().__init__(errno, strerror, filename)
+        self.kept, self.resumable = kept, resumable
+
+
+def write_failed(e: OSError, path: str | os.PathLike, kept: str = "", resumable: bool = False) -> WriteError:
+    """``e`` (an OSError raised while writing ``path``) as a :class:`WriteError` naming
+    ``path`` (a write, flush or fsync error names no file) and saying what was ``kept``."""
+    return WriteError(e.errno, e.strerror or str(e), str(path), kept, resumable)
+
+
 def atomic_write_text(path: str | os.PathLike, lines: Iterable[str]) -> None:
     """Write ``lines`` (each followed by a newline) to ``path`` atomically.
 
@@ -24,10 +48,20 @@ def atomic_write_text(path: str | os.PathLike, lines: Iterable[str]) -> None:
     fsync'ed, then renamed over ``path``: a reader sees the old file or the new
     one, never half of one.  On any error the temporary file is removed and the
     old file is left as it was.
+
+    Raises:
+        WriteError: when the file cannot be written (ENOSPC, EDQUOT, EROFS, EACCES, ...):
+            naming ``path`` and saying that the old file is as it was (or was not made).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except WriteError:
+        raise
+    except OSError as e:
+        raise write_failed(e, path, _left(path, existed)) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             for line in lines:
@@ -37,12 +71,18 @@ def atomic_write_text(path: str | os.PathLike, lines: Iterable[str]) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file an ordinary mode
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and not isinstance(e, WriteError):
+            raise write_failed(e, path, _left(path, existed)) from None
         raise
+
+
+def _left(path: Path, existed: bool) -> str:
+    return f"{path} is as it was" if existed else f"{path} was not written"
 
 
 #: Largest input file read, in MiB (workloads, histories, traces); the environment variable

@@ -5,7 +5,11 @@ The example database lives in ``.hypothesis/`` at the repository root (or in
 ``$TENANTRY_HYPOTHESIS_DB``), a plain directory that can be copied between machines.
 """
 
+import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from hypothesis import HealthCheck, settings
@@ -30,3 +34,45 @@ SHARED = REPO.parent / "shared"
 SHARED_TRACES = SHARED / "traces"
 #: The documents the project started from (seed programs are extracted from them at test time).
 SHARED_SEEDS = SHARED / "seeds"
+
+
+# --- helpers of the hostile-use tests (tests/test_hostile*.py, tests/test_resume.py) -----------
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every path under root: (kind, bytes, mtime_ns) for files, (kind, target) for links, kind for folders."""
+    out: dict[str, tuple] = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        if p.is_symlink():
+            out[rel] = ("link", os.readlink(p))
+        elif p.is_dir():
+            out[rel] = ("dir",)
+        else:
+            out[rel] = ("file", p.read_bytes(), p.stat().st_mtime_ns)
+    return out
+
+
+def fake_report(folder: Path, kind: str, size: int, files=("report.md",)) -> Path:
+    """A folder that looks like a tenantry report of ``kind`` and ``size`` (marker and files)."""
+    folder.mkdir(parents=True)
+    for f in files:
+        (folder / f).write_text("old report\n")
+    (folder / ".tenantry-report").write_text(json.dumps(
+        {"tool": "tenantry", "kind": kind, "size": size, "unit": "cell", "files": sorted(files)}))
+    return folder
+
+
+def tenantry_process(args, cwd, **kw) -> subprocess.Popen:
+    """The console script (``python -m tenantry.cli ARGS``) in a subprocess of its own session."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PYTHONPATH", None)
+    return subprocess.Popen([sys.executable, "-m", "tenantry.cli", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, **kw)
+
+
+def wait_for(cond, within_s: float = 60.0, poll_s: float = 0.05) -> None:
+    """Poll ``cond()`` until it is true; fail after ``within_s``."""
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < within_s, "the run never got going"
+        time.sleep(poll_s)

@@ -216,7 +216,7 @@ def test_same_seed_gives_the_same_matrix_and_workload_files(tmp_path):
     assert (out / ".tenantry-report").read_bytes() == marker_a
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]  # no staging folder or lock left behind
     assert (out / "matrix.json").stat().st_mode & 0o777 == 0o666 & ~_umask()
-    assert f"tenantry check --replay {out / 'cells' / 'fcfs' / 'flood'}" in fa["report.md"].decode()
+    assert "tenantry check --replay cells/fcfs/flood`" in fa["report.md"].decode()  # run from the report folder
     assert "cells/fcfs/flood/workload.jsonl" in fa and "cells/fcfs/flood/azure/adv.csv" in fa
     assert "cells/fcfs/flood/mooncake/chat.jsonl" in fa and "cells/fcfs/flood/shrunk.jsonl" in fa
     assert a["cells"][("fcfs", "flood")]["score"] == b["cells"][("fcfs", "flood")]["score"]
@@ -294,7 +294,8 @@ def test_a_shrunk_prefix_probe_replays_with_its_own_twin_and_every_metric_is_com
     cell_dir = out / "cells" / "shared_cache" / "prefix_probe"
     cell = json.loads((cell_dir / "cell.json").read_text())
     assert cell["shrunk_requests"] < cell["adversary_requests"] and (cell_dir / "shrunk-twin.jsonl").exists()
-    assert f"replay shared_cache/prefix_probe (hurt): {cell['replay']}" in capsys.readouterr().out  # on screen too
+    assert cell["replay"] == "tenantry check --replay cells/shared_cache/prefix_probe"  # from the report folder
+    assert f"replay shared_cache/prefix_probe (hurt): tenantry check --replay {cell_dir}" in capsys.readouterr().out
     assert main(["check", "--replay", str(cell_dir / "shrunk.jsonl")]) == 0
     assert f"probe_auc = {cell['shrunk_score']:.6g} (recorded {cell['shrunk_score']:.6g}: same)" in capsys.readouterr().out
     cell["metrics"]["contended_share"] = 0.5  # a recorded metric the replay does not give back

@@ -13,14 +13,13 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, fake_report, snapshot, tenantry_process, wait_for
 from tenantry.cli import main
 
 HEADER = {"kind": "header", "format": 1, "config": {"tenants": [{"name": "a"}, {"name": "b"}]}}
@@ -29,33 +28,12 @@ REQUEST = {"kind": "request", "request_id": 0, "tenant": "a", "arrival_s": 0.0, 
 WORKLOAD_LINE = '{"request_id":0,"tenant":"a","arrival_s":0,"prompt_tokens":10,"output_tokens":1}\n'
 
 
-def snapshot(root: Path) -> dict[str, tuple]:
-    """Every path under root: (kind, bytes, mtime_ns) for files, (kind, target) for links, kind for folders."""
-    out: dict[str, tuple] = {}
-    for p in sorted(root.rglob("*")):
-        rel = str(p.relative_to(root))
-        if p.is_symlink():
-            out[rel] = ("link", os.readlink(p))
-        elif p.is_dir():
-            out[rel] = ("dir",)
-        else:
-            out[rel] = ("file", p.read_bytes(), p.stat().st_mtime_ns)
-    return out
-
-
 def _lines(path: Path, *objs) -> Path:
     path.write_text("".join(json.dumps(o) + "\n" for o in objs))
     return path
 
 
-def _report(folder: Path, kind: str, size: int, files=("report.md",)) -> Path:
-    """A folder that looks like a tenantry report of ``kind`` and ``size`` (marker and files)."""
-    folder.mkdir(parents=True)
-    for f in files:
-        (folder / f).write_text("old report\n")
-    (folder / ".tenantry-report").write_text(json.dumps(
-        {"tool": "tenantry", "kind": kind, "size": size, "unit": "cell", "files": sorted(files)}))
-    return folder
+_report = fake_report
 
 
 def _user_folder(t: Path, name: str = "mine") -> Path:
@@ -199,11 +177,7 @@ def test_the_large_input_limit_is_one_line(tmp_path, monkeypatch, capsys):
 
 # --- signals and concurrency: the console script in a subprocess -------------------------------
 
-def _tenantry(args, cwd, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("PYTHONPATH", None)
-    return subprocess.Popen([sys.executable, "-m", "tenantry.cli", *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, **kw)
+_tenantry = tenantry_process
 
 
 def _children(pid: int) -> list[int]:
@@ -226,11 +200,7 @@ def _gone(pid: int, within_s: float = 5.0) -> bool:
     return False
 
 
-def _wait_for(cond, within_s: float = 60.0) -> None:
-    t0 = time.monotonic()
-    while not cond():
-        assert time.monotonic() - t0 < within_s, "the run never got going"
-        time.sleep(0.05)
+_wait_for = wait_for
 
 
 CHECK_ARGS = ["check", "--policy", "fcfs", "vtc", "--pattern", "flood", "churn", "--budget", "400", "--no-extras",
@@ -300,9 +270,15 @@ def test_ctrl_c_during_checks_proofs_stops_the_run_and_keeps_the_old_report(tmp_
     reader.join(timeout=5)
     text = "".join(err)
     assert p.returncode == 130, text
-    assert text.rstrip().splitlines()[-1].startswith("tenantry: interrupted") and "rep is as it was" in text, text
+    last = text.rstrip().splitlines()[-1]
+    assert last.startswith("tenantry: interrupted") and "rep is as it was" in last, text
     assert "Traceback" not in text, text
-    assert snapshot(tmp_path) == before
+    # the matrix's one cell had finished: it is kept for --resume, and the line says how to finish
+    (stage,) = tmp_path.glob(".rep.new-*")
+    assert f"1 finished cell kept in {stage.name} for --resume" in last, last
+    assert last.endswith("to finish the run: tenantry check --policy vtc --pattern flood --budget 1 --workers 1 "
+                         "--out rep --resume"), last
+    assert {k: v for k, v in snapshot(tmp_path).items() if not k.startswith(stage.name)} == before
 
 
 def test_two_runs_on_one_out_the_second_is_refused(tmp_path):

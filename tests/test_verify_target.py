@@ -32,7 +32,7 @@ def _run(tmp_path, target, *extra):
     return code, json.loads((out / "matrix.json").read_text()), out
 
 
-def test_clean_target_matrix(tmp_path, on_path, capsys):
+def test_clean_target_matrix(tmp_path, on_path, capsys, monkeypatch):
     (tmp_path / "out" / "cells" / "old").mkdir(parents=True)  # not a tenantry report: refused, left as it is
     (tmp_path / "out" / "stale.png").write_bytes(b"old")
     assert main(["verify", "--target", "minisched.tenantry_adapter:make_scheduler", "--out", str(tmp_path / "out")]) == 2
@@ -62,14 +62,16 @@ def test_clean_target_matrix(tmp_path, on_path, capsys):
     assert "2 cells" in text and f"report: {out / 'report.md'}" in text
     # the cell's replay prints its objective and metrics against the record (a fresh user saw only
     # '488 steps, 0 findings' replaying a hurt cell)
-    argv = shlex.split(cell["replay"])
+    argv = shlex.split(cell["replay"])  # run from the report folder, as the report's commands are written
+    monkeypatch.chdir(out)
     assert argv[:2] == ["tenantry", "verify"] and main(argv[1:]) == 0
+    monkeypatch.chdir(tmp_path)
     text = capsys.readouterr().out
     assert f"sybil: contended_share = {sybil['score']:.6g} (recorded {sybil['score']:.6g}: same)" in text, text
     assert "  starvation_s" in text and "(recorded" not in text.split("same)", 1)[1]
 
 
-def test_buggy_target_matrix_and_replay(tmp_path, on_path):
+def test_buggy_target_matrix_and_replay(tmp_path, on_path, monkeypatch):
     target = "minisched_buggy.tenantry_adapter:make_scheduler"
     code, rep, out = _run(tmp_path, target, "--patterns", "eviction_thrash")
     assert code == 1
@@ -85,11 +87,13 @@ def test_buggy_target_matrix_and_replay(tmp_path, on_path):
     assert first["reproduced"] is True and first["witness"].endswith("eviction_thrash/finding-KV-CONSERVE.jsonl")
     assert first["witness_requests"] < first_requests(wl) and first["witness_finding"]["invariant"] == "KV-CONSERVE"
     argv = shlex.split(first["replay"])
-    assert argv[:2] == ["tenantry", "verify"] and "--adversaries" in argv
-    argv[argv.index("--workload") + 1] = str(out / first["witness"])
-    replay_out = Path(argv[argv.index("--out") + 1])  # as printed: beside the report, not in it
-    assert replay_out.is_relative_to(Path(f"{out}-replay")), replay_out
+    assert argv[:2] == ["tenantry", "verify"] and "--adversaries" in argv and "--out" not in argv
+    assert argv[argv.index("--workload") + 1] == first["witness"]  # relative to the report folder
+    monkeypatch.chdir(out)  # where the report's commands run from
     assert main(argv[1:]) == 1
+    monkeypatch.chdir(tmp_path)
+    # written beside the report, not in it, without being told (the workload lies in a report)
+    replay_out = Path(f"{out}-replay") / "cells" / target.replace(":", "_") / "eviction_thrash-finding-KV-CONSERVE-replay"
     assert not [p for p in out.rglob("*") if p.name.endswith("-replay")]  # the report stays replaceable
     again = json.loads((replay_out / "report.json").read_text())
     assert next(f for f in again["findings"] if f["invariant"] == "KV-CONSERVE")["step"] == first["witness_finding"]["step"]

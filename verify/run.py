@@ -279,6 +279,12 @@ class TargetSystem:
     def name(self) -> str:
         return self.target
 
+    def options(self) -> dict[str, Any]:
+        """The command-line options this system stands for (``tenantry verify``'s flags), as a
+        resumed matrix run must match them (:func:`tenantry.adversaries.check.run_check`)."""
+        return {"--target": self.target, "--tiered": self.tiered, "--weighted": self.weighted,
+                "--timeout-s": self.timeout_s, "--target-path": self.path}
+
     def factory(self, roles: Iterable[tuple[str, str]]) -> Callable[[], Any]:
         from .protocol import load_factory
 

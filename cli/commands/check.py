@@ -15,7 +15,7 @@ a setup claims broke or an extra failed (a proof or twin of the short run did
 not hold; one undecided within its short timeout is listed, not a failure)
 (with ``--strict``, also when a pattern did not hurt a
 setup it is expected to hurt), else 0; 2 on bad input; 130 / 143 on Ctrl-C /
-SIGTERM (nothing written).
+SIGTERM (the finished cells are kept beside ``--out``; ``--resume`` finishes the run).
 
 ``--replay CELL`` re-runs one cell folder's workload file and prints its metrics.
 """
@@ -71,6 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shrink", type=non_negative_int, default=None, metavar="N", help="evaluations per shrink of a finding (default 16; 0: off)")
     p.add_argument("--plots", choices=("findings", "all", "none"), default="findings", help="which cells get plots")
     p.add_argument("--no-extras", action="store_true", help="skip the short run of the proofs and the stateful suite")
+    p.add_argument("--resume", action="store_true",
+                   help="finish the interrupted run of --out (killed, Ctrl-C, a full disk): only its missing cells "
+                        "run, with the same options (refused, naming the option, when one differs); the report is "
+                        "the one an uninterrupted run gives")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the setups and patterns and exit")
     p.add_argument("--replay", type=Path, default=None, metavar="CELL", help="re-run a cell folder's workload (or a "
@@ -201,15 +205,20 @@ def run(args: argparse.Namespace) -> int:
     n = len(matrix_cells(setups or list(SETUPS), patterns))
     check_out(out, "check", default=args.out is None, size=n)  # refused before the plan line and any work
     total = args.total_budget
-    if not args.quiet:
-        print(f"tenantry check: {n} cells, budget {_budget_words(budget)} per cell"
-              + (f", {_budget_words(total)} in total" if total else "") + f"; report: {out}", file=sys.stderr)
+
+    def announce(kept: int) -> None:  # once --out is taken (a refusal is the only line)
+        if not args.quiet:
+            print(f"tenantry check: {n} cells, budget {_budget_words(budget)} per cell"
+                  + (f", {_budget_words(total)} in total" if total else "")
+                  + (f"; resuming: {kept} finished, {n - kept} to run" if args.resume else "")
+                  + f"; report: {out}", file=sys.stderr)
+
     t0 = time.monotonic()
     res = run_check(setups=setups, patterns=patterns, seed=args.seed, budget=budget,
                     searches=tuple(args.search or SEARCHES), out=out, workers=args.workers, executor_kind=args.executor,
                     shrink_evaluations=DEFAULT_SHRINK if args.shrink is None else args.shrink, plots=args.plots,
                     extras=not args.no_extras, progress=not args.quiet, victims=args.victims,
-                    total_budget=total, out_is_default=args.out is None)
+                    total_budget=total, out_is_default=args.out is None, resume=args.resume, announce=announce)
     return report(res, out, time.monotonic() - t0, strict=args.strict)
 
 
@@ -232,9 +241,11 @@ def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str
     if fleet:
         print()
         print(fleet)
+    from tenantry.adversaries.replay import text_runnable
+
     for k, v in sorted((s.get("extras") or {}).items()):
         secs = (res.get("extras_s") or {}).get(k)
-        print(f"{k}: {v}" + (f" ({secs:.1f} s)" if secs is not None else ""))
+        print(f"{k}: {text_runnable(v, out)}" + (f" ({secs:.1f} s)" if secs is not None else ""))
     unmet, unstable = res.get("unmet", []), res.get("seed_dependent", [])
     if s.get("expected"):
         print(f"expectations: {s.get('expected', 0) - len(unmet)} of {s.get('expected', 0)} \"should hurt\" met"
@@ -242,7 +253,7 @@ def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str
               + f"; {len(unstable)} verdicts change with the victims' seed (?)")
     ev = res["evaluations"]
     print(f"\n{len(cells)} cells, {ev} evaluations in {wall:.1f} s ({ev / wall:.2f} evaluations/s); report: {out / 'report.md'}")
-    for line in _replay_hint(cells):
+    for line in _replay_hint(cells, out):
         print(line)
     code = 0
     if res["claimed_broken"]:
@@ -258,11 +269,21 @@ def report(res: dict, out: Path, wall: float, *, strict: bool = False, what: str
     return code
 
 
-def _replay_hint(cells: dict) -> list[str]:
+def _replay_hint(cells: dict, out: Path | None = None) -> list[str]:
     """The one replay command printed under the matrix (every cell's and finding's is in
     report.md and cell.json): a broken invariant's witness that broke it again when replayed
     (its ``finding-<ID>.jsonl``), else the cell replay of a finding shown on the cell's own
-    workload, else the first hurt cell's; none when nothing broke or hurt."""
+    workload, else the first hurt cell's; none when nothing broke or hurt.  With ``out`` (the
+    report folder) the command is printed runnable from here, not from the report folder."""
+    lines = _hint(cells)
+    if out is None:
+        return lines
+    from tenantry.adversaries.replay import text_runnable
+
+    return [text_runnable(line, out) for line in lines]
+
+
+def _hint(cells: dict) -> list[str]:
     found = [(c, f) for c in cells.values() for f in c.get("findings") or ()]
     for c, f in found:
         if f.get("reproduced") and f.get("replay"):

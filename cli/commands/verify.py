@@ -16,12 +16,15 @@ it is a tenantry verify report; the default ``verify-report`` never by a smaller
 run; see :mod:`tenantry.adversaries.outdir`); the matrix uses ``tenantry
 check``'s layout (``cells/<target>/<pattern>/`` with the workload in three
 formats, ``cell.json`` and the command that replays it, into ``<out>-replay``).
+Without ``--out``, ``--workload FILE`` with FILE in a report folder (a cell's replay command,
+which the report writes as run from its folder) writes into ``<report>-replay/``.
 A history naming tenants its header's configuration (or ``--config``) does
 not, or with no request records, is bad input.  At most
 :data:`PRINT_PER_INVARIANT` findings of one invariant are printed and
 :data:`KEEP_PER_INVARIANT` kept in ``report.json`` (with the counts).
 Exit status: 0 when nothing was found, 1 on a finding, 2 on bad input, 130 / 143
-on Ctrl-C / SIGTERM (nothing written).
+on Ctrl-C / SIGTERM (the matrix's finished cells are kept beside ``--out``, and
+``--resume`` finishes the run; otherwise nothing is written).
 """
 
 from __future__ import annotations
@@ -99,6 +102,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout-s", type=positive_float, default=10.0, help="per-call timeout for the scheduler (s, default 10)")
     p.add_argument("--quiet", action="store_true", help="target mode: no progress bar")
     p.add_argument("--no-determinism", action="store_true", help="skip the determinism re-run")
+    p.add_argument("--resume", action="store_true",
+                   help="target mode: finish the interrupted matrix run of --out (killed, Ctrl-C, a full disk): only "
+                        "its missing patterns run, with the same options; never automatic, so that a run after a "
+                        "fix to the scheduler does not silently reuse the old cells")
     p.add_argument("--out", default=None, metavar="DIR",
                    help=f"report folder (default {DEFAULT_OUT}); an existing one is replaced only when it is a tenantry "
                         "verify report, and the default one never by a smaller run")
@@ -128,8 +135,18 @@ def _findings_json(found: list) -> dict[str, Any]:
 
 
 def _out(args: argparse.Namespace) -> tuple[Path, bool]:
-    """The report folder and whether it is the default one."""
-    return (Path(args.out), False) if args.out is not None else (Path(DEFAULT_OUT), True)
+    """The report folder and whether it is the default one.  Without ``--out``, a ``--workload``
+    inside a tenantry report (a cell's replay command) writes beside that report, into
+    ``<report>-replay/...`` (:func:`~tenantry.adversaries.replay.replay_out`)."""
+    if args.out is not None:
+        return Path(args.out), False
+    if getattr(args, "workload", None) and getattr(args, "target", None):
+        from tenantry.adversaries.replay import replay_out
+
+        derived = replay_out(args.workload)
+        if derived is not None:
+            return derived, False
+    return Path(DEFAULT_OUT), True
 
 
 def _history_tenants(path: str, history: Any, config: Any, config_path: str | None) -> None:
@@ -457,7 +474,7 @@ def run_target_matrix(args: argparse.Namespace, out: Path, default: bool, patter
                     workers=args.workers, executor_kind=args.executor, shrink_evaluations=shrink,
                     extras=not args.quick,
                     progress=not args.quiet, total_budget=args.total_budget, out_is_default=default, kind="verify",
-                    replay_depth="full" if not args.no_determinism else "state")
+                    replay_depth="full" if not args.no_determinism else "state", resume=args.resume)
     return report(res, out, time.monotonic() - t0, what=f"{args.target}: an invariant broke or the protocol was broken")
 
 
@@ -484,6 +501,9 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``tenantry verify``; returns the exit status."""
     if args.timeout_s is not None and not args.timeout_s > 0:
         raise ConfigError("--timeout-s", args.timeout_s, "must be > 0")
+    if args.resume and (args.history or args.workload):
+        raise ConfigError("--resume", True, "only with --target's matrix (a history or a single workload is "
+                          "judged again in full, not resumed)")
     if args.history:
         for flag, value in (("--workload", args.workload), ("--cancellations", args.cancellations),
                             ("--patterns", args.patterns and ",".join(args.patterns)), ("--target-path", args.target_path)):
