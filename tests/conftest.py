@@ -30,3 +30,19 @@ SHARED = REPO.parent / "shared"
 SHARED_TRACES = SHARED / "traces"
 #: The documents the project started from (seed programs are extracted from them at test time).
 SHARED_SEEDS = SHARED / "seeds"
+
+# A real vLLM server for live tests (tests/vllm_server.py): the session fixture
+# `vllm_server`; every test using it is marked `vllm_server`, and .ci/run runs
+# those in a pytest run of their own without xdist (one server at a time).
+import pytest  # noqa: E402
+from vllm_server import mark_live_items, vllm_server  # noqa: E402,F401
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "vllm_server: uses the real vLLM server (tests/vllm_server.py)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects and pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests that use the ``vllm_server`` fixture (see tests/vllm_server.py)."""
+    mark_live_items(items)
