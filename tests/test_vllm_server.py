@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+import vllm_server as harness
 from vllm_server import (
     MODEL_NAME,
     ServerDidNotStart,
@@ -22,6 +23,12 @@ from vllm_server import (
     server_available,
     stream_completion,
 )
+
+
+@pytest.fixture
+def own_lock(tmp_path, monkeypatch):
+    """The fake servers take a lock of their own, not the machine's (a real server may run)."""
+    monkeypatch.setattr(harness, "LOCK_PATH", tmp_path / "lock")
 
 
 def fake_venv(root, script):
@@ -66,7 +73,7 @@ def test_without_the_venv_the_reason_names_it_and_the_install_script(tmp_path, m
     assert str(tmp_path / "absent") in why and "scripts/install_vllm_server.sh" in why
 
 
-def test_a_server_that_dies_at_start_fails_with_its_log_tail(tmp_path, monkeypatch):
+def test_a_server_that_dies_at_start_fails_with_its_log_tail(tmp_path, monkeypatch, own_lock):
     venv = fake_venv(tmp_path / "venv", 'echo "boom: model $4 refused" >&2\nexit 3\n')
     monkeypatch.setenv("VLLM_SERVER_VENV", str(venv))
     with pytest.raises(ServerDidNotStart) as e:
@@ -77,7 +84,7 @@ def test_a_server_that_dies_at_start_fails_with_its_log_tail(tmp_path, monkeypat
     assert json.loads((venv / "tiny-llama" / "config.json").read_text())["head_dim"] == 64
 
 
-def test_a_server_that_never_gets_ready_times_out_and_its_group_is_stopped(tmp_path, monkeypatch):
+def test_a_server_that_never_gets_ready_times_out_and_its_group_is_stopped(tmp_path, monkeypatch, own_lock):
     pidfile = tmp_path / "child.pid"
     # a child in the server's process group, as vLLM's engine core and worker are
     venv = fake_venv(tmp_path / "venv", f'sleep 120 &\necho $! > {pidfile}\necho starting\nwait\n')
@@ -95,6 +102,37 @@ def test_a_server_that_never_gets_ready_times_out_and_its_group_is_stopped(tmp_p
         time.sleep(0.1)
     else:
         pytest.fail(f"the server's child {child} still runs")
+
+
+FAKE_SERVER = r"""
+import http.server, json, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps(sys.argv[1:]).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_a_ready_server_is_yielded_with_its_settings_and_stopped_after(tmp_path, monkeypatch, own_lock):
+    (tmp_path / "fake_server.py").write_text(FAKE_SERVER)
+    # the fake "python -m vllm..." runs a plain HTTP server that answers every GET with its argv
+    venv = fake_venv(tmp_path / "venv", f'shift 2\nexec python3 {tmp_path / "fake_server.py"} "$@"\n')
+    monkeypatch.setenv("VLLM_SERVER_VENV", str(venv))
+    settings = ServerSettings(policy="fcfs", num_gpu_blocks=40)
+    with running_server(settings, tmp_path, start_timeout_s=60) as server:
+        assert server.settings == settings and server.model == MODEL_NAME and server.alive()
+        assert server.base_url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(server.base_url + "/health", timeout=10) as r:
+            argv = json.loads(r.read())
+        assert argv == settings.argv(venv / "tiny-llama", int(server.base_url.rsplit(":", 1)[1]))
+    assert not server.alive()
 
 
 # ---- live: the real server (one per session, default settings: priority, no prefix cache)
