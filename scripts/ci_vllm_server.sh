@@ -9,9 +9,10 @@
 # The venv is $VLLM_SERVER_VENV (default .venv-vllm-server at the repository
 # root).  Fails loudly (non-zero exit, a FAILED line) if the install or its
 # smoke test (start the server, stream one completion, stop it) fails.  Takes
-# about 3 minutes on a fresh machine (install ~1.5-2 min with no pip cache,
-# first server start ~1-1.5 min), about 1 minute when already installed (the
-# smoke test's server start).  The venv is ~3.5 GB; a running server ~3 GB.
+# 3 to 8 minutes on a fresh machine, by its load (install 1.7-5 min with an
+# empty pip cache, first server start 1.2-3.2 min); about 1 minute when
+# already installed (the smoke test's server start).  The venv is ~3.5 GB;
+# a running server ~3 GB.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 start=$(date +%s)

