@@ -76,3 +76,20 @@ def wait_for(cond, within_s: float = 60.0, poll_s: float = 0.05) -> None:
     while not cond():
         assert time.monotonic() - t0 < within_s, "the run never got going"
         time.sleep(poll_s)
+
+
+# A real vLLM server for live tests (tests/vllm_server.py): the session fixture
+# `vllm_server`; every test using it is marked `vllm_server`, and .ci/run runs
+# those in a pytest run of their own without xdist (one server at a time).
+import pytest  # noqa: E402
+from vllm_server import mark_live_items, vllm_server  # noqa: E402,F401
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "vllm_server: uses the real vLLM server (tests/vllm_server.py)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects and pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests that use the ``vllm_server`` fixture (see tests/vllm_server.py)."""
+    mark_live_items(items)
