@@ -79,8 +79,8 @@ def wait_for(cond, within_s: float = 60.0, poll_s: float = 0.05) -> None:
 
 
 # A real vLLM server for live tests (tests/vllm_server.py): the session fixture
-# `vllm_server`; every test using it is marked `vllm_server`, and .ci/run runs
-# those in a pytest run of their own without xdist (one server at a time).
+# `vllm_server`; every test using it is marked `vllm_server`, and the files
+# named *vllm_server* run on one pytest-xdist worker (below): one server per run.
 import pytest  # noqa: E402
 from vllm_server import mark_live_items, vllm_server  # noqa: E402,F401
 
@@ -93,3 +93,21 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """Mark the tests that use the ``vllm_server`` fixture (see tests/vllm_server.py)."""
     mark_live_items(items)
+
+
+try:  # pytest-xdist (the test extra): keep the real server's tests on one worker, the rest spread as usual
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pragma: no cover - running without xdist
+    LoadScopeScheduling = None
+
+if LoadScopeScheduling is not None:
+    class _OneServerWorker(LoadScopeScheduling):
+        """Every test of a ``*vllm_server*`` file is one scope (one worker, so one server start per
+        run); every other test is a scope of its own, spread over the workers as ``--dist load`` does.
+        (``--dist loadgroup`` would do this by mark, but does not group under pytest 9.2.)"""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return "vllm_server" if "vllm_server" in nodeid.split("::", 1)[0] else nodeid
+
+    def pytest_xdist_make_scheduler(config, log):
+        return _OneServerWorker(config, log)
