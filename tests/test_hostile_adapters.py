@@ -1,0 +1,340 @@
+"""Careless and hostile adapters: a scheduler at fault is a finding naming the call and the
+field, a user at fault (a target that is not one) is exit 2 and one line; either way
+tenantry never gives a wrong answer, never dies with the adapter, and changes nothing
+outside ``--out``.  Issue 34.  (tests/test_adapter_hostile.py holds the older cases: a
+call that raises or hangs, a plan that is not a Plan, an impossible plan.)
+
+The adapters are minisched (examples/minisched) with one careless behaviour each, written
+into a module in the test's folder, so that the same factories run in-process and behind
+``tenantry verify --target`` (and the pytest plugin).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import attrs
+import numpy as np
+import pytest
+
+from conftest import REPO
+from test_hostile import snapshot
+from tenantry.cli import main
+from tenantry.model.config import ConfigError
+from tenantry.model.history import history_lines, read_history, write_history
+from tenantry.model.workload import Request, Workload
+from tenantry.verify.protocol import Plan, PlanError, Rejection, Scheduled, load_factory, normalise_plan
+from tenantry.verify.run import TargetSystem, verify_workload
+
+EXAMPLES = REPO / "examples"
+
+#: Six requests of two tenants: chunked prefills, decodes, one finishing early (about 40 steps).
+WL = Workload(tuple(Request(i, "ab"[i % 2], 0.01 * i, 300 + 10 * i, 3 + i % 4) for i in range(6)))
+WL_LINES = "".join(json.dumps({"request_id": r.request_id, "tenant": r.tenant, "arrival_s": r.arrival_s,
+                               "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens}) + "\n"
+                   for r in WL.requests)
+
+#: The hostile adapters, one factory per behaviour (``MODES``); written to ``careless_sched.py``.
+MODULE = '''
+import copy, os, signal, sys
+
+import attrs
+import numpy as np
+
+from minisched.tenantry_adapter import MiniSchedAdapter
+from tenantry.verify.protocol import Claims, Plan, Rejection, Scheduled
+
+MAIN = os.getpid()
+
+
+class Fatal(BaseException):
+    """A BaseException of the scheduler's own (neither Exception nor SystemExit)."""
+
+
+class Careless(MiniSchedAdapter):
+    def __init__(self, tenants=(), mode="none"):
+        super().__init__(tenants)
+        self.mode, self.steps, self.kept = mode, 0, []
+
+    def add_request(self, request):
+        m = self.mode
+        if m.startswith("set:"):  # set:<field>:<python literal>
+            _, field, value = m.split(":", 2)
+            object.__setattr__(request, field, eval(value))
+        if m == "del_tenant":
+            object.__delattr__(request, "tenant")
+        if m == "set_swallowed":
+            try:
+                object.__setattr__(request, "output_tokens", 1)
+            except AttributeError:
+                pass
+        if m == "evolve_own_copy":  # careful: its own copy may change
+            request = attrs.evolve(request, prompt_tokens=request.prompt_tokens)
+            object.__setattr__(request, "predicted_output_tokens", 7)
+        if m == "copy_own_copy":
+            request = copy.copy(request)
+            object.__setattr__(request, "output_tokens", 1)
+        self.kept.append(request)
+        answer = super().add_request(request)
+        if m == "answer_int" and request.request_id == 2:
+            return 429
+        if m == "answer_unknown" and request.request_id == 2:
+            return np.str_("overloaded")
+        return answer
+
+    def plan_step(self, t_s):
+        self.steps += 1
+        m, k = self.mode, self.steps - 1
+        if m == "set_later" and k == 3:
+            object.__setattr__(self.kept[0], "prompt_tokens", 1)
+        if m == "exit" and k == 2:
+            os._exit(7)
+        if m == "exit_swallowed" and k == 2:
+            try:
+                os._exit(7)
+            except BaseException:
+                pass
+        if m == "abort" and k == 2:
+            os.abort()
+        if m == "keyboard" and k == 2:
+            raise KeyboardInterrupt
+        if m == "fatal" and k == 2:
+            raise Fatal("scheduler state lost")
+        if m == "kill_in_worker" and k == 40 and os.getpid() != MAIN:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if m == "rebind_claims" and k == 2:
+            self.claims = attrs.evolve(self.claims, config=attrs.evolve(self.claims.config, num_blocks=200))
+        if m == "rebind_equal_claims" and k == 2:
+            self.claims = attrs.evolve(self.claims)
+        if m == "claims_in_place" and k == 2:
+            object.__setattr__(self.claims.config, "max_num_seqs", 2)
+        if m == "generator":
+            return (x for x in ())
+        p = super().plan_step(t_s)
+        if m == "batch_generator":
+            return attrs.evolve(p, batch=(e for e in p.batch))
+        if m == "numpy":
+            return numpy_plan(p)
+        if m.startswith("ids:"):
+            return attrs.evolve(p, blocks={r: tuple(spell(m[4:], b) for b in ids) for r, ids in p.blocks.items()})
+        if m == "preempted_set" and p.batch:
+            return attrs.evolve(p, preempted={p.batch[0].request_id})
+        if m == "float_tokens" and p.batch:
+            return attrs.evolve(p, batch=((p.batch[0].request_id, np.float64(p.batch[0].num_tokens)),) + p.batch[1:])
+        if m == "retry_negative" and k == 1:
+            return attrs.evolve(p, rejected=(Rejection(5, "queue_full", -1.0),))
+        if m == "over_pool" and p.blocks:  # counts over the pool, no free count of its own
+            return attrs.evolve(p, blocks={r: 400 for r in p.blocks}, free_blocks=None)
+        if m == "counter_nan" and k == 1:
+            return attrs.evolve(p, counters={**p.counters, "a": float("nan")})
+        return p
+
+    def take_results(self, results):
+        m = self.mode
+        if m == "results_finished" and results.finished:
+            object.__setattr__(results, "finished", ())
+        if m == "results_tokens" and results.step_index == 4:
+            object.__setattr__(results, "tokens", results.tokens + (99,))
+        if m == "sys_exit" and results.step_index == 3:
+            sys.exit(3)
+        super().take_results(results)
+
+
+def spell(how, b):
+    """Block id ``b`` in one accepted spelling (or a refused one)."""
+    return {"int": b, "str": f"blk-{b}", "tuple": ("kv", "salt-a", b), "nested": ("kv", None, ("page", b)),
+            "list": ["kv", b], "numpy": np.int64(b), "numpy_str": np.str_(f"b{b}"),
+            "mixed": (b, f"s{b}", ("t", b))[b % 3],
+            "float": float(b), "bool": b % 2 == 0, "frozenset": frozenset((b,)), "bytes": str(b).encode()}[how]
+
+
+def numpy_plan(p):
+    """The same plan with NumPy scalars and arrays in every field that takes numbers."""
+    return Plan(batch=np.array([[e.request_id, e.num_tokens, e.computed_tokens] for e in p.batch], dtype=np.int64)
+                if p.batch else np.zeros((0, 3), dtype=np.int64),
+                preempted=np.array(p.preempted, dtype=np.int32),
+                rejected=[(np.int64(r.request_id), None if r.reason is None else np.str_(r.reason), None if r.retry_after_s is None
+                           else np.float32(r.retry_after_s)) for r in p.rejected],
+                blocks={np.int64(r): np.array(ids, dtype=np.int64) for r, ids in p.blocks.items()},
+                used_blocks=None, free_blocks=np.int64(p.free_blocks),
+                counters={np.str_(t): np.float64(c) for t, c in p.counters.items()})
+
+
+def make(tenants=(), mode="none"):
+    return Careless(tenants, mode)
+
+
+def factory(mode):
+    return lambda tenants=(): Careless(tenants, mode)
+
+
+for _mode in ("none", "numpy", "kill_in_worker", "ids:int", "ids:str", "ids:tuple", "ids:nested", "ids:list",
+              "ids:numpy", "ids:numpy_str", "ids:mixed"):
+    globals()["make_" + _mode.replace(":", "_")] = factory(_mode)
+
+
+# --- factories a user got wrong --------------------------------------------------------------
+
+class NoPlan:
+    claims = Careless().claims
+
+    def add_request(self, r): return None
+
+    def abort_request(self, rid): pass
+
+    def take_results(self, res): pass
+
+
+class OnlyAdd:
+    def add_request(self, r): return None
+
+
+class DictClaims(Careless):
+    claims = {"num_blocks": 64}
+
+    def __init__(self, tenants=()):
+        MiniSchedAdapter.__init__(self, tenants)
+        del self.claims
+
+
+class NoClaims(NoPlan):
+    claims = property(lambda self: self.config.claims)
+
+    def plan_step(self, t_s): return Plan()
+
+
+def returns_none(tenants=()):
+    return None
+
+
+def returns_int(tenants=()):
+    return 5
+
+
+def returns_class(tenants=()):
+    return Careless
+
+
+def no_plan_step(tenants=()):
+    return NoPlan()
+
+
+def only_add(tenants=()):
+    return OnlyAdd()
+
+
+def dict_claims(tenants=()):
+    return DictClaims(tenants)
+
+
+def no_claims(tenants=()):
+    return NoClaims()
+
+
+NOT_CALLABLE = 5
+'''
+
+
+@pytest.fixture
+def sched(tmp_path, monkeypatch):
+    """The module of hostile adapters, importable as ``careless_sched`` (and minisched beside it)."""
+    (tmp_path / "careless_sched.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    for m in [m for m in sys.modules if m.startswith("careless_sched")]:
+        del sys.modules[m]
+    import careless_sched
+
+    yield careless_sched
+    sys.modules.pop("careless_sched", None)
+
+
+def _run(sched, mode, timeout_s=5.0, **kw):
+    kw.setdefault("determinism", False)
+    return verify_workload(lambda: sched.Careless((), mode), WL, timeout_s=timeout_s, **kw)
+
+
+# --- histories carry what the harness recorded (issue 34: 2) --------------------------------------
+
+BLOCK_ID_SPELLINGS = ["int", "str", "tuple", "nested", "mixed"]
+
+
+@pytest.mark.parametrize("how", BLOCK_ID_SPELLINGS)
+def test_every_block_id_spelling_survives_a_history_written_and_read(sched, how, tmp_path):
+    """Before: tuple ids (an outer cache tier's ("kv", salt, key)) passed in-process, but the
+    history they were written into was refused by tenantry's own reader.  Each spelling's
+    history reads back to the same lines, with hashable ids, and verify --history judges it as
+    the run was judged."""
+    v = _run(sched, f"ids:{how}")
+    assert v.ok, v.render()
+    ids = [b for s in v.history.steps for bs in (s.block_ids or {}).values() for b in bs]
+    assert ids and all(type(b) in (int, str, tuple) for b in ids) and len(set(ids)) > 1
+    path = tmp_path / "h.jsonl"
+    write_history(v.history, path)
+    back = read_history(path)
+    assert list(history_lines(back)) == list(history_lines(v.history))
+    assert back.steps[5].block_ids == v.history.steps[5].block_ids  # tuples again, nested ones too
+    assert main(["verify", "--history", str(path), "--out", str(tmp_path / "rep")]) == 0
+
+
+def test_unknown_reasons_survive_a_history_and_are_refusal_truth(sched, tmp_path):
+    v = _run(sched, "answer_unknown")
+    f = v.findings[0]
+    assert (f.invariant, f.request_id) == ("REFUSAL-TRUTH", 2) and "'overloaded' is not a reason" in f.message
+    write_history(v.history, tmp_path / "h.jsonl")
+    assert list(history_lines(read_history(tmp_path / "h.jsonl"))) == list(history_lines(v.history))
+    assert main(["verify", "--history", str(tmp_path / "h.jsonl"), "--out", str(tmp_path / "rep")]) == 1
+    assert json.loads((tmp_path / "rep" / "report.json").read_text())["findings"][0]["invariant"] == "REFUSAL-TRUTH"
+
+
+def test_a_plan_of_negative_tokens_is_recorded_as_given_and_its_history_reads_back(tmp_path, monkeypatch):
+    """examples/faults/plan_overrun plans -63 tokens (BATCH-LIMITS, then STALLED): recorded as given,
+    its history was refused by tenantry's own reader (batch pairs of integers >= 0), which ended
+    a matrix at the fresh-process re-run with exit 2 and no report."""
+    from tenantry.model.traces import read_workload_jsonl
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from faults.plan_overrun import make_scheduler
+
+    v = verify_workload(make_scheduler, read_workload_jsonl(EXAMPLES / "faults" / "witness" / "plan_overrun.jsonl"),
+                        determinism=False)
+    assert "BATCH-LIMITS" in v.invariants() and any(n < 0 for s in v.history.steps for _, n in s.batch)
+    write_history(v.history, tmp_path / "h.jsonl")
+    assert list(history_lines(read_history(tmp_path / "h.jsonl"))) == list(history_lines(v.history))
+
+
+def test_books_over_the_pool_are_recorded_as_given_and_read_back(sched, tmp_path):
+    """Blocks over the pool make the recorded free count negative: KV-CAP and KV-CONSERVE judge
+    it, and the history (free_blocks < 0) reads back as written."""
+    v = _run(sched, "over_pool")
+    assert {"KV-CAP", "KV-CONSERVE"} & set(v.invariants()) and min(s.free_blocks for s in v.history.steps) < 0
+    write_history(v.history, tmp_path / "h.jsonl")
+    assert list(history_lines(read_history(tmp_path / "h.jsonl"))) == list(history_lines(v.history))
+
+
+@pytest.mark.parametrize("how", BLOCK_ID_SPELLINGS)
+def test_block_id_spellings_pass_the_determinism_rerun_in_a_fresh_process(sched, how, tmp_path):
+    """The fresh process of DETERMINISM writes the history that this process reads back: checked,
+    not 'tenantry: error: ... block_ids=...: must be ...' (exit 2, no report)."""
+    system = TargetSystem(f"careless_sched:make_ids_{how}", path=str(tmp_path))
+    v = verify_workload(system.factory([("a", "victim"), ("b", "victim")]), WL, determinism=False)
+    d, why = system.rerun_differs(WL, None, [("a", "victim"), ("b", "victim")], v.history)
+    assert d is None and why.startswith("checked (a fresh process"), why
+
+
+def test_tuple_block_ids_through_a_whole_quick_matrix_with_its_rerun(sched, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path)
+    code = main(["verify", "--target", "careless_sched:make_ids_tuple", "--quick", "--budget", "1", "--workers", "1",
+                 "--patterns", "flood", "--quiet", "--out", "rep"])
+    assert code == 0, capsys.readouterr()
+    (cell,) = json.loads((tmp_path / "rep" / "matrix.json").read_text())["cells"]
+    assert cell["coverage"]["DETERMINISM"].startswith("checked (a fresh process"), cell["coverage"]["DETERMINISM"]
+    assert cell["findings"] == []
+    after = snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if not k.startswith("rep")} == before
