@@ -261,7 +261,7 @@ def _run(sched, mode, timeout_s=5.0, **kw):
 
 # --- histories carry what the harness recorded (issue 34: 2) --------------------------------------
 
-BLOCK_ID_SPELLINGS = ["int", "str", "tuple", "nested", "mixed"]
+BLOCK_ID_SPELLINGS = ["int", "str", "tuple", "nested", "list", "numpy", "numpy_str", "mixed"]
 
 
 @pytest.mark.parametrize("how", BLOCK_ID_SPELLINGS)
@@ -338,3 +338,119 @@ def test_tuple_block_ids_through_a_whole_quick_matrix_with_its_rerun(sched, tmp_
     assert cell["findings"] == []
     after = snapshot(tmp_path)
     assert {k: v for k, v in after.items() if not k.startswith("rep")} == before
+
+
+# --- every spelling of a plan is carried, or refused naming the field (2, 3) ----------------------
+
+#: (what, a plan field's spelling, its canonical form in the normalised plan)
+ACCEPTED = [
+    ("batch tuple", Plan(batch=((1, 2),)), "batch", (Scheduled(1, 2),)),
+    ("batch list of lists", Plan(batch=[[1, 2, 0]]), "batch", (Scheduled(1, 2, 0),)),
+    ("batch numpy ints", Plan(batch=[(np.int64(1), np.int32(2), np.uint8(0))]), "batch", (Scheduled(1, 2, 0),)),
+    ("batch 2-D array", Plan(batch=np.array([[1, 2], [3, 1]])), "batch", (Scheduled(1, 2), Scheduled(3, 1))),
+    ("batch generator", Plan(batch=(e for e in [(1, 2)])), "batch", (Scheduled(1, 2),)),
+    ("batch Scheduled of numpy", Plan(batch=(Scheduled(np.int64(1), np.int64(2), None),)), "batch", (Scheduled(1, 2),)),
+    ("batch negative tokens", Plan(batch=((1, -3),)), "batch", (Scheduled(1, -3),)),
+    ("preempted numpy array", Plan(preempted=np.array([4, 5])), "preempted", (4, 5)),
+    ("preempted range", Plan(preempted=range(2)), "preempted", (0, 1)),
+    ("rejected numpy", Plan(rejected=[(np.int64(3), np.str_("queue_full"), np.float32(0.5))]), "rejected",
+     (Rejection(3, "queue_full", 0.5),)),
+    ("rejected unknown reason", Plan(rejected=[(3, "overloaded")]), "rejected", (Rejection(3, "overloaded"),)),
+    ("retry int", Plan(rejected=[Rejection(3, "rate_limit", 2)]), "rejected", (Rejection(3, "rate_limit", 2),)),
+    ("blocks count numpy", Plan(blocks={np.int64(1): np.int64(3)}), "blocks", {1: 3}),
+    ("blocks int ids", Plan(blocks={1: (7, 8)}), "blocks", {1: (7, 8)}),
+    ("blocks list ids", Plan(blocks={1: [7, 8]}), "blocks", {1: (7, 8)}),
+    ("blocks numpy array", Plan(blocks={1: np.array([7, 8])}), "blocks", {1: (7, 8)}),
+    ("blocks str ids", Plan(blocks={1: ("a", np.str_("b"))}), "blocks", {1: ("a", "b")}),
+    ("blocks tuple ids", Plan(blocks={1: (("kv", "s", 7),)}), "blocks", {1: (("kv", "s", 7),)}),
+    ("blocks nested tuple ids with None", Plan(blocks={1: (("kv", None, ("page", np.int64(7))),)}), "blocks",
+     {1: (("kv", None, ("page", 7)),)}),
+    ("blocks list id", Plan(blocks={1: (["kv", 7],)}), "blocks", {1: (("kv", 7),)}),
+    ("blocks empty tuple id", Plan(blocks={1: ((),)}), "blocks", {1: ((),)}),
+    ("free and used numpy", Plan(free_blocks=np.int64(-2), used_blocks=np.int16(9)), "free_blocks", -2),
+    ("counters numpy", Plan(counters={np.str_("a"): np.float32(1.5), "b": np.int64(2)}), "counters",
+     {"a": 1.5, "b": 2}),
+    ("freed numpy", Plan(freed={np.int64(3): np.int64(2)}), "freed", {3: 2}),
+]
+
+
+@pytest.mark.parametrize("what, plan, field, canonical", ACCEPTED, ids=[a[0] for a in ACCEPTED])
+def test_every_accepted_spelling_becomes_one_plain_canonical_value(what, plan, field, canonical):
+    """Before: np.int64(0) in a plan was 'must be an integer'.  Each accepted spelling is the
+    plain value (no NumPy type, no list) after the protocol boundary."""
+    got = getattr(normalise_plan(plan), field)
+    assert got == canonical
+
+    def plain(x):  # no NumPy scalar, array or list survives normalisation
+        if isinstance(x, (tuple, list)) and not isinstance(x, tuple):
+            return False
+        if isinstance(x, dict):
+            return all(plain(k) and plain(v) for k, v in x.items())
+        if attrs.has(type(x)):
+            return all(plain(getattr(x, a.name)) for a in attrs.fields(type(x)))
+        if isinstance(x, tuple):
+            return all(plain(e) for e in x)
+        return type(x) in (int, float, str, type(None))
+    assert plain(got), got
+
+
+REFUSED = [
+    (Plan(batch=((1, 2.0),)), "batch[0].num_tokens=2.0: must be an integer, not a float"),
+    (Plan(batch=((1, np.float64(2)),)), "batch[0].num_tokens=np.float64(2.0): must be an integer, not a float"),
+    (Plan(batch=((True, 2),)), "batch[0].request_id=True: must be an integer, not a bool"),
+    (Plan(batch=((np.True_, 2),)), "batch[0].request_id=np.True_: must be an integer, not a bool"),
+    (Plan(batch=((-1, 2),)), "batch[0].request_id=-1: must be an integer >= 0"),
+    (Plan(batch=((1, 2, -4),)), "batch[0].computed_tokens=-4: must be an integer >= 0"),
+    (Plan(batch=({1: 2},)), "batch[0]={1: 2}: must be Scheduled or (request_id, num_tokens[, computed_tokens])"),
+    (Plan(preempted={1, 2}), "preempted={1, 2}: must be a tuple or list (a set has no order)"),
+    (Plan(preempted="12"), "preempted='12': must be a tuple or list"),
+    (Plan(blocks={1: (1.0,)}), "blocks[1][0]=1.0: a block id must be an integer, a string or a tuple of them, not a float"),
+    (Plan(blocks={1: (True,)}), "blocks[1][0]=True: a block id must be an integer, a string or a tuple of them, not a bool"),
+    (Plan(blocks={1: (frozenset((1,)),)}), "blocks[1][0]=frozenset({1}): a block id must be"),
+    (Plan(blocks={1: (b"k",)}), "blocks[1][0]=b'k': a block id must be"),
+    (Plan(blocks={1: (None,)}), "blocks[1][0]=None: a block id must be"),
+    (Plan(blocks={1: {7}}), "blocks[1]={7}: must be a tuple or list (a set has no order)"),
+    (Plan(blocks={1: -1}), "blocks[1]=-1: must be an integer >= 0"),
+    (Plan(blocks={"1": 3}), "blocks key='1': must be an integer, not a str"),
+    (Plan(rejected=[(1, "queue_full", -1.0)]), "rejected[0].retry_after_s=-1.0: must be a finite number of seconds >= 0"),
+    (Plan(rejected=[(1, "queue_full", float("nan"))]), "rejected[0].retry_after_s=nan"),
+    (Plan(rejected=[(1, 429)]), "rejected[0].reason=429: must be a string or None"),
+    (Plan(counters={"a": np.nan}), "counters['a']=nan: must be a finite number"),
+    (Plan(counters={"a": True}), "counters['a']=True: must be a finite number"),
+    (Plan(counters={1: 2.0}), "counters key=1: must be a tenant name (str)"),
+    (Plan(free_blocks=2.5), "free_blocks=2.5: must be an integer, not a float"),
+    (Plan(freed={1: -2}), "freed[1]=-2: must be an integer >= 0"),
+]
+
+
+@pytest.mark.parametrize("plan, words", REFUSED, ids=[w.split(":")[0] for _, w in REFUSED])
+def test_every_refused_spelling_names_the_field_and_the_value(plan, words):
+    with pytest.raises(PlanError) as e:
+        normalise_plan(plan)
+    assert words in str(e.value)
+
+
+@pytest.mark.parametrize("mode, words", [
+    ("ids:float", "blocks[0][0]=0.0: a block id must be an integer, a string or a tuple of them, not a float"),
+    ("ids:bool", "not a bool"), ("ids:frozenset", "not a frozenset"), ("ids:bytes", "not a bytes"),
+    ("preempted_set", "a set has no order"), ("float_tokens", "batch[0].num_tokens=np.float64("),
+    ("counter_nan", "counters['a']=nan"), ("generator", "plan='generator': plan_step must return a"),
+])
+def test_a_refused_spelling_is_plan_malformed_naming_the_field(sched, mode, words):
+    f = _run(sched, mode).findings[0]
+    assert (f.invariant, f.call) == ("PLAN-MALFORMED", "plan_step") and words in f.message, f.render()
+
+
+def test_an_add_request_answer_that_is_no_reason_is_plan_malformed(sched):
+    f = _run(sched, "answer_int").findings[0]
+    assert (f.invariant, f.call, f.request_id) == ("PLAN-MALFORMED", "add_request", 2)
+    assert "add_request answer=429: must be a rejection reason (a string) or None" in f.message
+
+
+@pytest.mark.parametrize("mode", ["none", "numpy", "batch_generator"])
+def test_numpy_in_every_field_records_the_same_history_as_plain_values(sched, mode):
+    """A plan spelled with NumPy arrays and scalars in every numeric field (or a generator for the
+    batch) is the same run as minisched's plain plan: the histories are equal byte for byte."""
+    v, clean = _run(sched, mode, determinism=True), _run(sched, "none")
+    assert v.ok, v.render()
+    assert list(history_lines(v.history)) == list(history_lines(clean.history))

@@ -12,12 +12,16 @@ step.  The invariant catalog then judges that history like any other
 
 The harness's own findings are the protocol's (:data:`~tenantry.verify.protocol.PROTOCOL`):
 a call that raised or hung, invalid claims, a plan that is not a plan, a
-scheduler that stalls, and (when it claims the reference policy) the first
-step where it decides differently from the model.  A plan that names
-requests it cannot act on (unknown, ended, twice, tokens out of range) is
-recorded as given and executed as far as it can be; the catalog reports it
-under the invariant it breaks.  The run goes on after every finding except
-a call that raised or hung, a malformed plan and a stall.
+scheduler that stalls, and (when it claims the
+reference policy) the first step where it decides differently from the model.
+
+A plan that names requests it cannot act on (unknown, ended, twice, tokens
+out of range) is recorded as given and executed as far as it can be; the
+catalog reports it under the invariant it breaks.  The run goes on after
+every finding except the protocol's own (a call that raised or hung, a malformed plan, a stall).
+
+(Past 500 lines on purpose: one step of the replica, from delivery to the
+record, and the protocol checks around each call read best in one place.)
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from tenantry.spec.invariants_core import Finding
 
 from .calls import Caller, CallFailure
 from .offline import history_header
-from .protocol import Claims, Plan, PlanError, StepResults, finding, normalise_plan, per_tenant, plan_key
+from .protocol import (Claims, Plan, PlanError, StepResults, answer, finding, normalise_plan,
+                       per_tenant, plan_key)
 
 #: Seconds the factory may take (at least): building a scheduler may import a
 #: large package (vLLM takes 10-20 s on a loaded 2-core machine).
@@ -250,13 +255,20 @@ class Harness:
             q = _Req(r, self.config.tenants[self.config.tenant_index(r.tenant)].salt, self.k)
             self.reqs[r.request_id] = q
             self.live[r.request_id] = q
-            ok, answer = self._call("add_request", self.adapter.add_request, r)
+            ok, raw = self._call("add_request", self.adapter.add_request, r)
             if not ok:
                 return arrived
-            self.plans.append(("add", r.request_id, answer))
+            try:
+                reason = answer(raw)
+            except PlanError as e:
+                self._stop(finding("PLAN-MALFORMED", self.k, f"add_request of request {r.request_id} returned a bad "
+                                   f"answer: {e}", call="add_request", tenant=r.tenant, request_id=r.request_id,
+                                   observed=repr(raw)[:200]))
+                return arrived
+            self.plans.append(("add", r.request_id, reason))
             arrived.append(q)
-            if answer is not None:
-                self._reject(q, answer, None, r.arrival_s)
+            if reason is not None:
+                self._reject(q, reason, None, r.arrival_s)
         return arrived
 
     def _end(self, q: _Req, outcome: str, t_s: float) -> None:
