@@ -454,3 +454,59 @@ def test_numpy_in_every_field_records_the_same_history_as_plain_values(sched, mo
     v, clean = _run(sched, mode, determinism=True), _run(sched, "none")
     assert v.ok, v.render()
     assert list(history_lines(v.history)) == list(history_lines(clean.history))
+
+
+# --- the harness owns the truth: what a scheduler is given, it cannot change (1) ------------------
+
+TRUTH = {r.request_id: r for r in WL.requests}
+
+
+@pytest.mark.parametrize("field, value", [
+    ("prompt_tokens", "1"), ("output_tokens", "1"), ("request_id", "77"), ("tenant", "'b'"),
+    ("arrival_s", "5.0"), ("prefix_ids", "[1, 2]"), ("cancel_s", "0.5"), ("predicted_output_tokens", "3"),
+])
+def test_a_request_changed_in_add_request_is_adapter_mutated_naming_the_field(sched, field, value):
+    """Before: setting a request's sizes to 1 in add_request turned a 101-step run into '3 steps,
+    0 findings' (the harness read the changed sizes).  Now the write is refused in the adapter's
+    own code, the finding names the call, the request and the field, and the harness's records
+    keep the true request."""
+    v = _run(sched, f"set:{field}:{value}")
+    f = v.findings[0]
+    assert (f.invariant, f.call, f.step, f.request_id) == ("ADAPTER-MUTATED", "add_request", 0, 0), f.render()
+    assert f"request 0's {field} from {getattr(TRUTH[0], field)!r} to {eval(value)!r}" in f.message
+    assert "careless_sched.py" in f.message  # the line of the adapter that wrote
+    (rec,) = [r for r in v.history.requests if r.request_id == 0]
+    assert (rec.tenant, rec.prompt_tokens, rec.output_tokens, rec.arrival_s) == (
+        TRUTH[0].tenant, TRUTH[0].prompt_tokens, TRUTH[0].output_tokens, TRUTH[0].arrival_s)
+
+
+def test_a_deleted_request_field_is_adapter_mutated(sched):
+    f = _run(sched, "del_tenant").findings[0]
+    assert (f.invariant, f.call) == ("ADAPTER-MUTATED", "add_request") and "tenant from 'a' to '(deleted)'" in f.message
+    assert "careless_sched.py" in f.message
+
+
+def test_a_write_the_adapter_swallowed_is_still_a_finding(sched):
+    f = _run(sched, "set_swallowed").findings[0]
+    assert (f.invariant, f.call) == ("ADAPTER-MUTATED", "add_request") and "output_tokens" in f.message
+
+
+def test_a_kept_request_changed_in_a_later_call_names_that_call(sched):
+    f = _run(sched, "set_later").findings[0]
+    assert (f.invariant, f.call, f.step) == ("ADAPTER-MUTATED", "plan_step", 3)
+    assert "request 0's prompt_tokens from 300 to 1" in f.message
+
+
+@pytest.mark.parametrize("mode, field", [("results_finished", "finished"), ("results_tokens", "tokens")])
+def test_step_results_changed_in_take_results_is_adapter_mutated(sched, mode, field):
+    f = _run(sched, mode).findings[0]
+    assert (f.invariant, f.call) == ("ADAPTER-MUTATED", "take_results") and f"the results of step" in f.message
+    assert f" {field} from " in f.message
+
+
+@pytest.mark.parametrize("mode", ["evolve_own_copy", "copy_own_copy"])
+def test_an_adapter_may_change_its_own_copy(sched, mode):
+    """attrs.evolve or copy.copy of what it was given is the adapter's: no finding, the same run."""
+    v, clean = _run(sched, mode), _run(sched, "none")
+    assert v.ok, v.render()
+    assert list(history_lines(v.history)) == list(history_lines(clean.history))

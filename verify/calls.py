@@ -11,6 +11,13 @@ its daemon thread until it returns to Python or the process exits.  The
 harness goes on and writes its report.  With ``timeout_s=None`` calls run
 inline, which is faster and still turns exceptions into failures.
 
+:func:`given` hands the scheduler a record that the harness owns (a request, a
+step's results): a copy whose fields cannot be written, and whose every
+attempt to write one (``object.__setattr__`` on the frozen record included)
+is logged for the harness to report and raises :class:`Mutated` in the
+scheduler's code.  The harness keeps its own record: what it was given is
+never the harness's truth.
+
 Wall-clock time is used only to decide a timeout, never in a result.
 """
 
@@ -18,11 +25,16 @@ from __future__ import annotations
 
 import ctypes
 import queue
+import sys
 import threading
 import traceback
 from typing import Any, Callable
 
 import attrs
+
+from tenantry.model.workload import Request
+
+from .protocol import StepResults
 
 
 @attrs.frozen
@@ -43,12 +55,13 @@ class CallFailure:
 
 
 class _Box:
-    __slots__ = ("done", "value", "error")
+    __slots__ = ("done", "value", "error", "exits")
 
     def __init__(self) -> None:
         self.done = threading.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+        self.exits: list[tuple[str, str]] = []
 
 
 class _Abandoned(BaseException):
@@ -68,6 +81,89 @@ def _abandon(thread: threading.Thread | None) -> None:
 def _frame(exc: BaseException) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
     return f"{tb[-1].filename}:{tb[-1].lineno}" if tb else ""
+
+
+def _caller_line(depth: int = 2) -> str:
+    """``file:line`` of the code that called the function calling this one."""
+    f = sys._getframe(depth)
+    return f"{f.f_code.co_filename}:{f.f_lineno}"
+
+
+# --- what the scheduler is given ------------------------------------------------------------------
+
+
+class Mutated(AttributeError):
+    """Raised in the scheduler's code when it writes a field of a record the harness gave it."""
+
+
+#: Per owned class, its given class (see :func:`given`).
+_GIVEN: dict[type, type] = {}
+
+
+def _owned(obj: Any) -> bool:
+    """True if ``obj`` was handed over by :func:`given` (it has a log); False for the scheduler's own copies."""
+    try:
+        return object.__getattribute__(obj, "_log") is not None
+    except AttributeError:
+        return False
+
+
+def _refuse(obj: Any, field: str, old: Any, new: Any) -> None:
+    """Log the scheduler's write of ``field`` (at the line of its code that wrote) and raise :class:`Mutated`."""
+    object.__getattribute__(obj, "_log").append((obj, field, old, new, _caller_line(3)))
+    raise Mutated(f"{field} of a {type(obj).__mro__[1].__name__} the harness gave the scheduler cannot be "
+                  "changed; change a copy (attrs.evolve)")
+
+
+def _given_class(cls: type, name: str) -> type:
+    """A subclass of the slotted attrs class ``cls`` whose fields are read as usual, but, once
+    the instance is handed over (its ``_log`` set), written only into the log (and refused).
+    An instance made the usual way (``attrs.evolve``, ``copy``, pickle) has no log: the
+    scheduler's own object, which it may change."""
+    ns: dict[str, Any] = {"__slots__": ("_log",), "__module__": __name__, "__qualname__": name,
+                          "__doc__": f"A {cls.__name__} handed to a scheduler (see tenantry.verify.calls.given)."}
+    for a in attrs.fields(cls):
+        slot = cls.__dict__[a.name]
+
+        def write(self: Any, value: Any, _name: str = a.name, _slot: Any = slot) -> None:
+            if _owned(self):
+                _refuse(self, _name, _slot.__get__(self), value)
+            _slot.__set__(self, value)
+
+        def delete(self: Any, _name: str = a.name, _slot: Any = slot) -> None:
+            if _owned(self):
+                _refuse(self, _name, _slot.__get__(self), "(deleted)")
+            _slot.__delete__(self)
+
+        ns[a.name] = property(slot.__get__, write, delete)
+    out = type(name, (cls,), ns)
+    _GIVEN[cls] = out
+    return out
+
+
+GivenRequest = _given_class(Request, "GivenRequest")
+GivenStepResults = _given_class(StepResults, "GivenStepResults")
+
+
+def given(record: Any, log: list) -> Any:
+    """A copy of the harness's ``record`` (a :class:`~tenantry.model.workload.Request` or
+    :class:`~tenantry.verify.protocol.StepResults`) to hand to the scheduler: equal field by
+    field, an instance of the record's class, and each attempt to write a field appends
+    ``(copy, field, old value, new value, "file:line")`` to ``log`` and raises :class:`Mutated`.
+
+    Cost: one object and a slot write per field (a few microseconds), no check after a call.
+    """
+    sub, slots, set_log = _PLANS[type(record)]
+    out = object.__new__(sub)
+    for slot in slots:
+        slot.__set__(out, slot.__get__(record))
+    set_log(out, log)
+    return out
+
+
+#: Per owned class: (its given class, the slots of its fields, the setter of the given class's log).
+_PLANS = {cls: (_GIVEN[cls], tuple(cls.__dict__[a.name] for a in attrs.fields(cls)),
+                _GIVEN[cls].__dict__["_log"].__set__) for cls in (Request, StepResults)}
 
 
 class Caller:

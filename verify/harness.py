@@ -12,13 +12,21 @@ step.  The invariant catalog then judges that history like any other
 
 The harness's own findings are the protocol's (:data:`~tenantry.verify.protocol.PROTOCOL`):
 a call that raised or hung, invalid claims, a plan that is not a plan, a
-scheduler that stalls, and (when it claims the
+scheduler that changes what it was given, a scheduler that stalls, and (when it claims the
 reference policy) the first step where it decides differently from the model.
+
+The harness owns the truth: the scheduler is handed copies of the requests and
+results (:func:`~tenantry.verify.calls.given`), which it cannot write into,
+every plan and answer is turned into the harness's own canonical values
+(:func:`~tenantry.verify.protocol.normalise_plan`) before it is used.  An
+attempt to write a request or the results is ADAPTER-MUTATED, naming the
+call, the field and both values.
 
 A plan that names requests it cannot act on (unknown, ended, twice, tokens
 out of range) is recorded as given and executed as far as it can be; the
 catalog reports it under the invariant it breaks.  The run goes on after
-every finding except the protocol's own (a call that raised or hung, a malformed plan, a stall).
+every finding except the protocol's own (a call that raised or hung, a
+write into what it was given, a malformed plan, a stall).
 
 (Past 500 lines on purpose: one step of the replica, from delivery to the
 record, and the protocol checks around each call read best in one place.)
@@ -41,7 +49,7 @@ from tenantry.model.step import idle, step as model_step
 from tenantry.model.workload import Request, StepInput, Workload
 from tenantry.spec.invariants_core import Finding
 
-from .calls import Caller, CallFailure
+from .calls import Caller, CallFailure, given
 from .offline import history_header
 from .protocol import (Claims, Plan, PlanError, StepResults, answer, finding, normalise_plan,
                        per_tenant, plan_key)
@@ -105,6 +113,8 @@ class Harness:
             (compared by the determinism check).
         stats: counters for reports: ``steps``, ``preemptions``,
             ``cache_hit_blocks``, ``cross_tenant_hit_blocks``.
+        mutations: attempts of the scheduler to write what it was given
+            (see :func:`~tenantry.verify.calls.given`).
     """
 
     def __init__(self, adapter: Any, claims: Claims, config: Config, caller: Caller, *,
@@ -127,6 +137,7 @@ class Harness:
         self.stats = {"steps": 0, "preemptions": 0, "cache_hit_blocks": 0, "cross_tenant_hit_blocks": 0}
         self.ref_state = initial_state(config) if reference else None
         self.diverged = False
+        self.mutations: list[tuple] = []
 
     # --- construction ---------------------------------------------------------------
 
@@ -166,9 +177,26 @@ class Harness:
 
     def _call(self, name: str, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
         ok, v = self.caller.call(name, fn, *args)
+        if self.mutations:  # it wrote into what it was given (its write was refused, in its own code)
+            self._stop(self._mutated(name))
+            return False, None
         if not ok:
             self._stop(_fail_finding(v, self.k))
         return ok, v
+
+    def _mutated(self, call: str) -> Finding:
+        """ADAPTER-MUTATED: the first write the scheduler attempted into what it was given."""
+        obj, field, old, new, where = self.mutations[0]
+        if isinstance(obj, StepResults):
+            what, tenant, rid = f"the results of step {obj.step_index}", None, None
+        else:
+            what, rid = f"request {obj.request_id}'s", obj.request_id
+            tenant = self.reqs[rid].r.tenant if rid in self.reqs else None
+        more = f" (and {len(self.mutations) - 1} more writes)" if len(self.mutations) > 1 else ""
+        return finding("ADAPTER-MUTATED", self.k, f"{call} changed {what} {field} from {old!r} to {new!r} at {where}"
+                       f"{more}: what the harness gives a scheduler is the harness's (change a copy: attrs.evolve); "
+                       "the write was refused and the run stops here", tenant=tenant, request_id=rid,
+                       observed=repr(new)[:200], allowed=repr(old)[:200], call=call)
 
     @property
     def books_call(self) -> str:
@@ -255,7 +283,7 @@ class Harness:
             q = _Req(r, self.config.tenants[self.config.tenant_index(r.tenant)].salt, self.k)
             self.reqs[r.request_id] = q
             self.live[r.request_id] = q
-            ok, raw = self._call("add_request", self.adapter.add_request, r)
+            ok, raw = self._call("add_request", self.adapter.add_request, given(r, self.mutations))
             if not ok:
                 return arrived
             try:
@@ -394,7 +422,7 @@ class Harness:
         for q in finished:
             self._end(q, "finished", end)
         results = StepResults(k, t, dur, tuple(tokens), tuple(q.r.request_id for q in finished))
-        ok, _ = self._call("take_results", self.adapter.take_results, results)
+        ok, _ = self._call("take_results", self.adapter.take_results, given(results, self.mutations))
         if ok and getattr(self.adapter, "accounting", None) is not None:
             plan = self._books_after_results(plan)
             if plan is None:

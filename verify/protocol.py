@@ -64,6 +64,7 @@ PROTOCOL = {
     "ADAPTER-RAISED": "a call into the scheduler raised an exception",
     "ADAPTER-HANG": "a call into the scheduler did not return within the per-call timeout",
     "ADAPTER-CLAIMS": "the adapter has no valid `claims` (a tenantry.verify.protocol.Claims)",
+    "ADAPTER-MUTATED": "the scheduler wrote into a request or step results the harness gave it",
     "PLAN-MALFORMED": "plan_step (or add_request, accounting) returned something not of the protocol's types "
                       "and shape",
     "STALLED": "the scheduler made no decision for longer than its cooldown while requests waited",
@@ -242,6 +243,11 @@ class SchedulerAdapter(Protocol):
     None (queued; it may still be rejected later in ``Plan.rejected``).  The
     request's ``output_tokens`` is the harness's secret: a scheduler must not
     read it (it learns of the end through ``StepResults.finished``).
+
+    The request and the results are the harness's: the scheduler gets copies
+    it may keep and read but not write (a write, even ``object.__setattr__``,
+    raises in its code and is ADAPTER-MUTATED; to change one, change a copy
+    made with ``attrs.evolve``).
 
     Optional: ``accounting() -> (counters, deficits)`` (per tenant name, as in
     :class:`Plan`).  When the adapter defines it, the harness calls it after
