@@ -510,3 +510,115 @@ def test_an_adapter_may_change_its_own_copy(sched, mode):
     v, clean = _run(sched, mode), _run(sched, "none")
     assert v.ok, v.render()
     assert list(history_lines(v.history)) == list(history_lines(clean.history))
+
+
+# --- a target that is not one: exit 2, one line, before any work; claims that change (4, 5) -------
+
+BROKEN_MODULES = {
+    "syntax": ("def make(:\n    pass\n", ["cannot import broken_target: SyntaxError at", "broken_target.py:1"]),
+    "indent": ("def make():\nreturn 1\n", ["cannot import broken_target: IndentationError at", "broken_target.py:2"]),
+    "value_error": ("x = 1\nraise ValueError('no GPU found')\n",
+                    ["cannot import broken_target: importing it ValueError: no GPU found at", "broken_target.py:2"]),
+    "import_error": ("import torch_is_not_installed_here\n",
+                     ["cannot import broken_target (No module named 'torch_is_not_installed_here')"]),
+    "sys_exit": ("import sys\nsys.exit('no config')\n",
+                 ["cannot import broken_target: importing it called sys.exit('no config') at", "broken_target.py:2"]),
+}
+
+
+#: (factory in careless_sched, words of the one line)
+NOT_ADAPTERS = [
+    ("returns_none", ["the factory returned None, not an adapter"]),
+    ("returns_int", ["the factory returned an int (5), which has no add_request, abort_request, plan_step, "
+                     "take_results methods"]),
+    ("returns_class", ["the factory returned the class Careless, not an adapter; return an instance, Careless(...)"]),
+    ("no_plan_step", ["the factory returned a NoPlan, which has no plan_step method"]),
+    ("only_add", ["which has no abort_request, plan_step, take_results methods"]),
+    ("dict_claims", ["whose claims is a dict ({'num_blocks': 64}), not a tenantry.verify.protocol.Claims"]),
+    ("no_claims", ["the factory returned a NoClaims, which has no claims ('NoClaims' object has no attribute 'config'"]),
+    ("NOT_CALLABLE", ["target='careless_sched:NOT_CALLABLE': is not callable"]),
+]
+
+
+def _usage_error(tmp_path, capsys, argv, words):
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("tenantry: error: ") and all(w in lines[0] for w in words), lines[0]
+    assert snapshot(tmp_path) == before  # no report, no lock, no staging folder
+
+
+@pytest.mark.parametrize("name", list(BROKEN_MODULES))
+@pytest.mark.parametrize("way", ["matrix", "workload"])
+def test_a_target_module_that_does_not_import_is_one_line(sched, name, way, tmp_path, monkeypatch, capsys):
+    """Before: a SyntaxError or an exception at import ended verify --target with a 30-line
+    traceback and exit 1 (os._exit at import: tenantry gone with the module's status)."""
+    monkeypatch.chdir(tmp_path)
+    source, words = BROKEN_MODULES[name]
+    (tmp_path / "broken_target.py").write_text(source)
+    (tmp_path / "w.jsonl").write_text(WL_LINES)
+    extra = ["--quick"] if way == "matrix" else ["--workload", "w.jsonl"]
+    _usage_error(tmp_path, capsys, ["verify", "--target", "broken_target:make", *extra, "--out", "rep"],
+                 ["target='broken_target:make'", *words])
+    sys.modules.pop("broken_target", None)
+
+
+@pytest.mark.parametrize("factory, words", NOT_ADAPTERS, ids=[n for n, _ in NOT_ADAPTERS])
+@pytest.mark.parametrize("way", ["matrix", "workload"])
+def test_a_factory_that_builds_no_adapter_is_one_line_before_any_work(sched, factory, words, way, tmp_path,
+                                                                        monkeypatch, capsys):
+    """Before: a factory returning None was a scheduler finding ('ADAPTER-RAISED ... at
+    verify/calls.py:99') with a report, after the whole matrix ran."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w.jsonl").write_text(WL_LINES)
+    extra = ["--quick"] if way == "matrix" else ["--workload", "w.jsonl"]
+    _usage_error(tmp_path, capsys, ["verify", "--target", f"careless_sched:{factory}", *extra, "--out", "rep"],
+                 words)
+
+
+def test_load_factory_says_it_in_one_configerror_for_the_plugin(sched, tmp_path):
+    """The pytest plugin turns load_factory's and preflight's ConfigError into a UsageError."""
+    (tmp_path / "broken_target.py").write_text("def make(:\n")
+    with pytest.raises(ConfigError, match=r"cannot import broken_target: SyntaxError at .*broken_target.py:1"):
+        load_factory("broken_target:make", path=str(tmp_path))
+    with pytest.raises(ConfigError, match="the factory returned None, not an adapter"):
+        TargetSystem("careless_sched:returns_none", path=str(tmp_path)).preflight([("a", "victim")])
+
+
+@pytest.mark.parametrize("target, words", [
+    ("broken_target:make", ["--tenantry-target: target='broken_target:make': cannot import broken_target: "
+                            "SyntaxError at", "broken_target.py:1"]),
+    ("careless_sched:returns_none", ["--tenantry-target: target='careless_sched:returns_none': the factory "
+                                     "returned None, not an adapter"]),
+])
+def test_the_plugin_says_it_as_a_usage_error(sched, target, words, tmp_path):
+    (tmp_path / "broken_target.py").write_text("def make(:\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), str(tmp_path)]), "PYTHONDONTWRITEBYTECODE": "1"}
+    before = snapshot(tmp_path)
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:benchmark",
+                        f"--tenantry-target={target}"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 4, p.stdout + p.stderr  # pytest's usage error
+    assert all(w in p.stderr for w in words) and "Traceback" not in p.stderr, p.stderr
+    assert snapshot(tmp_path) == before
+
+
+def test_claims_rebound_to_other_claims_is_adapter_claims_naming_the_call(sched):
+    f = _run(sched, "rebind_claims").findings[0]
+    assert (f.invariant, f.call, f.step) == ("ADAPTER-CLAIMS", "plan_step", 2), f.render()
+    assert "claims.config.num_blocks was 384, now 200" in f.message
+
+
+def test_claims_changed_in_place_is_adapter_claims_at_the_end(sched):
+    v = _run(sched, "claims_in_place")
+    (f,) = v.findings  # judged on the claims it started with: minisched's batches of 6 are no BATCH-LIMITS
+    assert (f.invariant, f.call) == ("ADAPTER-CLAIMS", "claims") and "claims.config.max_num_seqs was 8, now 2" in f.message
+    assert max(len(s.batch) for s in v.history.steps) > 2 and v.history.header["config"]["max_num_seqs"] == 8
+
+
+def test_claims_rebound_to_equal_claims_is_fine(sched):
+    v = _run(sched, "rebind_equal_claims")
+    assert v.ok, v.render()

@@ -25,7 +25,8 @@ A plan entry may be written as a plain tuple, ``(request_id, num_tokens)`` or
 ``(request_id, num_tokens, computed_tokens)``, with Python or NumPy integers,
 lists or arrays; :func:`normalise_plan` turns every accepted spelling (SPEC.md
 9, "What a plan may hold") into the frozen records below with plain values,
-or raises :class:`PlanError` naming the field and the value.
+or raises :class:`PlanError` naming the field and the value.  The factory's
+product is checked by :func:`adapter_problem`; :func:`load_factory` imports it.
 
 (Past 500 lines on purpose: the records, the one normaliser of every spelling
 they accept and the loading of a target are one contract, SPEC.md 9, read and
@@ -63,7 +64,8 @@ CLAIMABLE = _CLAIMABLE
 PROTOCOL = {
     "ADAPTER-RAISED": "a call into the scheduler raised an exception",
     "ADAPTER-HANG": "a call into the scheduler did not return within the per-call timeout",
-    "ADAPTER-CLAIMS": "the adapter has no valid `claims` (a tenantry.verify.protocol.Claims)",
+    "ADAPTER-CLAIMS": "the adapter's `claims` changed during the run (or, without the preflight, the factory "
+                      "built no adapter with valid claims)",
     "ADAPTER-MUTATED": "the scheduler wrote into a request or step results the harness gave it",
     "PLAN-MALFORMED": "plan_step (or add_request, accounting) returned something not of the protocol's types "
                       "and shape",
@@ -474,6 +476,60 @@ def plan_key(plan: Plan) -> tuple:
             tuple(sorted(plan.counters.items())), tuple(sorted(plan.deficits.items())), tuple(sorted(plan.freed.items())))
 
 
+#: The methods every adapter has (besides its ``claims`` attribute).
+METHODS = ("add_request", "abort_request", "plan_step", "take_results")
+
+
+def _what(obj: Any) -> str:
+    """``obj`` in a few words for a usage error: ``None``, ``the class X``, ``an int (5)``."""
+    if obj is None:
+        return "None"
+    if isinstance(obj, type):
+        return f"the class {obj.__qualname__}"
+    name = type(obj).__name__
+    text = repr(obj) if isinstance(obj, (int, float, str, bytes, tuple, list, dict)) else ""
+    return f"{'an' if name[:1] in 'aeiouAEIOU' else 'a'} {name}" + (f" ({text[:60]})" if text else "")
+
+
+def adapter_problem(obj: Any) -> tuple[str | None, Claims | None]:
+    """Whether a factory's product is an adapter: (None, its claims), or (why not, None) in one
+    sentence: None, a class instead of an instance, a method of :data:`METHODS` missing, no
+    ``claims`` or claims that are not a :class:`Claims`.  Reads ``obj``'s attributes (which may run
+    its code: the harness calls it through the :class:`~tenantry.verify.calls.Caller`)."""
+    need = "an adapter has the methods add_request, abort_request, plan_step, take_results and a claims " \
+           "attribute, a tenantry.verify.protocol.Claims (SPEC.md 9)"
+    if obj is None or isinstance(obj, type):
+        hint = f"; return an instance, {obj.__name__}(...)" if isinstance(obj, type) else ""
+        return f"the factory returned {_what(obj)}, not an adapter{hint} ({need})", None
+    missing = [m for m in METHODS if not callable(getattr(obj, m, None))]
+    if missing:
+        return (f"the factory returned {_what(obj)}, which has no {', '.join(missing)} method"
+                f"{'s' if len(missing) > 1 else ''} ({need})"), None
+    try:
+        claims = obj.claims
+    except AttributeError as e:
+        return f"the factory returned {_what(obj)}, which has no claims ({e}; {need})", None
+    if not isinstance(claims, Claims):
+        return (f"the factory returned {_what(obj)}, whose claims is {_what(claims)}, not a "
+                f"tenantry.verify.protocol.Claims ({need})"), None
+    return None, claims
+
+
+def _import_error(mod_name: str, e: BaseException) -> str:
+    """Why ``mod_name`` did not import, in one line: the file and line of a syntax error, or the
+    exception's type, message and the line that raised it."""
+    if isinstance(e, SyntaxError):
+        return f"cannot import {mod_name}: {type(e).__name__} at {e.filename}:{e.lineno}: {e.msg}"
+    if isinstance(e, ImportError):
+        return f"cannot import {mod_name} ({e})"
+    import traceback
+
+    tb = [f for f in traceback.extract_tb(e.__traceback__) if "importlib" not in f.filename]
+    at = f" at {tb[-1].filename}:{tb[-1].lineno}" if tb else ""
+    what = f"called sys.exit({e.code!r})" if isinstance(e, SystemExit) else f"{type(e).__name__}: {e}"
+    return f"cannot import {mod_name}: importing it {what}{at}"
+
+
 def load_factory(spec: str, path: str | None = None) -> Any:
     """Import ``module:attribute`` (attribute may be dotted) and return it.
 
@@ -484,8 +540,10 @@ def load_factory(spec: str, path: str | None = None) -> Any:
 
     Raises:
         ConfigError: naming the spec if it lacks a colon, the module does not
-            import, or the attribute is missing or not callable; naming ``path``
-            when it is not a folder.
+            import (not found, a syntax error: its file and line, or an exception
+            or ``sys.exit`` while it imports: the type, message and line), or the
+            attribute is missing or not callable; naming ``path`` when it is not a
+            folder.
     """
     import os
     import sys
@@ -500,8 +558,8 @@ def load_factory(spec: str, path: str | None = None) -> Any:
     mod_name, attr = spec.split(":")
     try:
         obj: Any = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise ConfigError("target", spec, f"cannot import {mod_name} ({e})") from None
+    except (Exception, SystemExit) as e:  # the user's module: whatever it raises is one line
+        raise ConfigError("target", spec, _import_error(mod_name, e)) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ConfigError("target", spec, f"{mod_name} has no attribute {attr}")
@@ -514,5 +572,5 @@ def load_factory(spec: str, path: str | None = None) -> Any:
 __all__ = [
     "CLAIMABLE", "Claims", "Scheduled", "Rejection", "Plan", "StepResults", "SchedulerAdapter",
     "PlanError", "normalise_plan", "plan_key", "config_with_tenants", "load_factory", "REJECT_REASONS",
-    "answer",
+    "METHODS", "adapter_problem", "answer",
 ]

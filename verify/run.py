@@ -208,9 +208,12 @@ def preflight(factory: Callable[..., Any], roles: Iterable[tuple[str, str]], *, 
 
     Raises:
         ConfigError: ``tiered`` or ``weighted`` with a factory that takes no ``tenants``
-            (the tiers or weights could not reach it); a claimed invariant whose data the
-            adapter does not give (counters, deficits, blocks, block ids),
-            naming the invariant and what is missing.
+            (the tiers or weights could not reach it); a factory whose product is no
+            adapter (None, a class, an object without the protocol's methods or without
+            a :class:`~tenantry.verify.protocol.Claims`), naming ``name`` and what it
+            returned; a claimed invariant whose data the adapter does not give
+            (counters, deficits, blocks, block ids), naming the invariant and what is
+            missing.
     """
     from tenantry.spec.invariants import INVARIANTS, missing
 
@@ -222,6 +225,8 @@ def preflight(factory: Callable[..., Any], roles: Iterable[tuple[str, str]], *, 
     fac = bind(factory, scenario_tenants(roles, tiered, weighted))
     h = Harness.start(fac, [n for n, _ in roles], timeout_s=timeout_s)
     h.close()
+    if h.unusable is not None:  # the user's mistake, not the scheduler's: one line, before any run
+        raise ConfigError("target", name, h.unusable)
     if h.stopped:
         return []
     config = h.config
