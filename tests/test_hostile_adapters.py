@@ -523,6 +523,8 @@ BROKEN_MODULES = {
                      ["cannot import broken_target (No module named 'torch_is_not_installed_here')"]),
     "sys_exit": ("import sys\nsys.exit('no config')\n",
                  ["cannot import broken_target: importing it called sys.exit('no config') at", "broken_target.py:2"]),
+    "os_exit": ("import os\nos._exit(3)\n",
+                ["cannot import broken_target: importing it called os._exit(3) at", "broken_target.py:2"]),
 }
 
 
@@ -622,3 +624,78 @@ def test_claims_changed_in_place_is_adapter_claims_at_the_end(sched):
 def test_claims_rebound_to_equal_claims_is_fine(sched):
     v = _run(sched, "rebind_equal_claims")
     assert v.ok, v.render()
+
+
+# --- a scheduler cannot end tenantry (6) ----------------------------------------------------------
+
+@pytest.mark.parametrize("timeout_s", [5.0, None], ids=["worker-thread", "inline"])
+@pytest.mark.parametrize("mode, call, words", [
+    ("exit", "plan_step", "plan_step called os._exit(7) at"),
+    ("exit_swallowed", "plan_step", "plan_step called os._exit(7) at"),
+    ("abort", "plan_step", "plan_step called os.abort() at"),
+    ("sys_exit", "take_results", "take_results called sys.exit(3)"),
+    ("fatal", "plan_step", "Fatal: scheduler state lost"),
+])
+def test_a_scheduler_ending_the_process_is_adapter_raised(sched, mode, call, words, timeout_s):
+    """Before: os._exit in an adapter ended tenantry silently with the adapter's exit code,
+    leaving a lock file and a staging folder.  Now it raises in the adapter's thread only."""
+    v = _run(sched, mode, timeout_s=timeout_s)
+    f = v.findings[0]
+    assert (f.invariant, f.call) == ("ADAPTER-RAISED", call) and words in f.message, f.render()
+    assert "careless_sched.py" in f.message
+
+
+def test_outside_a_call_os_exit_is_the_real_one(sched):
+    _run(sched, "exit")
+    pid = os.fork()
+    if pid == 0:  # a child forked outside any call exits for real, with its status
+        os._exit(5)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 5
+
+
+def test_a_keyboard_interrupt_raised_by_the_scheduler_on_its_thread_is_a_finding(sched):
+    f = _run(sched, "keyboard").findings[0]
+    assert (f.invariant, f.call) == ("ADAPTER-RAISED", "plan_step") and "KeyboardInterrupt" in f.message
+
+
+def test_os_exit_in_a_target_run_is_a_finding_and_leaves_no_lock_or_staging(sched, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w.jsonl").write_text(WL_LINES)
+    (tmp_path / "careless_exit.py").write_text("from careless_sched import factory\nmake = factory('exit')\n")
+    before = snapshot(tmp_path)
+    assert main(["verify", "--target", "careless_exit:make", "--workload", "w.jsonl", "--out", "rep",
+                 "--no-determinism"]) == 1
+    out = capsys.readouterr().out
+    assert "ADAPTER-RAISED step 2" in out and "os._exit(7)" in out
+    after = snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if not k.startswith("rep")} == before  # no .rep.lock, no staging
+    assert json.loads((tmp_path / "rep" / "report.json").read_text())["findings"][0]["call"] == "plan_step"
+
+
+def test_a_matrix_worker_killed_under_the_scheduler_is_one_line(sched, tmp_path, monkeypatch, capsys):
+    """A pool worker that dies (SIGKILL inside the adapter, as a crash in native code would) ended
+    the run with a 30-line BrokenProcessPool traceback.  Now: one line, and --out not created."""
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path)
+    code = main(["verify", "--target", "careless_sched:make_kill_in_worker", "--quick", "--budget", "2",
+                 "--workers", "2", "--patterns", "flood", "--quiet", "--out", "rep"])
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "a worker process died while it ran careless_sched:make_kill_in_worker" in err and "rep was not created" in err
+    assert snapshot(tmp_path) == before
+
+
+def test_there_are_at_least_25_new_hostile_adapter_cases():
+    import inspect
+
+    here = sys.modules[__name__]
+    cases = 0
+    for name, fn in inspect.getmembers(here, inspect.isfunction):
+        if name.startswith("test_") and name != "test_there_are_at_least_25_new_hostile_adapter_cases":
+            marks = getattr(fn, "pytestmark", [])
+            n = 1
+            for m in marks:
+                if m.name == "parametrize":
+                    n *= len(m.args[1])
+            cases += n
+    assert cases >= 25, cases

@@ -11,6 +11,15 @@ its daemon thread until it returns to Python or the process exits.  The
 harness goes on and writes its report.  With ``timeout_s=None`` calls run
 inline, which is faster and still turns exceptions into failures.
 
+A scheduler that ends the process from inside a call, ``os._exit(n)`` or
+``os.abort()``, does not: while a call runs, those functions raise
+:class:`AdapterExit` in the thread of the call (in any other thread, and in a
+process forked from the call, they are the real ones), and the call fails
+with kind ``exit`` (so does one raising ``SystemExit``: ``sys.exit``).  A
+``KeyboardInterrupt`` raised on the worker thread is the scheduler's own (a
+signal is delivered to the main thread only), and fails the call too; inline,
+it is taken as the user's Ctrl-C and passes through.
+
 :func:`given` hands the scheduler a record that the harness owns (a request, a
 step's results): a copy whose fields cannot be written, and whose every
 attempt to write one (``object.__setattr__`` on the frozen record included)
@@ -24,11 +33,13 @@ Wall-clock time is used only to decide a timeout, never in a result.
 from __future__ import annotations
 
 import ctypes
+import os
 import queue
 import sys
 import threading
 import traceback
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import attrs
 
@@ -43,8 +54,8 @@ class CallFailure:
 
     Attributes:
         call: the method called (``factory``, ``add_request``, ``plan_step``, ...).
-        kind: ``raised`` or ``timeout``.
-        detail: exception type and message, or the timeout in seconds.
+        kind: ``raised``, ``exit`` (it called ``os._exit``, ``os.abort`` or ``sys.exit``) or ``timeout``.
+        detail: exception type and message, what it called, or the timeout in seconds.
         where: the innermost traceback frame inside the scheduler, ``file:line``.
     """
 
@@ -87,6 +98,68 @@ def _caller_line(depth: int = 2) -> str:
     """``file:line`` of the code that called the function calling this one."""
     f = sys._getframe(depth)
     return f"{f.f_code.co_filename}:{f.f_lineno}"
+
+
+# --- a scheduler that would end the process -------------------------------------------------------
+
+
+class AdapterExit(BaseException):
+    """Raised in place of ``os._exit`` / ``os.abort`` inside a call into the scheduler (a
+    BaseException, as SystemExit is: ``except Exception`` in the scheduler does not catch it)."""
+
+
+#: Thread id -> the exits attempted by the call running on that thread (only while it runs).
+_IN_CALL: dict[int, list[tuple[str, str]]] = {}
+
+
+def _guarded(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+    def guarded(*args: Any) -> Any:
+        attempts = _IN_CALL.get(threading.get_ident())
+        if attempts is None:
+            return real(*args)
+        what = f"os.{name}({', '.join(map(repr, args))})"
+        attempts.append((what, _caller_line()))
+        raise AdapterExit(what)
+
+    guarded.__wrapped__ = real  # type: ignore[attr-defined]
+    guarded.__name__ = name
+    guarded._tenantry_guard = True  # type: ignore[attr-defined]
+    return guarded
+
+
+for _name in ("_exit", "abort"):  # once per process, before any target module is imported
+    if not getattr(getattr(os, _name), "_tenantry_guard", False):
+        setattr(os, _name, _guarded(_name, getattr(os, _name)))
+if hasattr(os, "register_at_fork"):  # a process forked during a call exits for real
+    os.register_at_fork(after_in_child=_IN_CALL.clear)
+
+
+@contextmanager
+def exits_refused() -> Iterator[list[tuple[str, str]]]:
+    """While the block runs, ``os._exit`` / ``os.abort`` called on this thread raise
+    :class:`AdapterExit` instead (for code tenantry runs outside a :class:`Caller`: importing a
+    target module); yields the list of (what it called, ``file:line``)."""
+    me = threading.get_ident()
+    outer = _IN_CALL.get(me)
+    attempts: list[tuple[str, str]] = []
+    _IN_CALL[me] = attempts
+    try:
+        yield attempts
+    finally:
+        if outer is None:
+            _IN_CALL.pop(me, None)
+        else:
+            _IN_CALL[me] = outer
+
+
+def _failure(name: str, e: BaseException, attempts: list[tuple[str, str]]) -> "CallFailure":
+    """The :class:`CallFailure` of a call that raised ``e`` (or swallowed an exit it attempted)."""
+    if attempts:
+        what, where = attempts[0]
+        return CallFailure(name, "exit", f"called {what}", where)
+    if isinstance(e, SystemExit):
+        return CallFailure(name, "exit", f"called sys.exit({e.code!r}) (SystemExit)", _frame(e))
+    return CallFailure(name, "raised", f"{type(e).__name__}: {e}", _frame(e))
 
 
 # --- what the scheduler is given ------------------------------------------------------------------
@@ -191,12 +264,15 @@ class Caller:
                 if item is None:
                     return
                 fn, args, box = item
+                _IN_CALL[threading.get_ident()] = box.exits
                 try:
                     box.value = fn(*args)
                 except _Abandoned:
                     return
                 except BaseException as e:  # the scheduler's exception, of any kind, is a finding
                     box.error = e
+                finally:
+                    _IN_CALL.pop(threading.get_ident(), None)
                 box.done.set()
         except _Abandoned:  # arrived between calls: the caller is dead anyway
             return
@@ -210,12 +286,16 @@ class Caller:
         if self.dead:
             return False, CallFailure(name, "timeout", "an earlier call hung; the scheduler is abandoned")
         if self.timeout_s is None:
-            try:
-                return True, fn(*args)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as e:  # SystemExit from a scheduler is a finding too
-                return False, CallFailure(name, "raised", f"{type(e).__name__}: {e}", _frame(e))
+            with exits_refused() as exits:
+                try:
+                    value = fn(*args)
+                except KeyboardInterrupt:
+                    if not exits:
+                        raise  # inline, a KeyboardInterrupt may be the user's Ctrl-C
+                    return False, _failure(name, AdapterExit(), exits)
+                except BaseException as e:  # SystemExit from a scheduler is a finding too
+                    return False, _failure(name, e, exits)
+            return (True, value) if not exits else (False, _failure(name, AdapterExit(), exits))
         if self._q is None:
             self._q = queue.SimpleQueue()
             self._thread = threading.Thread(target=self._worker, args=(self._q,), name="tenantry-adapter", daemon=True)
@@ -227,11 +307,8 @@ class Caller:
             self.dead = True
             _abandon(self._thread)
             return False, CallFailure(name, "timeout", f"no return within {limit} s")
-        if box.error is not None:
-            e = box.error
-            if isinstance(e, KeyboardInterrupt):
-                raise e
-            return False, CallFailure(name, "raised", f"{type(e).__name__}: {e}", _frame(e))
+        if box.error is not None or box.exits:  # a KeyboardInterrupt on the worker is the scheduler's own
+            return False, _failure(name, box.error or AdapterExit(), box.exits)
         return True, box.value
 
     def close(self) -> None:

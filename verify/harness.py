@@ -11,7 +11,7 @@ step.  The invariant catalog then judges that history like any other
 (:mod:`tenantry.spec.invariants`): the harness checks no invariant itself.
 
 The harness's own findings are the protocol's (:data:`~tenantry.verify.protocol.PROTOCOL`):
-a call that raised or hung, claims that are not
+a call that raised, hung or tried to end the process, claims that are not
 valid or change during the run, a plan that is not a plan, a scheduler that
 changes what it was given, a scheduler that stalls, and (when it claims the
 reference policy) the first step where it decides differently from the model.
@@ -26,8 +26,8 @@ results is ADAPTER-MUTATED, naming the call, the field and both values.
 A plan that names requests it cannot act on (unknown, ended, twice, tokens
 out of range) is recorded as given and executed as far as it can be; the
 catalog reports it under the invariant it breaks.  The run goes on after
-every finding except the protocol's own (a call that raised or hung, a
-write into what it was given, claims that changed, a
+every finding except the protocol's own (a call that raised, hung or ended
+the process, a write into what it was given, claims that changed, a
 malformed plan, a stall).
 
 (Past 500 lines on purpose: one step of the replica, from delivery to the
@@ -95,6 +95,9 @@ class _Req:
 def _fail_finding(f: CallFailure, k: int | None) -> Finding:
     inv = "ADAPTER-HANG" if f.kind == "timeout" else "ADAPTER-RAISED"
     where = f" at {f.where}" if f.where else ""
+    if f.kind == "exit":  # it would have ended tenantry with no report
+        return finding(inv, k, f"{f.call} {f.detail}{where}: a scheduler's call may not end the process; the run "
+                       "stops here", call=f.call, observed=f.detail)
     return finding(inv, k, f"{f.call} {'hung' if f.kind == 'timeout' else 'raised'}: {f.detail}{where}",
                    call=f.call, observed=f.detail)
 

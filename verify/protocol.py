@@ -62,7 +62,7 @@ CLAIMABLE = _CLAIMABLE
 #: NO-LOSS; more blocks than the pool is KV-CAP; a refusal's reason is
 #: REFUSAL-TRUTH.
 PROTOCOL = {
-    "ADAPTER-RAISED": "a call into the scheduler raised an exception",
+    "ADAPTER-RAISED": "a call into the scheduler raised an exception, or called os._exit, os.abort or sys.exit",
     "ADAPTER-HANG": "a call into the scheduler did not return within the per-call timeout",
     "ADAPTER-CLAIMS": "the adapter's `claims` changed during the run (or, without the preflight, the factory "
                       "built no adapter with valid claims)",
@@ -556,10 +556,18 @@ def load_factory(spec: str, path: str | None = None) -> Any:
     if folder not in (os.path.abspath(p or os.getcwd()) for p in sys.path):
         sys.path.insert(0, folder)
     mod_name, attr = spec.split(":")
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except (Exception, SystemExit) as e:  # the user's module: whatever it raises is one line
-        raise ConfigError("target", spec, _import_error(mod_name, e)) from None
+    from .calls import AdapterExit, exits_refused
+
+    with exits_refused() as exits:
+        try:
+            obj: Any = importlib.import_module(mod_name)
+        except (Exception, SystemExit, AdapterExit) as e:  # the user's module: whatever it raises is one line
+            why = f"cannot import {mod_name}: importing it called {exits[0][0]} at {exits[0][1]}" if exits \
+                else _import_error(mod_name, e)
+            raise ConfigError("target", spec, why) from None
+    if exits:  # the module caught the AdapterExit of its own os._exit
+        raise ConfigError("target", spec, f"cannot import {mod_name}: importing it called {exits[0][0]} at "
+                          f"{exits[0][1]}")
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ConfigError("target", spec, f"{mod_name} has no attribute {attr}")

@@ -372,6 +372,14 @@ class TargetSystem:
             env = {**os.environ, "PYTHONHASHSEED": seed,
                    "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # imports what this process imports
             p = subprocess.run(args, env=env, capture_output=True, text=True, cwd=os.getcwd())
+            if p.returncode < 0:  # killed by a signal (a crash in the scheduler's native code, os.kill, OOM)
+                import signal
+
+                try:
+                    name = signal.Signals(-p.returncode).name
+                except ValueError:
+                    name = f"signal {-p.returncode}"
+                return None, f"skipped: the fresh process running the target was killed by {name}"
             if p.returncode != 0 or not h_path.exists():
                 why = (p.stderr.strip().splitlines() or ["no history written"])[-1][:200]
                 return None, f"skipped: the fresh process could not run the target ({why})"
