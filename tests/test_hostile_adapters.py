@@ -456,6 +456,20 @@ def test_numpy_in_every_field_records_the_same_history_as_plain_values(sched, mo
     assert list(history_lines(v.history)) == list(history_lines(clean.history))
 
 
+def test_claims_take_a_numpy_bool_and_refuse_a_describe_that_is_no_string():
+    """Claims.reference and describe are written into reports and history headers: a NumPy bool
+    becomes a bool; a describe of None (or any non-string) is refused where the claims are made."""
+    from tenantry.model.config import Config, TenantConfig
+    from tenantry.verify.protocol import Claims
+
+    c = Claims(Config(tenants=(TenantConfig("a"),)), reference=np.True_, describe=np.str_("mine"))
+    assert (type(c.reference), type(c.describe)) == (bool, str) and c.reference
+    with pytest.raises(ConfigError, match="claims.describe=None: must be a string"):
+        Claims(Config(tenants=(TenantConfig("a"),)), describe=None)
+    with pytest.raises(ConfigError, match="claims.reference='yes': must be True or False"):
+        Claims(Config(tenants=(TenantConfig("a"),)), reference="yes")
+
+
 # --- the harness owns the truth: what a scheduler is given, it cannot change (1) ------------------
 
 TRUTH = {r.request_id: r for r in WL.requests}
