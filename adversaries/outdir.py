@@ -435,8 +435,11 @@ def report_folder(target: str | os.PathLike, kind: str, *, flag: str = "--out", 
                 if isinstance(e, WriteError) or (isinstance(e, OSError) and e.errno in WRITE_ERRNOS):
                     raise WriteError(e.errno, e.strerror or str(e), e.filename if e.filename is not None else str(tmp),
                                      kept, resumable=bool(n)) from None
-                if isinstance(e, OSError):
-                    e.kept, e.resumable = kept, bool(n)  # type: ignore[attr-defined]
+                if isinstance(e, Exception):  # any other error (a worker process that died): say what was kept
+                    try:
+                        e.kept, e.resumable = kept, bool(n)  # type: ignore[attr-defined]
+                    except AttributeError:
+                        pass
                 raise
             try:
                 publish(tmp, target)

@@ -92,7 +92,9 @@ class StepEvent:
         kind: one of :data:`EVENT_KINDS`.
         request_id: whose.
         reason, retry_after_s: for ``rejected`` (a 429): one of
-            :data:`REJECT_REASONS` and the retry-after estimate (seconds) or None;
+            :data:`REJECT_REASONS` (a scheduler's other string is recorded as it
+            gave it, and is a REFUSAL-TRUTH finding) and the retry-after estimate
+            (seconds) or None;
             for ``preempted``: None, or one of :data:`PREEMPT_REASONS`.
         tokens: ``scheduled``: tokens computed at entry (cache hits);
             ``preempted``: computed tokens discarded; ``finished``: tokens generated.
@@ -115,7 +117,8 @@ class RequestRecord:
     not happen.  Attributes:
         request_id, tenant, arrival_s, prompt_tokens, output_tokens: as offered.
         outcome: one of :data:`OUTCOMES`; reason: one of :data:`REJECT_REASONS`
-            when rejected, else None; retry_after_s: the 429's retry-after
+            when rejected (or a scheduler's other string, as it gave it: a
+            REFUSAL-TRUTH finding), else None; retry_after_s: the 429's retry-after
             estimate (seconds) or None.
         admitted_step: step at which it entered a queue (None if refused).
         first_scheduled_s: start of the step that first put it in the batch.
@@ -369,6 +372,13 @@ def write_history(history: History, path: str | os.PathLike) -> None:
     atomic_write_text(path, history_lines(history))
 
 
+#: What a refusal's reason must be when read: a string.  One of :data:`REJECT_REASONS` is a true or
+#: false refusal; another string is read as written and REFUSAL-TRUTH reports it (a history must
+#: carry what a scheduler under test said, or the catalog could not judge it).
+_REASON_SHAPE = (f"must be a string, one of {', '.join(REJECT_REASONS)} (another is read as given and judged by "
+                 "REFUSAL-TRUTH)")
+
+
 #: A step record's ``reserved_reason``: None (an overdue head, the starvation guard) or
 #: ``skips`` (the skip budget, SPEC.md 4.3).
 RESERVE_REASONS = (None, "skips")
@@ -411,8 +421,8 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
     if cls is RequestRecord:
         if kwargs.get("outcome") not in OUTCOMES:
             raise ConfigError("outcome", kwargs.get("outcome"), f"must be one of {', '.join(OUTCOMES)}", where)
-        if kwargs.get("reason") is not None and kwargs["reason"] not in REJECT_REASONS:
-            raise ConfigError("reason", kwargs["reason"], f"must be one of {', '.join(REJECT_REASONS)}", where)
+        if kwargs.get("reason") is not None and not isinstance(kwargs["reason"], str):
+            raise ConfigError("reason", kwargs["reason"], _REASON_SHAPE, where)
     for name in _COUNTS.get(cls, ()):
         v = kwargs.get(name)
         low = 1 if name in ("prompt_tokens", "output_tokens") else 0
@@ -420,6 +430,10 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
             continue
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise ConfigError(name, v, f"must be an integer >= {low}", where)
+    for name in _INTS.get(cls, ()):
+        v = kwargs.get(name)
+        if name in kwargs and not (v is None and defaults[name].default is None) and not _is_int(v):
+            raise ConfigError(name, v, "must be an integer", where)
     for name in _TIMES.get(cls, ()):
         v = kwargs.get(name)
         if name not in kwargs or (v is None and defaults[name].default is None):
@@ -440,7 +454,10 @@ def _event(e: Any, where: str) -> StepEvent:
     if unknown:
         raise ConfigError(f"events.{unknown[0]}", e[unknown[0]], "unknown field in an event", where)
     allowed = PREEMPT_REASONS if e.get("kind") == "preempted" else REJECT_REASONS
-    if e.get("reason") is not None and e["reason"] not in allowed:
+    if e.get("kind") == "rejected" and e.get("reason") is not None:  # a refusal: recorded as given (REFUSAL-TRUTH)
+        if not isinstance(e["reason"], str):
+            raise ConfigError("events.reason", e["reason"], _REASON_SHAPE, where)
+    elif e.get("reason") is not None and e["reason"] not in allowed:
         raise ConfigError("events.reason", e["reason"], f"must be one of {', '.join(allowed)}", where)
     for name in ("tokens", "blocks"):
         if name in e and not _is_count(e[name]):
@@ -453,7 +470,8 @@ def _event(e: Any, where: str) -> StepEvent:
 
 
 def _by_request(d: Any, name: str, where: str) -> dict[int, Any]:
-    """A per-request map read back from JSON (keys are request ids written as strings)."""
+    """A per-request map read back from JSON (keys are request ids written as strings; a list
+    of block ids a tuple, each list id in it a tuple too)."""
     if not isinstance(d, dict):
         raise ConfigError(name, d, "must be an object keyed by request id", where)
     out = {}
@@ -462,16 +480,20 @@ def _by_request(d: Any, name: str, where: str) -> dict[int, Any]:
             rid = int(k)
         except ValueError:
             raise ConfigError(name, k, "keys must be request ids", where) from None
-        out[rid] = tuple(v) if isinstance(v, list) else v
+        out[rid] = _block_ids(v) if isinstance(v, list) else v
     return out
 
 
 _COUNTS = {
     RequestRecord: ("request_id", "prompt_tokens", "output_tokens", "admitted_step", "tokens_generated",
                     "preemptions", "wasted_prefill_tokens", "cached_prompt_tokens", "replica"),
-    StepRecord: ("step_index", "free_blocks", "used_blocks", "replica"),
+    StepRecord: ("step_index", "replica"),
     FleetStepRecord: ("fleet_step",),
 }
+#: Integer fields that may be negative: a scheduler's books as it kept them (free blocks it
+#: over-committed, distinct blocks in use it under-counted) are recorded as given, and
+#: KV-CONSERVE judges them; the reader must carry what the harness recorded.
+_INTS = {StepRecord: ("free_blocks", "used_blocks")}
 _TIMES = {
     RequestRecord: ("arrival_s", "retry_after_s", "first_scheduled_s", "first_token_s", "finish_s"),
     StepRecord: ("start_s", "duration_s"),
@@ -497,6 +519,9 @@ def _list_of(ok: Any) -> Any:
     if ok is _is_pair:
         return lambda v: type(v) is list and all(type(x) is list and len(x) == 2 and type(x[0]) is int
                                                  and type(x[1]) is int and x[0] >= 0 and x[1] >= 0 for x in v)
+    if ok is _is_batch_entry:
+        return lambda v: type(v) is list and all(type(x) is list and len(x) == 2 and type(x[0]) is int
+                                                 and type(x[1]) is int and x[0] >= 0 for x in v)
     return lambda v: isinstance(v, list) and all(ok(x) for x in v)
 
 
@@ -509,19 +534,40 @@ def _map_of(ok: Any) -> Any:
     return lambda v: isinstance(v, dict) and all(ok(x) for x in v.values())
 
 
+def _is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _is_batch_entry(v: Any) -> bool:
+    """[request_id, tokens]: a request id >= 0 and any integer of tokens (a plan's 0 or negative
+    entry is recorded as given; BATCH-LIMITS judges it)."""
+    return type(v) is list and len(v) == 2 and type(v[0]) is int and v[0] >= 0 and type(v[1]) is int
+
+
 def _is_pair(v: Any) -> bool:
     return isinstance(v, list) and len(v) == 2 and all(_is_count(x) for x in v)
 
 
-def _is_block_id(v: Any) -> bool:  # an adapter's block number or a model's key (any int, or a string)
-    return isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
+def _is_block_id(v: Any, part: bool = False) -> bool:
+    """An adapter's block id or a model's key: an int, a string, or a list of block ids (a tuple
+    id such as ``("kv", salt, key)``, written as a JSON list), inside which null may stand."""
+    t = type(v)
+    return (t is str or t is int or (part and v is None)
+            or (t is list and all(_is_block_id(x, True) for x in v)))
+
+
+def _block_ids(v: list) -> tuple:
+    """A request's block ids read back: a tuple, each list id (at any depth) a tuple again."""
+    if all(type(x) is not list for x in v):
+        return tuple(v)
+    return tuple(_block_ids(x) if type(x) is list else x for x in v)
 
 
 #: The JSON shape of each structured field of a step and fleet_step line: (test, what it must be).  A
 #: field whose default is None may also be null.  Scalar counts and times are checked by _COUNTS and _TIMES.
 _SHAPES = {
     StepRecord: {
-        "batch": (_list_of(_is_pair), "a list of [request_id, tokens] pairs of integers >= 0"),
+        "batch": (_list_of(_is_batch_entry), "a list of [request_id, tokens] pairs of integers, the request id >= 0"),
         "preempted": (_list_of(_is_count), "a list of request ids (integers >= 0)"),
         "running": (_list_of(_is_count), "a list of request ids (integers >= 0)"),
         "queued": (_map_of(_is_count), "an object of tenant name: requests waiting (integers >= 0)"),
@@ -533,7 +579,7 @@ _SHAPES = {
         "events": (lambda v: v is None or isinstance(v, list), "a list of event objects"),
         "held": (_map_of(_is_count), "an object of request id: KV blocks (integers >= 0)"),
         "block_ids": (_map_of(_list_of(_is_block_id)),
-                      "an object of request id: list of block ids (integers or strings)"),
+                      "an object of request id: list of block ids (integers, strings or lists of them)"),
         "reserved": (_is_count, "a request id (an integer >= 0) or null"),
     },
     FleetStepRecord: {

@@ -153,15 +153,25 @@ def test_factory_that_raises_or_lacks_claims():
     assert [(f.invariant, f.call) for f in v.findings] == [("ADAPTER-RAISED", "factory")]
     assert v.history.steps == () and len(v.history.requests) == len(WL)
 
-    class NoClaims:
-        pass
-    v = _verify(NoClaims)
-    assert [(f.invariant, f.call) for f in v.findings] == [("ADAPTER-RAISED", "claims")]
+    # no adapter at all: the user's mistake (the preflight refuses it as a usage error); a run
+    # without the preflight says so in one ADAPTER-CLAIMS finding, not "raised at calls.py"
+    class NoClaims(Hostile):
+        claims = property(lambda self: self.nothing)
 
-    class BadClaims:
+        def __init__(self):
+            pass
+    v = _verify(NoClaims)
+    assert [(f.invariant, f.call) for f in v.findings] == [("ADAPTER-CLAIMS", "factory")]
+    assert "has no claims ('NoClaims' object has no attribute 'nothing'" in v.findings[0].message
+
+    class BadClaims(Hostile):
         claims = {"num_blocks": 4}
+
+        def __init__(self):
+            pass
     v = _verify(BadClaims)
-    assert [(f.invariant, f.call) for f in v.findings] == [("ADAPTER-CLAIMS", "claims")]
+    assert [(f.invariant, f.call) for f in v.findings] == [("ADAPTER-CLAIMS", "factory")]
+    assert "whose claims is a dict ({'num_blocks': 4}), not a tenantry.verify.protocol.Claims" in v.findings[0].message
 
 
 def test_nondeterminism_is_found_with_the_step():

@@ -11,17 +11,32 @@ step.  The invariant catalog then judges that history like any other
 (:mod:`tenantry.spec.invariants`): the harness checks no invariant itself.
 
 The harness's own findings are the protocol's (:data:`~tenantry.verify.protocol.PROTOCOL`):
-a call that raised or hung, invalid claims, a plan that is not a plan, a
-scheduler that stalls, and (when it claims the reference policy) the first
-step where it decides differently from the model.  A plan that names
-requests it cannot act on (unknown, ended, twice, tokens out of range) is
-recorded as given and executed as far as it can be; the catalog reports it
-under the invariant it breaks.  The run goes on after every finding except
-a call that raised or hung, a malformed plan and a stall.
+a call that raised, hung or tried to end the process, claims that are not
+valid or change during the run, a plan that is not a plan, a scheduler that
+changes what it was given, a scheduler that stalls, and (when it claims the
+reference policy) the first step where it decides differently from the model.
+
+The harness owns the truth: the scheduler is handed copies of the requests and
+results (:func:`~tenantry.verify.calls.given`), which it cannot write into,
+every plan and answer is turned into the harness's own canonical values
+(:func:`~tenantry.verify.protocol.normalise_plan`) before it is used, and the
+claims are copied when the run starts.  An attempt to write a request or the
+results is ADAPTER-MUTATED, naming the call, the field and both values.
+
+A plan that names requests it cannot act on (unknown, ended, twice, tokens
+out of range) is recorded as given and executed as far as it can be; the
+catalog reports it under the invariant it breaks.  The run goes on after
+every finding except the protocol's own (a call that raised, hung or ended
+the process, a write into what it was given, claims that changed, a
+malformed plan, a stall).
+
+(Past 500 lines on purpose: one step of the replica, from delivery to the
+record, and the protocol checks around each call read best in one place.)
 """
 
 from __future__ import annotations
 
+import copy
 from itertools import chain
 from typing import Any, Callable, Iterable
 
@@ -37,9 +52,10 @@ from tenantry.model.step import idle, step as model_step
 from tenantry.model.workload import Request, StepInput, Workload
 from tenantry.spec.invariants_core import Finding
 
-from .calls import Caller, CallFailure
+from .calls import Caller, CallFailure, given
 from .offline import history_header
-from .protocol import Claims, Plan, PlanError, StepResults, finding, normalise_plan, per_tenant, plan_key
+from .protocol import (Claims, Plan, PlanError, StepResults, adapter_problem, answer, finding, normalise_plan,
+                       per_tenant, plan_key)
 
 #: Seconds the factory may take (at least): building a scheduler may import a
 #: large package (vLLM takes 10-20 s on a loaded 2-core machine).
@@ -79,6 +95,9 @@ class _Req:
 def _fail_finding(f: CallFailure, k: int | None) -> Finding:
     inv = "ADAPTER-HANG" if f.kind == "timeout" else "ADAPTER-RAISED"
     where = f" at {f.where}" if f.where else ""
+    if f.kind == "exit":  # it would have ended tenantry with no report
+        return finding(inv, k, f"{f.call} {f.detail}{where}: a scheduler's call may not end the process; the run "
+                       "stops here", call=f.call, observed=f.detail)
     return finding(inv, k, f"{f.call} {'hung' if f.kind == 'timeout' else 'raised'}: {f.detail}{where}",
                    call=f.call, observed=f.detail)
 
@@ -100,6 +119,10 @@ class Harness:
             (compared by the determinism check).
         stats: counters for reports: ``steps``, ``preemptions``,
             ``cache_hit_blocks``, ``cross_tenant_hit_blocks``.
+        unusable: why the factory's product is no adapter (a usage error: the
+            preflight refuses the target with this line), or None.
+        mutations: attempts of the scheduler to write what it was given
+            (see :func:`~tenantry.verify.calls.given`).
     """
 
     def __init__(self, adapter: Any, claims: Claims, config: Config, caller: Caller, *,
@@ -122,6 +145,9 @@ class Harness:
         self.stats = {"steps": 0, "preemptions": 0, "cache_hit_blocks": 0, "cross_tenant_hit_blocks": 0}
         self.ref_state = initial_state(config) if reference else None
         self.diverged = False
+        self.unusable: str | None = None
+        self.mutations: list[tuple] = []
+        self.claims_seen: Any = None  # the adapter's own claims object, as last seen equal to ``claims``
 
     # --- construction ---------------------------------------------------------------
 
@@ -130,28 +156,42 @@ class Harness:
               record_steps: bool = True) -> "Harness":
         """Build the adapter with ``factory()`` and read its claims.
 
-        A factory or ``claims`` that raises, hangs or is invalid gives a
-        stopped harness holding one finding (never an exception).  The factory
-        gets ``max(FACTORY_TIMEOUT_S, timeout_s)``; every other call ``timeout_s``.
+        A factory or ``claims`` that raises or hangs gives a stopped harness
+        holding one finding (never an exception); so does a factory whose product
+        is no adapter (None, a class, an object without the protocol's methods or
+        without a :class:`Claims`): an ADAPTER-CLAIMS finding, the reason in
+        :attr:`unusable` (:func:`~tenantry.verify.run.preflight` refuses such a
+        target before any run, as a usage error).  The harness judges the run on a
+        copy of the claims taken here (a scheduler that changes its claims later
+        is ADAPTER-CLAIMS).  The factory gets ``max(FACTORY_TIMEOUT_S, timeout_s)``;
+        every other call ``timeout_s``.
         """
         caller = Caller(timeout_s)
         build_s = None if timeout_s is None else max(FACTORY_TIMEOUT_S, timeout_s)
         ok, adapter = caller.call("factory", factory, timeout_s=build_s)
         if ok:
-            ok, claims = caller.call("claims", getattr, adapter, "claims")
+            ok, got = caller.call("claims", adapter_problem, adapter)
             if not ok:
-                adapter = claims
+                adapter = got
         if not ok:
             h = cls(None, Claims(_empty_config(tenants)), _empty_config(tenants), caller, reference=False)
             h._stop(_fail_finding(adapter, None))
             return h
-        if not isinstance(claims, Claims):
+        problem, claims = got
+        if problem is None:
+            try:
+                own = copy.deepcopy(claims)
+            except Exception as e:  # noqa: BLE001 - a Claims subclass holding what cannot be copied
+                problem = f"the factory's adapter has claims that cannot be copied ({type(e).__name__}: {e})"
+        if problem is not None:
             h = cls(None, Claims(_empty_config(tenants)), _empty_config(tenants), caller, reference=False)
-            h._stop(finding("ADAPTER-CLAIMS", None, f"adapter.claims is a {type(claims).__name__}, not a Claims",
-                            call="claims", observed=type(claims).__name__))
+            h.unusable = problem
+            h._stop(finding("ADAPTER-CLAIMS", None, problem, call="factory"))
             return h
-        config = config_with_tenants(claims.config, tenants)
-        return cls(adapter, claims, config, caller, reference=claims.reference, record_steps=record_steps)
+        config = config_with_tenants(own.config, tenants)
+        h = cls(adapter, own, config, caller, reference=own.reference, record_steps=record_steps)
+        h.claims_seen = claims
+        return h
 
     # --- findings -------------------------------------------------------------------
 
@@ -161,9 +201,47 @@ class Harness:
 
     def _call(self, name: str, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
         ok, v = self.caller.call(name, fn, *args)
+        if self.mutations:  # it wrote into what it was given (its write was refused, in its own code)
+            self._stop(self._mutated(name))
+            return False, None
         if not ok:
             self._stop(_fail_finding(v, self.k))
+            return ok, v
+        mine = getattr(self.adapter, "__dict__", None)  # a rebound claims attribute (no adapter code runs)
+        now = mine.get("claims", self.claims_seen) if mine is not None else self.claims_seen
+        if now is not self.claims_seen and not self._same_claims(now, name, name):
+            return False, None
         return ok, v
+
+    def _mutated(self, call: str) -> Finding:
+        """ADAPTER-MUTATED: the first write the scheduler attempted into what it was given."""
+        obj, field, old, new, where = self.mutations[0]
+        if isinstance(obj, StepResults):
+            what, tenant, rid = f"the results of step {obj.step_index}", None, None
+        else:
+            what, rid = f"request {obj.request_id}'s", obj.request_id
+            tenant = self.reqs[rid].r.tenant if rid in self.reqs else None
+        more = f" (and {len(self.mutations) - 1} more writes)" if len(self.mutations) > 1 else ""
+        return finding("ADAPTER-MUTATED", self.k, f"{call} changed {what} {field} from {old!r} to {new!r} at {where}"
+                       f"{more}: what the harness gives a scheduler is the harness's (change a copy: attrs.evolve); "
+                       "the write was refused and the run stops here", tenant=tenant, request_id=rid,
+                       observed=repr(new)[:200], allowed=repr(old)[:200], call=call)
+
+    def _same_claims(self, now: Any, call: str, during: str) -> bool:
+        """True if the adapter's claims ``now`` equal those the run started with; else stop on ADAPTER-CLAIMS
+        (blaming ``call``; they changed ``during`` a call, or the run)."""
+        try:
+            same = isinstance(now, Claims) and now == self.claims
+        except Exception:  # noqa: BLE001 - a Claims subclass whose comparison raises
+            same = False
+        if same:
+            self.claims_seen = now
+            return True
+        self._stop(finding("ADAPTER-CLAIMS", self.k, f"the adapter's claims changed during {during}: "
+                           f"{_claims_change(self.claims, now)}; the run was judged on the claims it started "
+                           "with, and stops here", call=call, observed=repr(now)[:200],
+                           allowed=repr(self.claims)[:200]))
+        return False
 
     @property
     def books_call(self) -> str:
@@ -187,6 +265,22 @@ class Harness:
         step limit, through the one driver loop :func:`~tenantry.model.simulate.drive`."""
         for _ in drive(self, workload, horizon_s=horizon_s, max_steps=max_steps):
             pass
+        self.finish()
+
+    def finish(self) -> None:
+        """At the end of a run: ADAPTER-CLAIMS if the adapter's claims now differ from those
+        the run started with (changed in place, or the attribute rebound)."""
+        if self.stopped or self.adapter is None:
+            return
+        ok, now = self.caller.call("claims", getattr, self.adapter, "claims")
+        self.k, k = max(self.k - 1, 0), self.k  # the finding is about the run up to its last step
+        try:
+            if not ok:
+                self._stop(_fail_finding(now, self.k))
+            else:
+                self._same_claims(now, "claims", "the run")
+        finally:
+            self.k = k
 
     def close(self) -> None:
         """Release the worker thread."""
@@ -250,13 +344,20 @@ class Harness:
             q = _Req(r, self.config.tenants[self.config.tenant_index(r.tenant)].salt, self.k)
             self.reqs[r.request_id] = q
             self.live[r.request_id] = q
-            ok, answer = self._call("add_request", self.adapter.add_request, r)
+            ok, raw = self._call("add_request", self.adapter.add_request, given(r, self.mutations))
             if not ok:
                 return arrived
-            self.plans.append(("add", r.request_id, answer))
+            try:
+                reason = answer(raw)
+            except PlanError as e:
+                self._stop(finding("PLAN-MALFORMED", self.k, f"add_request of request {r.request_id} returned a bad "
+                                   f"answer: {e}", call="add_request", tenant=r.tenant, request_id=r.request_id,
+                                   observed=repr(raw)[:200]))
+                return arrived
+            self.plans.append(("add", r.request_id, reason))
             arrived.append(q)
-            if answer is not None:
-                self._reject(q, answer, None, r.arrival_s)
+            if reason is not None:
+                self._reject(q, reason, None, r.arrival_s)
         return arrived
 
     def _end(self, q: _Req, outcome: str, t_s: float) -> None:
@@ -382,7 +483,7 @@ class Harness:
         for q in finished:
             self._end(q, "finished", end)
         results = StepResults(k, t, dur, tuple(tokens), tuple(q.r.request_id for q in finished))
-        ok, _ = self._call("take_results", self.adapter.take_results, results)
+        ok, _ = self._call("take_results", self.adapter.take_results, given(results, self.mutations))
         if ok and getattr(self.adapter, "accounting", None) is not None:
             plan = self._books_after_results(plan)
             if plan is None:
@@ -539,6 +640,20 @@ class Harness:
         recs.sort(key=lambda x: x.request_id)
         hdr = history_header(self.config, len(recs), self.claims.describe, self.claimed, header)
         return History(header=hdr, steps=tuple(self.steps), requests=tuple(recs))
+
+
+def _claims_change(before: Claims, now: Any) -> str:
+    """What differs between the claims a run started with and ``now``, in words (the first field)."""
+    if not isinstance(now, Claims):
+        return f"claims is now a {type(now).__name__}, not a Claims"
+    for name in ("reference", "invariants", "describe"):
+        if getattr(before, name) != getattr(now, name):
+            return f"claims.{name} was {getattr(before, name)!r}, now {getattr(now, name)!r}"
+    for a in attrs.fields(type(before.config)):
+        was, is_ = getattr(before.config, a.name), getattr(now.config, a.name, None)
+        if was != is_:
+            return f"claims.config.{a.name} was {str(was)[:80]}, now {str(is_)[:80]}"
+    return "the claims object differs"
 
 
 def _first_difference(ours: Any, theirs: Any) -> tuple[Any, Any, Any]:

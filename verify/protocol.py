@@ -22,14 +22,23 @@ others only when claimed.  Protocol (Porcupine's model record: a few functions,
 one place) and vocabulary: SPEC.md section 9, "Checking a scheduler someone else wrote".
 
 A plan entry may be written as a plain tuple, ``(request_id, num_tokens)`` or
-``(request_id, num_tokens, computed_tokens)``; :func:`normalise_plan` turns
-every accepted spelling into the frozen records below, or raises
-:class:`PlanError` naming the field and the value.
+``(request_id, num_tokens, computed_tokens)``, with Python or NumPy integers,
+lists or arrays; :func:`normalise_plan` turns every accepted spelling (SPEC.md
+9, "What a plan may hold") into the frozen records below with plain values,
+or raises :class:`PlanError` naming the field and the value.  The factory's
+product is checked by :func:`adapter_problem`; :func:`load_factory` imports it.
+
+(Past 500 lines on purpose: the records, the one normaliser of every spelling
+they accept and the loading of a target are one contract, SPEC.md 9, read and
+changed together.)
 """
 
 from __future__ import annotations
 
 import importlib
+import math
+import numbers
+from collections import abc
 from typing import Any, Hashable, Mapping, Protocol, runtime_checkable
 
 import attrs
@@ -53,10 +62,13 @@ CLAIMABLE = _CLAIMABLE
 #: NO-LOSS; more blocks than the pool is KV-CAP; a refusal's reason is
 #: REFUSAL-TRUTH.
 PROTOCOL = {
-    "ADAPTER-RAISED": "a call into the scheduler raised an exception",
+    "ADAPTER-RAISED": "a call into the scheduler raised an exception, or called os._exit, os.abort or sys.exit",
     "ADAPTER-HANG": "a call into the scheduler did not return within the per-call timeout",
-    "ADAPTER-CLAIMS": "the adapter has no valid `claims` (a tenantry.verify.protocol.Claims)",
-    "PLAN-MALFORMED": "plan_step returned something that is not a Plan of the right shape",
+    "ADAPTER-CLAIMS": "the adapter's `claims` changed during the run (or, without the preflight, the factory "
+                      "built no adapter with valid claims)",
+    "ADAPTER-MUTATED": "the scheduler wrote into a request or step results the harness gave it",
+    "PLAN-MALFORMED": "plan_step (or add_request, accounting) returned something not of the protocol's types "
+                      "and shape",
     "STALLED": "the scheduler made no decision for longer than its cooldown while requests waited",
     "DETERMINISM": "two runs on the same inputs made different decisions",
     "REF-DIVERGENCE": "the scheduler claims a reference policy but decided differently from the reference model",
@@ -69,6 +81,20 @@ def finding(invariant: str, step: int | None, message: str, *, tenant: str | Non
     """A :class:`~tenantry.spec.invariants_core.Finding` about one tenant and one request (the harness's usual case)."""
     return Finding(invariant, step, () if tenant is None else (tenant,), () if request_id is None else (request_id,),
                    observed, allowed, message, call)
+
+
+def _claims_bool(v: Any, field: str) -> bool:
+    """A claim's flag as a plain bool: a bool or a NumPy bool (what reports and headers record)."""
+    if isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_")):
+        return bool(v)
+    raise ConfigError(field, v, "must be True or False")
+
+
+def _claims_str(v: Any, field: str) -> str:
+    """A claim's text as a plain str (a str subclass, e.g. NumPy's, is converted)."""
+    if isinstance(v, str):
+        return str.__str__(v)
+    raise ConfigError(field, v, "must be a string (one line for reports)")
 
 
 @attrs.frozen
@@ -92,13 +118,15 @@ class Claims:
         describe: one line for reports, e.g. ``"vLLM 0.33 fcfs"``.
 
     Raises:
-        ConfigError: on a non-Config ``config`` or an unknown invariant id.
+        ConfigError: on a non-Config ``config``, an unknown invariant id, a
+            ``reference`` that is not a bool (Python's or NumPy's) or a
+            ``describe`` that is not a string.
     """
 
     config: Config
-    reference: bool = False
+    reference: bool = attrs.field(default=False, converter=lambda v: _claims_bool(v, "claims.reference"))
     invariants: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    describe: str = ""
+    describe: str = attrs.field(default="", converter=lambda v: _claims_str(v, "claims.describe"))
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.config, Config):
@@ -162,8 +190,13 @@ class Plan:
         rejected: requests refused in the step (at admission or later).
         blocks: KV blocks each running request holds during the step (after
             this step's allocation), as a count or as a tuple of block ids
-            (hashable; equal ids in two requests mean one shared block).  None:
+            (each an int, a str, or a tuple of them such as ``("kv", salt,
+            key)``; equal ids in two requests mean one shared block).  None:
             the scheduler does not report KV, and the KV checks are skipped.
+
+    Every field may use the spellings listed in SPEC.md 9 ("What a plan may
+    hold"): lists or NumPy arrays for tuples, NumPy integers for ints, ...;
+    :func:`normalise_plan` turns them into one canonical form.
         used_blocks: distinct blocks in use (needed only when counts are
             reported and blocks are shared); None: derived from ``blocks``.
         free_blocks: free blocks as the scheduler sees them, if it says.
@@ -213,6 +246,11 @@ class SchedulerAdapter(Protocol):
     request's ``output_tokens`` is the harness's secret: a scheduler must not
     read it (it learns of the end through ``StepResults.finished``).
 
+    The request and the results are the harness's: the scheduler gets copies
+    it may keep and read but not write (a write, even ``object.__setattr__``,
+    raises in its code and is ADAPTER-MUTATED; to change one, change a copy
+    made with ``attrs.evolve``).
+
     Optional: ``accounting() -> (counters, deficits)`` (per tenant name, as in
     :class:`Plan`).  When the adapter defines it, the harness calls it after
     ``take_results`` and records those values for the step instead of the plan's:
@@ -240,66 +278,163 @@ class PlanError(ValueError):
         super().__init__(f"{field}={value!r}: {why}")
 
 
-def _int(v: Any, field: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise PlanError(field, v, "must be an integer")
+# --- the spellings a plan may use (SPEC.md 9): each is turned into one canonical value here, at the
+# boundary, so that what the harness records, compares for DETERMINISM and writes into a history is
+# the same in every process and reads back as written; anything else is a PlanError naming the field.
+# Integers: int (or a subclass, e.g. an IntEnum) or a NumPy integer scalar, as a plain int; a bool,
+# NumPy bool or float of any kind is refused.  Sequences (batch, preempted, rejected, a request's
+# block ids): tuple, list, range, a 1-D NumPy array or another iterable in order (a generator is
+# read once); a set or a mapping is refused (it has no order).  Strings (reasons, tenant names,
+# block ids): str or a subclass (NumPy's str_), as a plain str.  Numbers (counters, deficits,
+# retry-after seconds): int, float or a NumPy number, finite.
+
+_ORDERLESS = (set, frozenset, abc.Mapping, str, bytes, bytearray)
+
+
+def _is_bool(v: Any) -> bool:
+    """A Python or NumPy bool (NumPy's is no ``numbers.Integral``, and is named ``bool`` in NumPy 2)."""
+    return isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_"))
+
+
+def _kind(v: Any) -> str:
+    return "a bool" if _is_bool(v) else "a float" if isinstance(v, numbers.Real) else f"a {type(v).__name__}"
+
+
+def _int(v: Any, field: str, low: int | None = 0) -> int:
+    """``v`` as a plain int (>= ``low`` unless None); NumPy integers are converted."""
+    if type(v) is not int:
+        if _is_bool(v) or not isinstance(v, numbers.Integral):
+            raise PlanError(field, v, f"must be an integer, not {_kind(v)}")
+        v = int(v)
+    if low is not None and v < low:
+        raise PlanError(field, v, f"must be an integer >= {low}")
     return v
 
 
+def _number(v: Any, field: str, low: float | None = None, what: str = "a finite number") -> int | float:
+    """``v`` as a plain int or float, finite (and >= ``low`` unless None); NumPy numbers are converted."""
+    t = type(v)
+    if t is not float and t is not int:
+        if _is_bool(v) or not isinstance(v, numbers.Real):
+            raise PlanError(field, v, f"must be {what}")
+        v = int(v) if isinstance(v, numbers.Integral) else float(v)
+    if not math.isfinite(v) or (low is not None and v < low):
+        raise PlanError(field, v, f"must be {what}")
+    return v
+
+
+def _str(v: Any, field: str, what: str) -> str:
+    if type(v) is str:
+        return v
+    if isinstance(v, str):
+        return str.__str__(v)
+    raise PlanError(field, v, f"must be {what}")
+
+
 def _seq(v: Any, field: str) -> tuple:
-    """A plan's list field as a tuple (None: empty)."""
+    """A plan's list field as a tuple (None: empty); see the spellings above."""
     if v is None:
         return ()
-    if isinstance(v, (str, bytes, Mapping)) or not hasattr(v, "__iter__"):
-        raise PlanError(field, v, "must be a tuple or list")
+    t = type(v)
+    if t is tuple:
+        return v
+    if t is list:
+        return tuple(v)
+    if isinstance(v, _ORDERLESS) or not hasattr(v, "__iter__") or getattr(v, "ndim", 1) == 0:
+        why = "must be a tuple or list (a set has no order)" if isinstance(v, (set, frozenset)) else \
+            "must be a tuple or list"
+        raise PlanError(field, v, why)
     return tuple(v)
+
+
+#: Block ids of the exact types JSON carries as they are (the fast path of :func:`_block_ids`).
+_PLAIN_IDS = frozenset((int, str))
+
+
+def _block_id(v: Any, field: str, part: bool = False) -> Any:
+    """One block id in canonical form: an int, a str, or a tuple of block ids (or None) such as
+    ``("kv", salt, key)``; a list inside is read as a tuple, NumPy integers and strings as plain ones."""
+    t = type(v)
+    if t is int or t is str or (part and v is None):
+        return v
+    if isinstance(v, (tuple, list)):
+        return tuple(_block_id(x, field, part=True) for x in v)
+    if isinstance(v, str):
+        return str.__str__(v)
+    if isinstance(v, numbers.Integral) and not _is_bool(v):
+        return int(v)
+    raise PlanError(field, v, f"a block id must be an integer, a string or a tuple of them, not {_kind(v)} "
+                    "(SPEC.md 9)")
+
+
+def _block_ids(b: Any, field: str) -> tuple:
+    """A request's block ids as a tuple of canonical block ids (see :func:`_block_id`)."""
+    ids = _seq(b, field)
+    if set(map(type, ids)) <= _PLAIN_IDS:
+        return ids
+    return tuple(_block_id(x, f"{field}[{i}]") for i, x in enumerate(ids))
 
 
 def per_tenant(v: Any, field: str) -> dict[str, float]:
     """A plan's per-tenant numbers (counters, deficits) as a dict (None: empty)."""
     if v is None:
         return {}
-    if not isinstance(v, Mapping):
+    if type(v) is not dict and not isinstance(v, abc.Mapping):
         raise PlanError(field, v, "must be a mapping tenant name -> number")
     out = {}
     for k, x in v.items():
-        if not isinstance(k, str):
-            raise PlanError(f"{field} key", k, "must be a tenant name (str)")
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x in (float("inf"), float("-inf")):
-            raise PlanError(f"{field}[{k!r}]", x, "must be a finite number")
-        out[k] = x
+        k = _str(k, f"{field} key", "a tenant name (str)")
+        out[k] = _number(x, f"{field}[{k!r}]")
     return out
 
 
+def _parts(e: Any, cls: type, names: tuple[str, ...], field: str, shape: str) -> tuple:
+    """(first, second, third or None) of a batch or rejected entry written as a record or a tuple."""
+    if isinstance(e, cls):
+        return tuple(getattr(e, n) for n in names)
+    if isinstance(e, (tuple, list)) or (getattr(e, "ndim", None) == 1 and hasattr(e, "tolist")):
+        if len(e) in (2, 3):
+            return (e[0], e[1], e[2] if len(e) == 3 else None)
+    raise PlanError(field, e, f"must be {cls.__name__} or {shape}")
+
+
 def _scheduled(e: Any, i: int) -> Scheduled:
-    if isinstance(e, Scheduled):
-        parts = (e.request_id, e.num_tokens, e.computed_tokens)
-    elif isinstance(e, (tuple, list)) and len(e) in (2, 3):
-        parts = (e[0], e[1], e[2] if len(e) == 3 else None)
-    else:
-        raise PlanError(f"batch[{i}]", e, "must be Scheduled or (request_id, num_tokens[, computed_tokens])")
-    rid, n = _int(parts[0], f"batch[{i}].request_id"), _int(parts[1], f"batch[{i}].num_tokens")
-    c = None if parts[2] is None else _int(parts[2], f"batch[{i}].computed_tokens")
-    return Scheduled(rid, n, c)
+    if type(e) is Scheduled and type(e.request_id) is int and type(e.num_tokens) is int \
+            and e.request_id >= 0 and (e.computed_tokens is None or (
+                type(e.computed_tokens) is int and e.computed_tokens >= 0)):
+        return e  # the common case: already canonical (frozen, plain ints)
+    rid, n, c = _parts(e, Scheduled, ("request_id", "num_tokens", "computed_tokens"), f"batch[{i}]",
+                       "(request_id, num_tokens[, computed_tokens])")
+    return Scheduled(_int(rid, f"batch[{i}].request_id"), _int(n, f"batch[{i}].num_tokens", None),
+                     None if c is None else _int(c, f"batch[{i}].computed_tokens"))
 
 
 def _rejection(e: Any, i: int) -> Rejection:
-    if isinstance(e, Rejection):
-        parts = (e.request_id, e.reason, e.retry_after_s)
-    elif isinstance(e, (tuple, list)) and len(e) in (2, 3):
-        parts = (e[0], e[1], e[2] if len(e) == 3 else None)
-    else:
-        raise PlanError(f"rejected[{i}]", e, "must be Rejection or (request_id, reason[, retry_after_s])")
-    if parts[1] is not None and not isinstance(parts[1], str):
-        raise PlanError(f"rejected[{i}].reason", parts[1], "must be a string or None")
-    return Rejection(_int(parts[0], f"rejected[{i}].request_id"), parts[1], parts[2])
+    rid, reason, retry = _parts(e, Rejection, ("request_id", "reason", "retry_after_s"), f"rejected[{i}]",
+                                "(request_id, reason[, retry_after_s])")
+    return Rejection(_int(rid, f"rejected[{i}].request_id"),
+                     None if reason is None else _str(reason, f"rejected[{i}].reason", "a string or None"),
+                     None if retry is None else _number(retry, f"rejected[{i}].retry_after_s", 0,
+                                                       "a finite number of seconds >= 0, or None"))
+
+
+def answer(v: Any) -> str | None:
+    """``add_request``'s answer in canonical form: None (queued) or the refusal's reason as a plain
+    str (a reason tenantry does not know is recorded as given: REFUSAL-TRUTH judges it).
+
+    Raises:
+        PlanError: on anything else, naming the value.
+    """
+    return None if v is None else _str(v, "add_request answer", "a rejection reason (a string) or None")
 
 
 def normalise_plan(plan: Any) -> Plan:
-    """The plan in canonical form: tuples of records, ints checked, block tuples.
+    """The plan in canonical form: tuples of records, plain ints, block-id tuples, plain numbers
+    (the spellings accepted are listed above :func:`_int`; SPEC.md 9).
 
     Raises:
-        PlanError: if ``plan`` is not a :class:`Plan` or a part has the wrong shape.
+        PlanError: if ``plan`` is not a :class:`Plan` or a part has the wrong shape or type,
+            naming the field and the value.
     """
     if not isinstance(plan, Plan):
         raise PlanError("plan", type(plan).__name__, "plan_step must return a tenantry.verify.protocol.Plan")
@@ -308,28 +443,30 @@ def normalise_plan(plan: Any) -> Plan:
     rejected = tuple(_rejection(e, i) for i, e in enumerate(_seq(plan.rejected, "rejected")))
     blocks = None
     if plan.blocks is not None:
-        if not isinstance(plan.blocks, Mapping):
+        if type(plan.blocks) is not dict and not isinstance(plan.blocks, abc.Mapping):
             raise PlanError("blocks", type(plan.blocks).__name__, "must be a mapping request_id -> count or block ids")
         blocks = {}
         for rid, b in plan.blocks.items():
-            _int(rid, "blocks key")
-            if isinstance(b, (tuple, list)):
-                blocks[rid] = tuple(b)
-            else:
-                if _int(b, f"blocks[{rid}]") < 0:
-                    raise PlanError(f"blocks[{rid}]", b, "must be >= 0")
+            rid = _int(rid, "blocks key")
+            t = type(b)
+            if t is int and b >= 0:
                 blocks[rid] = b
-    for name in ("used_blocks", "free_blocks"):
-        v = getattr(plan, name)
-        if v is not None:
-            _int(v, name)
-    if plan.freed is not None and not isinstance(plan.freed, Mapping):
+            elif t is tuple or t is list or (not isinstance(b, numbers.Number) and hasattr(b, "__iter__")
+                                             and getattr(b, "ndim", 1) != 0):
+                blocks[rid] = _block_ids(b, f"blocks[{rid}]")
+            else:
+                blocks[rid] = _int(b, f"blocks[{rid}]")
+    used, free = (None if v is None else _int(v, name, None) for name, v in (("used_blocks", plan.used_blocks),
+                                                                              ("free_blocks", plan.free_blocks)))
+    if plan.freed is not None and type(plan.freed) is not dict and not isinstance(plan.freed, abc.Mapping):
         raise PlanError("freed", plan.freed, "must be a mapping request_id -> blocks")
-    freed = {_int(r, "freed key"): _int(n, f"freed[{r}]") for r, n in dict(plan.freed or {}).items()}
-    return Plan(batch=batch, preempted=preempted, rejected=rejected, blocks=blocks,
-                used_blocks=plan.used_blocks, free_blocks=plan.free_blocks,
-                counters=per_tenant(plan.counters, "counters"), deficits=per_tenant(plan.deficits, "deficits"),
-                freed=freed)
+    freed = {}
+    for r, n in dict(plan.freed or {}).items():
+        r = _int(r, "freed key")
+        freed[r] = _int(n, f"freed[{r}]")
+    return Plan(batch=batch, preempted=preempted, rejected=rejected, blocks=blocks, used_blocks=used,
+                free_blocks=free, counters=per_tenant(plan.counters, "counters"),
+                deficits=per_tenant(plan.deficits, "deficits"), freed=freed)
 
 
 def plan_key(plan: Plan) -> tuple:
@@ -337,6 +474,60 @@ def plan_key(plan: Plan) -> tuple:
     blocks = None if plan.blocks is None else tuple(sorted((k, v) for k, v in plan.blocks.items()))
     return (plan.batch, plan.preempted, plan.rejected, blocks, plan.used_blocks, plan.free_blocks,
             tuple(sorted(plan.counters.items())), tuple(sorted(plan.deficits.items())), tuple(sorted(plan.freed.items())))
+
+
+#: The methods every adapter has (besides its ``claims`` attribute).
+METHODS = ("add_request", "abort_request", "plan_step", "take_results")
+
+
+def _what(obj: Any) -> str:
+    """``obj`` in a few words for a usage error: ``None``, ``the class X``, ``an int (5)``."""
+    if obj is None:
+        return "None"
+    if isinstance(obj, type):
+        return f"the class {obj.__qualname__}"
+    name = type(obj).__name__
+    text = repr(obj) if isinstance(obj, (int, float, str, bytes, tuple, list, dict)) else ""
+    return f"{'an' if name[:1] in 'aeiouAEIOU' else 'a'} {name}" + (f" ({text[:60]})" if text else "")
+
+
+def adapter_problem(obj: Any) -> tuple[str | None, Claims | None]:
+    """Whether a factory's product is an adapter: (None, its claims), or (why not, None) in one
+    sentence: None, a class instead of an instance, a method of :data:`METHODS` missing, no
+    ``claims`` or claims that are not a :class:`Claims`.  Reads ``obj``'s attributes (which may run
+    its code: the harness calls it through the :class:`~tenantry.verify.calls.Caller`)."""
+    need = "an adapter has the methods add_request, abort_request, plan_step, take_results and a claims " \
+           "attribute, a tenantry.verify.protocol.Claims (SPEC.md 9)"
+    if obj is None or isinstance(obj, type):
+        hint = f"; return an instance, {obj.__name__}(...)" if isinstance(obj, type) else ""
+        return f"the factory returned {_what(obj)}, not an adapter{hint} ({need})", None
+    missing = [m for m in METHODS if not callable(getattr(obj, m, None))]
+    if missing:
+        return (f"the factory returned {_what(obj)}, which has no {', '.join(missing)} method"
+                f"{'s' if len(missing) > 1 else ''} ({need})"), None
+    try:
+        claims = obj.claims
+    except AttributeError as e:
+        return f"the factory returned {_what(obj)}, which has no claims ({e}; {need})", None
+    if not isinstance(claims, Claims):
+        return (f"the factory returned {_what(obj)}, whose claims is {_what(claims)}, not a "
+                f"tenantry.verify.protocol.Claims ({need})"), None
+    return None, claims
+
+
+def _import_error(mod_name: str, e: BaseException) -> str:
+    """Why ``mod_name`` did not import, in one line: the file and line of a syntax error, or the
+    exception's type, message and the line that raised it."""
+    if isinstance(e, SyntaxError):
+        return f"cannot import {mod_name}: {type(e).__name__} at {e.filename}:{e.lineno}: {e.msg}"
+    if isinstance(e, ImportError):
+        return f"cannot import {mod_name} ({e})"
+    import traceback
+
+    tb = [f for f in traceback.extract_tb(e.__traceback__) if "importlib" not in f.filename]
+    at = f" at {tb[-1].filename}:{tb[-1].lineno}" if tb else ""
+    what = f"called sys.exit({e.code!r})" if isinstance(e, SystemExit) else f"{type(e).__name__}: {e}"
+    return f"cannot import {mod_name}: importing it {what}{at}"
 
 
 def load_factory(spec: str, path: str | None = None) -> Any:
@@ -349,8 +540,10 @@ def load_factory(spec: str, path: str | None = None) -> Any:
 
     Raises:
         ConfigError: naming the spec if it lacks a colon, the module does not
-            import, or the attribute is missing or not callable; naming ``path``
-            when it is not a folder.
+            import (not found, a syntax error: its file and line, or an exception
+            or ``sys.exit`` while it imports: the type, message and line), or the
+            attribute is missing or not callable; naming ``path`` when it is not a
+            folder.
     """
     import os
     import sys
@@ -363,10 +556,18 @@ def load_factory(spec: str, path: str | None = None) -> Any:
     if folder not in (os.path.abspath(p or os.getcwd()) for p in sys.path):
         sys.path.insert(0, folder)
     mod_name, attr = spec.split(":")
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise ConfigError("target", spec, f"cannot import {mod_name} ({e})") from None
+    from .calls import AdapterExit, exits_refused
+
+    with exits_refused() as exits:
+        try:
+            obj: Any = importlib.import_module(mod_name)
+        except (Exception, SystemExit, AdapterExit) as e:  # the user's module: whatever it raises is one line
+            why = f"cannot import {mod_name}: importing it called {exits[0][0]} at {exits[0][1]}" if exits \
+                else _import_error(mod_name, e)
+            raise ConfigError("target", spec, why) from None
+    if exits:  # the module caught the AdapterExit of its own os._exit
+        raise ConfigError("target", spec, f"cannot import {mod_name}: importing it called {exits[0][0]} at "
+                          f"{exits[0][1]}")
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ConfigError("target", spec, f"{mod_name} has no attribute {attr}")
@@ -379,4 +580,5 @@ def load_factory(spec: str, path: str | None = None) -> Any:
 __all__ = [
     "CLAIMABLE", "Claims", "Scheduled", "Rejection", "Plan", "StepResults", "SchedulerAdapter",
     "PlanError", "normalise_plan", "plan_key", "config_with_tenants", "load_factory", "REJECT_REASONS",
+    "METHODS", "adapter_problem", "answer",
 ]

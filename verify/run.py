@@ -208,9 +208,12 @@ def preflight(factory: Callable[..., Any], roles: Iterable[tuple[str, str]], *, 
 
     Raises:
         ConfigError: ``tiered`` or ``weighted`` with a factory that takes no ``tenants``
-            (the tiers or weights could not reach it); a claimed invariant whose data the
-            adapter does not give (counters, deficits, blocks, block ids),
-            naming the invariant and what is missing.
+            (the tiers or weights could not reach it); a factory whose product is no
+            adapter (None, a class, an object without the protocol's methods or without
+            a :class:`~tenantry.verify.protocol.Claims`), naming ``name`` and what it
+            returned; a claimed invariant whose data the adapter does not give
+            (counters, deficits, blocks, block ids), naming the invariant and what is
+            missing.
     """
     from tenantry.spec.invariants import INVARIANTS, missing
 
@@ -222,6 +225,8 @@ def preflight(factory: Callable[..., Any], roles: Iterable[tuple[str, str]], *, 
     fac = bind(factory, scenario_tenants(roles, tiered, weighted))
     h = Harness.start(fac, [n for n, _ in roles], timeout_s=timeout_s)
     h.close()
+    if h.unusable is not None:  # the user's mistake, not the scheduler's: one line, before any run
+        raise ConfigError("target", name, h.unusable)
     if h.stopped:
         return []
     config = h.config
@@ -373,6 +378,14 @@ class TargetSystem:
             env = {**os.environ, "PYTHONHASHSEED": seed,
                    "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # imports what this process imports
             p = subprocess.run(args, env=env, capture_output=True, text=True, cwd=os.getcwd())
+            if p.returncode < 0:  # killed by a signal (a crash in the scheduler's native code, os.kill, OOM)
+                import signal
+
+                try:
+                    name = signal.Signals(-p.returncode).name
+                except ValueError:
+                    name = f"signal {-p.returncode}"
+                return None, f"skipped: the fresh process running the target was killed by {name}"
             if p.returncode != 0 or not h_path.exists():
                 why = (p.stderr.strip().splitlines() or ["no history written"])[-1][:200]
                 return None, f"skipped: the fresh process could not run the target ({why})"

@@ -22,9 +22,11 @@ A history naming tenants its header's configuration (or ``--config``) does
 not, or with no request records, is bad input.  At most
 :data:`PRINT_PER_INVARIANT` findings of one invariant are printed and
 :data:`KEEP_PER_INVARIANT` kept in ``report.json`` (with the counts).
-Exit status: 0 when nothing was found, 1 on a finding, 2 on bad input, 130 / 143
-on Ctrl-C / SIGTERM (the matrix's finished cells are kept beside ``--out``, and
-``--resume`` finishes the run; otherwise nothing is written).
+Exit status: 0 when nothing was found, 1 on a finding (or a matrix worker process
+that died under the scheduler: one line), 2 on bad input (a target that does not
+import, a factory whose product is no adapter), 130 / 143 on Ctrl-C / SIGTERM.  A
+matrix run that stops keeps its finished cells beside ``--out``, and ``--resume``
+finishes it; otherwise nothing is written.
 """
 
 from __future__ import annotations
@@ -346,6 +348,8 @@ def run_target(args: argparse.Namespace) -> int:
         check_out(out, "verify", default=default, size=len(patterns or PATTERNS))  # refused before any work
         load_factory(args.target, path=args.target_path)  # a bad target is one line before any work
         code = run_target_matrix(args, out, default, patterns)
+        if code is None:  # a worker died under the scheduler: said in one line, no report
+            return 1
         print(f"report: {out / 'report.md'}")
         return code
     with report_folder(out, "verify", default=default, size=1, unit="workload",
@@ -452,12 +456,14 @@ def _cell_metrics(args: argparse.Namespace, scenario: Any, cell: dict[str, Any] 
                     for k in sorted(ev.metrics)]
 
 
-def run_target_matrix(args: argparse.Namespace, out: Path, default: bool, patterns: list[str] | None) -> int:
+def run_target_matrix(args: argparse.Namespace, out: Path, default: bool, patterns: list[str] | None) -> int | None:
     """The adversary matrix on the target: ``tenantry check``'s engine (searches over each
     pattern's parameters, the worst workload replayed with every check, shrinking, the
     same report layout) with the target as its one system
-    (:class:`tenantry.verify.run.TargetSystem`)."""
+    (:class:`tenantry.verify.run.TargetSystem`).  Returns the exit status, or None when a
+    worker process died under the scheduler (one line printed; nothing written)."""
     import time
+    from concurrent.futures import BrokenExecutor
 
     from tenantry.adversaries.check import DEFAULT_SHRINK, run_check
     from tenantry.adversaries.search import Budget
@@ -470,11 +476,22 @@ def run_target_matrix(args: argparse.Namespace, out: Path, default: bool, patter
     searches = tuple(args.search or (("random", "evolution") if args.quick else ("random", "evolution", "hypothesis")))
     shrink = args.shrink if args.shrink is not None else (8 if args.quick else DEFAULT_SHRINK)
     t0 = time.monotonic()
-    res = run_check(setups=[system], patterns=patterns, seed=args.seed, budget=b, searches=searches, out=out,
-                    workers=args.workers, executor_kind=args.executor, shrink_evaluations=shrink,
-                    extras=not args.quick,
-                    progress=not args.quiet, total_budget=args.total_budget, out_is_default=default, kind="verify",
-                    replay_depth="full" if not args.no_determinism else "state", resume=args.resume)
+    try:
+        res = run_check(setups=[system], patterns=patterns, seed=args.seed, budget=b, searches=searches, out=out,
+                        workers=args.workers, executor_kind=args.executor, shrink_evaluations=shrink,
+                        extras=not args.quick,
+                        progress=not args.quiet, total_budget=args.total_budget, out_is_default=default, kind="verify",
+                        replay_depth="full" if not args.no_determinism else "state", resume=args.resume)
+    except BrokenExecutor as e:
+        # a worker process died under the scheduler (a crash in native code, os.kill, the OOM killer): no
+        # finding can name the call, but the user gets one line; the old report is left as it was, and the
+        # finished cells are kept for --resume
+        print(f"tenantry: error: a worker process died while it ran {args.target} (killed by a signal: a crash "
+              f"in the scheduler or its native code, os.kill, or the out-of-memory killer) after "
+              f"{time.monotonic() - t0:.0f} s; the run stopped: "
+              f"{getattr(e, 'kept', None) or (f'{out} is as it was' if out.exists() else f'{out} was not created')}",
+              file=sys.stderr)
+        return None
     return report(res, out, time.monotonic() - t0, what=f"{args.target}: an invariant broke or the protocol was broken")
 
 
