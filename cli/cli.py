@@ -27,6 +27,7 @@ COMMANDS = {
     "prove": "tenantry.commands.prove",
     "verify": "tenantry.commands.verify",
     "study": "tenantry.commands.study",
+    "replay": "tenantry.commands.replay",
 }
 
 
