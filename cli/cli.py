@@ -28,6 +28,7 @@ COMMANDS = {
     "verify": "tenantry.commands.verify",
     "study": "tenantry.commands.study",
     "replay": "tenantry.commands.replay",
+    "serve": "tenantry.commands.serve",
 }
 
 

@@ -110,8 +110,9 @@ def _why(e: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
-async def preflight(opts: ReplayOptions) -> str:
-    """Ask the server its models (``GET /v1/models``); returns the first model's id.
+async def preflight(opts: ReplayOptions) -> tuple[str, int | None]:
+    """Ask the server its models (``GET /v1/models``); returns the first model's id and its
+    ``max_model_len`` (vLLM lists it; None when the server does not).
 
     Raises:
         LiveError: the URL is bad, the server cannot be reached or answers with an error, or
@@ -130,8 +131,9 @@ async def preflight(opts: ReplayOptions) -> str:
     if resp.status_code != 200:
         raise LiveError(f"{models} answered HTTP {resp.status_code}: {' '.join(resp.text.split())[:200]}")
     try:
-        data = resp.json()["data"]
-        return str(data[0]["id"])
+        first = resp.json()["data"][0]
+        length = first.get("max_model_len")
+        return str(first["id"]), length if isinstance(length, int) and not isinstance(length, bool) else None
     except (ValueError, KeyError, IndexError, TypeError):
         raise LiveError(f"{models} did not list a model (an OpenAI-compatible server answers "
                         f"{{\"data\": [{{\"id\": ...}}]}}): {' '.join(resp.text.split())[:120]}") from None

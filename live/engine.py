@@ -93,7 +93,7 @@ class Stream:
         self.items.put_nowait(None)
 
 
-def _output_done(transition: Any) -> dict[int, int]:
+def tokens_done(transition: Any) -> dict[int, int]:
     """Output tokens generated so far by each request in a step's batch (after the step)."""
     state, out = transition.state, transition.output
     done = {s.request_id: s.output_done for s in out.finished}
@@ -256,7 +256,7 @@ class Engine:
         for tr in sorted(parts, key=lambda t: t.output.duration_s):
             out = tr.output
             await self._sleep_until(out.start_s + out.duration_s)
-            done = _output_done(tr)
+            done = tokens_done(tr)
             for rid, _ in out.batch:
                 s = self.streams.get(rid)
                 if s is None or rid not in done:

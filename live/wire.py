@@ -51,9 +51,10 @@ REQUEST_ID_HEADER = "x-request-id"
 PREDICTED_HEADER = "x-tenantry-predicted-output-tokens"
 #: The prompt's length in bytes (``Request.prompt_bytes``), tenantry's own.
 BYTES_HEADER = "x-tenantry-prompt-bytes"
-#: Default token-id range: above the special tokens of common vocabularies, below the
-#: smallest common vocabulary size (32,000).
-DEFAULT_VOCAB = (1000, 32000)
+#: Default token-id range: above the special tokens of common vocabularies, within the
+#: smallest vocabulary a test model has (1,000: vLLM's CPU test model, which a token id past
+#: its vocabulary brings down, live/VLLM_WIRE.md).
+DEFAULT_VOCAB = (100, 1000)
 #: Fewest hashed tokens in a shared block (after its id's digits): what tells a shared block
 #: from a unique one (a chance match has probability ``V ** -MIN_CHECK`` at most).
 MIN_CHECK = 4

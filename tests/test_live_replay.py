@@ -157,7 +157,7 @@ def test_without_the_http_libraries_the_commands_say_what_to_install(tmp_path, c
         raise live.MissingExtra("no")
 
     monkeypatch.setattr(live, "require_extra", missing)
-    for argv in (["replay", "http://127.0.0.1:9", "--workload", str(_workload(tmp_path))],):
+    for argv in (["replay", "http://127.0.0.1:9", "--workload", str(_workload(tmp_path))], ["serve"]):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"tenantry {argv[0]}: the HTTP libraries are not installed: pip install 'tenantry[live]'"]

@@ -29,7 +29,7 @@ def vocab(text: str) -> tuple[int, int]:
     try:
         a, b = int(lo), int(hi)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: write LO:HI, e.g. 1000:32000") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: write LO:HI, e.g. 100:1000") from None
     if not sep or a < 0 or b - a < 2:
         raise argparse.ArgumentTypeError(f"{text!r}: write LO:HI with 0 <= LO and HI >= LO + 2")
     return a, b
@@ -78,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the default), always (tenant), never (off)")
     p.add_argument("--block-size", type=positive_int, default=None,
                    help="the server's KV block size in tokens (default: the configuration's, 16)")
-    p.add_argument("--vocab", type=vocab, default=None, metavar="LO:HI", help="token-id range (default 1000:32000)")
+    p.add_argument("--vocab", type=vocab, default=None, metavar="LO:HI", help="token-id range (default 100:1000)")
     p.add_argument("--prompt-seed", type=non_negative_int, default=0,
                    help="seed of the prompts' unique tokens (a fresh one finds nothing of an earlier replay cached)")
     p.add_argument("--no-token-times", action="store_true", help="do not keep each token's time in the history")
@@ -230,11 +230,16 @@ def run(args: argparse.Namespace) -> int:
     check_options(opts)
     try:
         endpoints(args.url)
-        model = args.model or asyncio.run(preflight(opts))
+        model, max_len = asyncio.run(preflight(opts))
     except LiveError as e:
         print(f"tenantry: error: {e}", file=sys.stderr)
         return 2
+    model = args.model or model
     opts = attrs.evolve(opts, wire=attrs.evolve(opts.wire, model=model))
+    long = sum(1 for r in workload if max_len is not None and r.prompt_tokens + r.output_tokens > max_len)
+    if long:
+        print(f"note: {long} of {len(workload)} requests are longer (prompt + output) than the server's "
+              f"max_model_len {max_len}: it refuses them (a longer prompt) or cuts their output", file=sys.stderr)
     print(f"replay: {label}: {len(workload)} requests from {len(workload.tenants)} tenants over "
           f"{workload.duration_s:.1f} s to {endpoints(args.url)[0]} (model {model}), time scale "
           f"{args.time_scale:g}" + (f", horizon {horizon:g} s" if horizon else ""), file=sys.stderr)
