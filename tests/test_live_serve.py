@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections import defaultdict
 
 import attrs
@@ -255,3 +256,25 @@ def test_replay_of_a_cell_file_takes_its_roles_from_the_cell(tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0 and "(cell vtc / flood)" in captured.err
     assert any(l.startswith("flood: ttft_p99_inflation = ") for l in captured.out.splitlines())
+
+
+def test_ctrl_c_stops_serve_with_streams_open_and_the_client_records_the_cut():
+    """SIGINT while six streams run: serve ends them and exits within 2 s with one line (no
+    traceback from its open connections), and the client records each as cut after its tokens."""
+    import threading
+
+    from tenantry.live.client import ReplayOptions, run_replay
+
+    wl = Workload(tuple(Request(i, "a", 0.01 * i, 32, 2000) for i in range(6)))
+    got = {}
+    with serving("--policy", "fcfs", "--tenants", "a") as (url, out):
+        t = threading.Thread(target=lambda: got.setdefault("rep", run_replay(wl, ReplayOptions(url=url, timeout_s=5))))
+        t.start()
+        time.sleep(2.0)  # every stream is under way (2,000 tokens take some 50 s)
+    t.join(10)
+    assert out["returncode"] == 130 and out["stop_s"] < 2.0
+    assert out["stderr"].strip().splitlines() == [l for l in out["stderr"].strip().splitlines()
+                                                  if l.startswith("tenantry: interrupted after serving 6 requests")]
+    seen = got["rep"].seen.values()
+    assert len(seen) == 6 and all(s.outcome == "unfinished" and s.failure == "connection" and 0 < s.tokens < 2000
+                                  for s in seen)
