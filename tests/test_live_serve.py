@@ -278,3 +278,25 @@ def test_ctrl_c_stops_serve_with_streams_open_and_the_client_records_the_cut():
     seen = got["rep"].seen.values()
     assert len(seen) == 6 and all(s.outcome == "unfinished" and s.failure == "connection" and 0 < s.tokens < 2000
                                   for s in seen)
+
+
+def test_a_fleet_served_is_the_fleet_simulated_on_the_arrivals_it_saw(tmp_path):
+    """``serve --policy fleet_prefix_affinity``: four replicas behind the router; its fleet history
+    is exactly simulate_fleet's run of the requests at the instants serve received them, and every
+    replica served some of them."""
+    from tenantry.model.fleet import simulate_fleet
+    from tenantry.model.setups import build_fleet
+
+    wl = Workload(tuple(Request(i, ["adv", "chat"][i % 2], 0.02 * i, 64, 16, prefix_ids=(5, 6) if i % 2 else ())
+                        for i in range(16)))
+    hist = tmp_path / "fleet.jsonl"
+    with serving("--policy", "fleet_prefix_affinity", "--tenants", "adv", "chat", "--time-scale", "2",
+                 "--history", str(hist)) as (url, out):
+        live, _ = _replay(url, wl, 2.0)
+    assert "4 replicas" in out["banner"] and [r.outcome for r in live.requests] == ["finished"] * 16
+    served = read_history(hist)
+    arrived = {r.request_id: r.arrival_s for r in served.requests}
+    fleet = build_fleet("fleet_prefix_affinity", [("adv", "adversary"), ("chat", "victim")])
+    again = simulate_fleet(fleet, Workload(tuple(attrs.evolve(r, arrival_s=arrived[r.request_id]) for r in wl)))
+    assert served.requests == again.requests and served.fleet_steps == again.fleet_steps
+    assert {r.replica for r in served.requests} == {0, 1, 2, 3}
