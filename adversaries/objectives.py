@@ -79,7 +79,14 @@ def percentiles(xs: Sequence[float], qs: Sequence[float]) -> dict[float, float]:
 
 
 def _admitted(r: RequestRecord) -> bool:
-    return r.outcome != "rejected" and not (r.outcome == "unfinished" and r.admitted_step is None)
+    """Admitted by the system: not refused, and not an unfinished request that never entered a
+    queue (the run ended before it arrived); a live recording (SPEC.md 12.2) knows no queue
+    entry: there a request sent and not failed before any answer counts."""
+    if r.outcome == "rejected":
+        return False
+    if r.outcome == "unfinished" and r.admitted_step is None:
+        return r.sent_s is not None and not (r.failure is not None and r.http_status is None)
+    return True
 
 
 def censored_ttfts(history: History, tenants: Iterable[str]) -> dict[str, list[float]]:

@@ -27,6 +27,8 @@ COMMANDS = {
     "prove": "tenantry.commands.prove",
     "verify": "tenantry.commands.verify",
     "study": "tenantry.commands.study",
+    "replay": "tenantry.commands.replay",
+    "serve": "tenantry.commands.serve",
 }
 
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import attrs
 
-from .config import ConfigError
+from .config import ConfigError, excerpt
 from .files import atomic_write_text, json_lines
 
 #: Version of the history format; bumped on any incompatible change.  Format 2
@@ -41,6 +41,14 @@ REJECT_REASONS = (
     "estimated_wait",    # the tier's estimated queue wait over its limit
     "evicted_too_often", # preempted max_evictions times and chosen again
 )
+#: Reasons of a live recording's refusal that names no model reason (``tenantry replay``,
+#: SPEC.md 12.2): ``refused`` an HTTP 429 or 503 (the server shed the request), ``http_error``
+#: any other status that is not 200.
+LIVE_REJECT_REASONS = ("refused", "http_error")
+#: Why a live recording's stream ended before its end (``failure``, outcome ``unfinished``):
+#: nothing from the server within the client's timeout, the connection refused or cut, a
+#: stream that does not follow the protocol, an error the server sent in the stream.
+FAILURES = ("timeout", "connection", "bad_stream", "server_error")
 #: The reasons given at admission (a refusal before the request was ever queued).
 ADMISSION_REASONS = tuple(r for r in REJECT_REASONS if r != "evicted_too_often")
 #: Reasons of a ``preempted`` event: ``priority`` when a waiting higher tier took
@@ -135,6 +143,14 @@ class RequestRecord:
             compares when a block is reused.
         replica: in a fleet history (SPEC.md 6.2), the replica the router sent
             it to; None in a one-replica history.
+
+    Optional, of a live recording (``tenantry replay``, SPEC.md 12.2; absent elsewhere):
+        sent_s: when the client sent it (``arrival_s`` plus the client's lag).
+        token_times: when each output token reached the client, in order (one per token
+            generated: the first is ``first_token_s``).
+        http_status: the status of the server's answer (None: no answer).
+        failure: why the stream ended early (one of :data:`FAILURES`), or None.
+        detail: a refusal's body, or what went wrong (one line, at most 2,000 characters).
     """
 
     request_id: int
@@ -155,6 +171,11 @@ class RequestRecord:
     cached_prompt_tokens: int = 0
     prefix_ids: tuple[int, ...] = attrs.field(default=(), converter=tuple)
     replica: int | None = None
+    sent_s: float | None = None
+    token_times: tuple[float, ...] = attrs.field(default=(), converter=tuple)
+    http_status: int | None = None
+    failure: str | None = None
+    detail: str | None = None
 
     @property
     def ttft_s(self) -> float | None:
@@ -284,17 +305,20 @@ class History:
     @property
     def end_s(self) -> float:
         """End of the last step (seconds; a fleet's: of its last fleet step, the longest of its
-        replicas' steps), 0 if there was none."""
+        replicas' steps); without steps, the header's ``end_s`` (a live recording's end), else 0."""
         if self.fleet_steps:
             f = self.fleet_steps[-1]
             return f.start_s + f.duration_s
-        return self.steps[-1].start_s + self.steps[-1].duration_s if self.steps else 0.0
+        if self.steps:
+            return self.steps[-1].start_s + self.steps[-1].duration_s
+        end = self.header.get("end_s")
+        return float(end) if _is_seconds(end) else 0.0
 
 
 #: Optional fields left out of a line when they hold their default (format 2's additions).
 _OPTIONAL = {
     StepRecord: ("events", "used_blocks", "held", "block_ids", "reserved", "reserved_reason", "replica"),
-    RequestRecord: ("prefix_ids", "replica"),
+    RequestRecord: ("prefix_ids", "replica", "sent_s", "token_times", "http_status", "failure", "detail"),
     StepEvent: ("reason", "retry_after_s", "tokens", "blocks"),
 }
 
@@ -423,6 +447,15 @@ def _record(cls: type, obj: dict[str, Any], where: str) -> Any:
             raise ConfigError("outcome", kwargs.get("outcome"), f"must be one of {', '.join(OUTCOMES)}", where)
         if kwargs.get("reason") is not None and not isinstance(kwargs["reason"], str):
             raise ConfigError("reason", kwargs["reason"], _REASON_SHAPE, where)
+        if kwargs.get("failure") is not None and kwargs["failure"] not in FAILURES:
+            raise ConfigError("failure", kwargs["failure"], f"must be one of {', '.join(FAILURES)}", where)
+        if kwargs.get("token_times") is not None:
+            if not isinstance(kwargs["token_times"], list) or not all(_is_seconds(x) for x in kwargs["token_times"]):
+                raise ConfigError("token_times", excerpt(repr(kwargs["token_times"])), "must be a list of finite "
+                                  "numbers of seconds >= 0", where)
+        status = kwargs.get("http_status")
+        if status is not None and not (_is_count(status) and 100 <= status <= 599):
+            raise ConfigError("http_status", status, "must be an HTTP status (an integer from 100 to 599)", where)
     for name in _COUNTS.get(cls, ()):
         v = kwargs.get(name)
         low = 1 if name in ("prompt_tokens", "output_tokens") else 0
@@ -495,7 +528,7 @@ _COUNTS = {
 #: KV-CONSERVE judges them; the reader must carry what the harness recorded.
 _INTS = {StepRecord: ("free_blocks", "used_blocks")}
 _TIMES = {
-    RequestRecord: ("arrival_s", "retry_after_s", "first_scheduled_s", "first_token_s", "finish_s"),
+    RequestRecord: ("arrival_s", "retry_after_s", "first_scheduled_s", "first_token_s", "finish_s", "sent_s"),
     StepRecord: ("start_s", "duration_s"),
     FleetStepRecord: ("start_s", "duration_s"),
 }
@@ -589,6 +622,7 @@ _SHAPES = {
     },
     RequestRecord: {
         "tenant": (lambda v: isinstance(v, str) and v != "", "a tenant name (a non-empty string)"),
+        "detail": (lambda v: isinstance(v, str), "a string"),
     },
 }
 

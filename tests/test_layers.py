@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Bottom to top: each package may import those before it.
-LAYERS = ("model", "spec", "testing", "proofs", "adversaries", "verify", "commands", "cli")
+LAYERS = ("model", "spec", "testing", "proofs", "adversaries", "verify", "live", "commands", "cli")
 
 
 def _packages() -> dict[str, Path]:
