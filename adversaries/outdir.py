@@ -39,9 +39,10 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from tenantry.model.config import ConfigError
 
@@ -89,8 +90,8 @@ def ordinary_modes(root: str | os.PathLike) -> None:
 
 # --- signals ------------------------------------------------------------------------
 
-#: Set by the command line's SIGINT / SIGTERM handler (cleared when a command starts).  The
-#: handler raises KeyboardInterrupt too, but Python drops an exception raised while a finaliser
+#: Set by the SIGINT / SIGTERM handler of :func:`catch_stop_signals` (the command line's and the
+#: pytest plugin's; cleared when a command starts).  The handler raises KeyboardInterrupt too, but Python drops an exception raised while a finaliser
 #: runs (a ``__del__``, such as Z3's, that the signal happens to land in): long loops call
 #: :func:`stop_if_requested` as well, so such a stop is not lost.
 STOP_REQUESTED = threading.Event()
@@ -100,6 +101,57 @@ def stop_if_requested() -> None:
     """Raise KeyboardInterrupt if a stop was asked for (:data:`STOP_REQUESTED`)."""
     if STOP_REQUESTED.is_set():
         raise KeyboardInterrupt
+
+
+#: Seconds after a first SIGINT / SIGTERM during which further ones are ignored: the stop is cleaning up.
+SIGNAL_GRACE_S = 5.0
+#: The signals that stop a run.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def catch_stop_signals(on_stop: Callable[[int], None] | None = None) -> tuple[dict, list[int]]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in the main thread and set :data:`STOP_REQUESTED`
+    (which was cleared); a repeat within :data:`SIGNAL_GRACE_S` is ignored while the first one's
+    cleanup runs (``timeout`` and a terminal may send the signal twice).  Used by the command
+    line and by the pytest plugin (one handler for both).
+
+    Args:
+        on_stop: called with the first signal's number before the KeyboardInterrupt is raised
+            (the pytest plugin passes it on to its pytest-xdist workers); it must not raise.
+
+    Returns the previous handlers (``{signal: handler}``, empty outside the main thread, where
+    nothing is installed; give them to :func:`restore_signals`) and the list the signals
+    received are appended to (their numbers, in order).
+    """
+    got: list[int] = []
+    STOP_REQUESTED.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return {}, got
+
+    first: list[float] = []
+
+    def on_signal(signum, frame):
+        got.append(signum)
+        STOP_REQUESTED.set()
+        now = time.monotonic()
+        if first and now - first[0] < SIGNAL_GRACE_S:
+            return  # the stop under way is cleaning up
+        first[:] = [now]
+        if on_stop is not None:
+            on_stop(signum)
+        raise KeyboardInterrupt
+
+    old = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s in STOP_SIGNALS:
+        signal.signal(s, on_signal)
+    return old, got
+
+
+def restore_signals(old: dict) -> None:
+    """Put back the handlers :func:`catch_stop_signals` replaced, and clear :data:`STOP_REQUESTED`."""
+    for s, h in old.items():
+        signal.signal(s, h)
+    STOP_REQUESTED.clear()
 
 
 @contextmanager
