@@ -22,10 +22,22 @@ the request, the shrunk workload (written under ``--tenantry-out``) and the
 
 Only pytest is imported at load time: the plugin is loaded in every pytest
 run of an environment where tenantry is installed.
+
+Ctrl-C and SIGTERM stop the run within a second or two, with pytest's
+"interrupted" status (2), pytest-xdist's workers included: while tenantry's
+checks run, both signals go to the one handler the command line uses
+(:func:`tenantry.adversaries.outdir.catch_stop_signals`), which raises
+KeyboardInterrupt and sets ``STOP_REQUESTED``; every call into the scheduler
+polls that flag, so a stop whose KeyboardInterrupt was swallowed (Python drops
+an exception raised inside a finaliser or a garbage-collector callback, such as
+Hypothesis's) still stops at the next call.  Under pytest-xdist the controller
+passes the signal on to its workers (a SIGTERM sent to it alone stops them too).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 
 from pathlib import Path
@@ -64,6 +76,111 @@ def _options(config: Any) -> dict[str, Any]:
     }
 
 
+# --- stopping: Ctrl-C and SIGTERM -------------------------------------------------------------
+
+
+class _Stop:
+    """What a stop needs: the one SIGINT / SIGTERM handler while tenantry's checks run, the
+    pytest-xdist workers it passes the signal on to, and a quick end once stopped."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.old: dict | None = None  # the handlers replaced, while caught
+        self.worker_pids: list[int] = []
+        self.stopped = False  # a check was stopped
+
+    def catch(self) -> None:
+        """Install the handler (main thread only; elsewhere nothing changes) until :meth:`release`."""
+        from tenantry.adversaries.outdir import catch_stop_signals
+
+        if self.old is None:
+            self.old = catch_stop_signals(self._forward)[0]
+            self.unraisable, sys.unraisablehook = sys.unraisablehook, self._unraisable
+
+    def release(self) -> None:
+        if self.old is not None:
+            from tenantry.adversaries.outdir import restore_signals
+
+            restore_signals(self.old)
+            self.old = None
+            if sys.unraisablehook == self._unraisable:
+                sys.unraisablehook = self.unraisable
+
+    def _unraisable(self, u: Any) -> None:
+        """A stop's KeyboardInterrupt that Python dropped (raised inside a finaliser or a garbage-collector
+        callback) is no news: the stop goes on through ``STOP_REQUESTED``.  Anything else goes to pytest."""
+        outdir = sys.modules.get("tenantry.adversaries.outdir")
+        if not (isinstance(u.exc_value, KeyboardInterrupt) and outdir is not None and outdir.STOP_REQUESTED.is_set()):
+            self.unraisable(u)
+
+    def _forward(self, signum: int) -> None:
+        for pid in self.worker_pids:  # pytest-xdist's workers (a SIGTERM sent to the controller alone)
+            try:
+                os.kill(pid, signum)
+            except OSError:  # gone already
+                pass
+
+    def run(self, check: Callable[[], None]) -> None:
+        """Run ``check()``; a stop leaves as a fresh KeyboardInterrupt.
+
+        A stop is a KeyboardInterrupt out of the check, or one asked for (``STOP_REQUESTED``) whose
+        KeyboardInterrupt was lost, before the check or in its last stretch (the check has then not
+        passed).  The fresh exception carries none of the check's frames: pytest renders an
+        interrupt's whole traceback, every frame's arguments included, before it prints its one
+        line, which took seconds through a Hypothesis run's frames."""
+        from tenantry.adversaries.outdir import STOP_REQUESTED
+
+        stopped = STOP_REQUESTED.is_set()
+        if not stopped:
+            try:
+                check()
+            except KeyboardInterrupt:
+                stopped = True
+        if stopped or STOP_REQUESTED.is_set():
+            self.stopped = True
+            raise KeyboardInterrupt("tenantry: stopped")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """pytest-xdist's controller: note each worker's process id (execnet's popen gateway)."""
+        pid = getattr(getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None), "pid", None)
+        if pid is not None:
+            self.worker_pids.append(pid)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        """The session ends on a stop: pytest's report of it shows only the last frame (unless
+        ``--full-trace``), so it renders only that one; the garbage collector's passes over what
+        the checks left (pytest collects five times at its end, Python once more at exit: seconds
+        on a loaded machine) are skipped by freezing what is there now."""
+        outdir = sys.modules.get("tenantry.adversaries.outdir")
+        if not (self.stopped or (self.old is not None and outdir is not None and outdir.STOP_REQUESTED.is_set())):
+            return
+        if not self.config.option.fulltrace and len(excinfo.traceback) > 1:
+            excinfo.traceback = excinfo.traceback[-1:]
+        import gc
+
+        gc.freeze()
+
+    @pytest.hookimpl(trylast=True)  # after pytest's last garbage collection and its report of what it dropped
+    def pytest_unconfigure(self, config: Any) -> None:
+        self.release()
+
+
+_STOP = pytest.StashKey[_Stop]()
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own sys.unraisablehook is in place
+def pytest_configure(config: Any) -> None:
+    stop = config.stash[_STOP] = _Stop(config)
+    config.pluginmanager.register(stop, "tenantry-stop")
+    if config.getoption("tenantry_target"):
+        stop.catch()
+        # Hypothesis's pytest plugin imports hypothesis at every session's end (its terminal summary):
+        # now, in pytest-xdist's controller too, rather than after a stop (seconds on a loaded machine)
+        import hypothesis  # noqa: F401
+
+
 def pytest_report_header(config: Any) -> list[str] | None:
     targets = config.getoption("tenantry_target")
     return [f"tenantry targets: {', '.join(targets)}"] if targets else None
@@ -77,7 +194,7 @@ class TenantryItem(pytest.Item):
         self.check = check
 
     def runtest(self) -> None:
-        self.check()
+        self.config.stash[_STOP].run(self.check)
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> str:
         from .suite import TenantryFailure
@@ -165,11 +282,22 @@ def tenantry_verify(request: Any) -> Callable[..., None]:
         for p in pats:
             checks.append(lambda p=p: pattern_check(factory, p, target=target, out_dir=out, tiered=opts["tiered"],
                                                     timeout_s=opts["timeout_s"], weighted=opts["weighted"]))
-        for c in checks:
-            try:
-                c()
-            except TenantryFailure as e:
-                failures.append(e)
+
+        def all_checks() -> None:
+            for c in checks:
+                try:
+                    c()
+                except TenantryFailure as e:
+                    failures.append(e)
+
+        stop = request.config.stash[_STOP]
+        caught = stop.old is None  # a --tenantry-target session has caught the signals already
+        stop.catch()
+        try:
+            stop.run(all_checks)
+        finally:
+            if caught:
+                stop.release()
         if failures:
             raise TenantryFailure(f"{target}: {len(failures)} of {len(checks)} tenantry checks failed\n" +
                                   "\n\n".join(f.report() for f in failures),
