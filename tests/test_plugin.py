@@ -137,6 +137,28 @@ def test_items_give_the_same_outcomes_under_pytest_xdist(tmp_path):
     assert outcomes[0] == outcomes[1] == ["FAILED pattern[eviction_thrash]", "FAILED stateful", "PASSED pattern[flood]"]
 
 
+# --- collection: the checks are collected items -----------------------------------------------
+
+def test_checks_are_collected_counted_listed_and_selectable(tmp_path):
+    """The header counts the checks as collected (it said "collected 0 items" and then ran 17),
+    ``--collect-only`` lists them, and ``-k`` / ``-m`` select among them, with and without xdist."""
+    args = (f"--tenantry-target={CLEAN}", "--tenantry-patterns=flood,churn")
+    code, out = _pytest(tmp_path, *args, "--collect-only", "-v", timeout=120)  # -v: _pytest's -q undone
+    assert code == 0, out
+    assert "collected 3 items" in out and "3 tests collected" in out
+    assert f"<TenantryTarget tenantry[{CLEAN}]>" in out
+    assert all(f"<TenantryItem {n}>" in out for n in ("stateful", "pattern[flood]", "pattern[churn]")), out
+    code, out = _pytest(tmp_path, *args, "--collect-only", "-k", "flood or stateful", timeout=120)
+    assert code == 0 and "2/3 tests collected (1 deselected)" in out, out
+    code, out = _pytest(tmp_path, *args, "--collect-only", "-m", "not tenantry", timeout=120)
+    assert code == 5 and "no tests collected (3 deselected)" in out, out
+    pytest.importorskip("xdist")
+    code, out = _pytest(tmp_path, *args, "-n", "2", "-k", "flood", "-rA", "-v", timeout=120)
+    assert code == 0, out
+    assert "2 workers [1 item]" in out and "1 passed" in out
+    assert f"PASSED ::tenantry[{CLEAN}]::pattern[flood]" in out
+
+
 # --- stopping: Ctrl-C and SIGTERM ---------------------------------------------------------------
 
 #: A minisched that takes a millisecond a step (so a check lasts long enough to be interrupted).

@@ -172,6 +172,7 @@ _STOP = pytest.StashKey[_Stop]()
 
 @pytest.hookimpl(trylast=True)  # after pytest's own sys.unraisablehook is in place
 def pytest_configure(config: Any) -> None:
+    config.addinivalue_line("markers", "tenantry: a check of the tenantry suite against a --tenantry-target")
     stop = config.stash[_STOP] = _Stop(config)
     config.pluginmanager.register(stop, "tenantry-stop")
     if config.getoption("tenantry_target"):
@@ -186,12 +187,16 @@ def pytest_report_header(config: Any) -> list[str] | None:
     return [f"tenantry targets: {', '.join(targets)}"] if targets else None
 
 
+# --- collection: one collector per target, one item per check ------------------------------
+
+
 class TenantryItem(pytest.Item):
-    """One check of the suite against one target."""
+    """One check of the suite against one target (marked ``tenantry``)."""
 
     def __init__(self, *, check: Callable[[], None], **kw: Any) -> None:
         super().__init__(**kw)
         self.check = check
+        self.add_marker("tenantry")
 
     def runtest(self) -> None:
         self.config.stash[_STOP].run(self.check)
@@ -207,44 +212,69 @@ class TenantryItem(pytest.Item):
         return self.path, None, self.name
 
 
-def _items(session: Any, target: str, opts: dict[str, Any]) -> list[TenantryItem]:
+class TenantryTarget(pytest.Collector):
+    """The checks of one ``--tenantry-target`` (``tenantry[MODULE:FACTORY]``): ``stateful`` and
+    ``pattern[NAME]`` for each pattern, collected like any test (``--collect-only``, ``-k``, ``-m``)."""
+
+    def __init__(self, *, target: str, factory: Callable[..., Any], patterns: list[str], opts: dict[str, Any],
+                 **kw: Any) -> None:
+        super().__init__(**kw)
+        self.target, self.factory, self.patterns, self.opts = target, factory, patterns, opts
+
+    def collect(self) -> list[TenantryItem]:
+        from .suite import pattern_check, stateful_check
+
+        opts, target, factory = self.opts, self.target, self.factory
+        out = opts["out"] / target.replace(":", "_")
+        items = [TenantryItem.from_parent(self, name="stateful", check=lambda: stateful_check(
+            factory, target=target, out_dir=out, max_examples=opts["examples"], timeout_s=opts["timeout_s"]))]
+        for p in self.patterns:
+            items.append(TenantryItem.from_parent(self, name=f"pattern[{p}]", check=lambda p=p: pattern_check(
+                factory, p, target=target, out_dir=out, tiered=opts["tiered"], timeout_s=opts["timeout_s"],
+                weighted=opts["weighted"])))
+        return items
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.name
+
+
+def _target(session: Any, target: str, opts: dict[str, Any]) -> TenantryTarget:
+    """The collector of ``target``, its factory loaded and its claims checked first (a claim that
+    cannot be checked, an unknown pattern: :class:`~tenantry.model.config.ConfigError`)."""
     from tenantry.adversaries.patterns import PATTERNS, get_pattern
 
     from .protocol import load_factory
     from .run import preflight
-    from .suite import STATEFUL_TENANTS, pattern_check, stateful_check
+    from .suite import STATEFUL_TENANTS
 
     factory = load_factory(target)
-    # a claim that cannot be checked: a usage error
     for line in preflight(factory, [(t, "victim") for t in STATEFUL_TENANTS], tiered=opts["tiered"],
                           weighted=opts["weighted"], timeout_s=opts["timeout_s"], name=target):
         warnings.warn(line, stacklevel=1)
-    out = opts["out"] / target.replace(":", "_")
-    name = f"tenantry[{target}]"
-    items = [TenantryItem.from_parent(session, name=f"{name}::stateful", check=lambda: stateful_check(
-        factory, target=target, out_dir=out, max_examples=opts["examples"], timeout_s=opts["timeout_s"]))]
     pats = list(PATTERNS) if opts["patterns"] is None else opts["patterns"]
     for p in pats:
         get_pattern(p)
-        items.append(TenantryItem.from_parent(session, name=f"{name}::pattern[{p}]", check=lambda p=p: pattern_check(
-            factory, p, target=target, out_dir=out, tiered=opts["tiered"], timeout_s=opts["timeout_s"],
-            weighted=opts["weighted"])))
-    return items
+    return TenantryTarget.from_parent(session, name=f"tenantry[{target}]", target=target, factory=factory,
+                                      patterns=pats, opts=opts)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(session: Any, config: Any, items: list) -> None:
-    targets = config.getoption("tenantry_target")
-    if not targets:
-        return
-    from tenantry.model.config import ConfigError
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: Any) -> Any:
+    """The session's collection holds one :class:`TenantryTarget` per ``--tenantry-target`` (after
+    the test files), so pytest counts, lists and selects their items as it does any test's.  A
+    target that cannot be loaded or checked is a usage error (exit 4, one line)."""
+    rep = yield
+    targets = collector.config.getoption("tenantry_target") if isinstance(collector, pytest.Session) else None
+    if targets and rep.passed:
+        from tenantry.model.config import ConfigError
 
-    opts = _options(config)
-    for t in targets:
-        try:
-            items.extend(_items(session, t, opts))
-        except ConfigError as e:
-            raise pytest.UsageError(f"--tenantry-target: {e}") from None
+        opts = _options(collector.config)
+        for t in targets:
+            try:
+                rep.result.append(_target(collector, t, opts))
+            except ConfigError as e:
+                raise pytest.UsageError(f"--tenantry-target: {e}") from None
+    return rep
 
 
 @pytest.fixture
