@@ -244,3 +244,39 @@ def test_a_signal_stops_a_running_check_within_2_s(sig, group, workers, lost, tm
     assert took < 2.0
     assert "KeyboardInterrupt" in out and "Traceback" not in out, out
     assert all(_gone(k, within_s=max(0.1, 2.0 - took)) for k in kids), out  # no worker left behind
+
+
+# --- failures: the cause first --------------------------------------------------------------------
+
+def test_a_failure_names_the_invariant_that_breaks_first_on_its_witness(tmp_path):
+    """``faults.plan_overrun`` (a plan past the step's token budget) makes the stateful run stop on
+    STALLED; on the shrunk witness KV-CONSERVE, BATCH-LIMITS and NO-LOSS break a step earlier.  The
+    failure used to name STALLED alone (the cause showed only when the replay was run); it now
+    leads with the invariant that breaks at the witness's earliest step, as report.md's "look at X
+    first" does (the one rule, adversaries.check._breaks_first)."""
+    import re
+
+    from tenantry.model.traces import read_workload_jsonl
+    from tenantry.verify.run import bind, scenario_tenants, verify_workload
+    from tenantry.verify.suite import STATEFUL_TENANTS
+
+    code, out = _pytest(tmp_path, "--tenantry-target=faults.plan_overrun:make_scheduler", "--tenantry-patterns=none",
+                        timeout=120)
+    assert code == 1, out
+    m = re.search(r"a stateful run breaks (\S+) at step (\d+), before (\S+) at step (\d+) \(shrunk from \d+ to \d+ "
+                  r"requests\): (\S+) may follow from it; look at (\S+) first\n  (\S+) step (\d+)", out)
+    assert m, out
+    lead, lead_step, symptom, symptom_step = m[1], int(m[2]), m[3], int(m[4])
+    assert lead_step < symptom_step and m[5] == symptom and m[6] == m[7] == lead and int(m[8]) == lead_step
+    assert f"FAILED ::tenantry[faults.plan_overrun:make_scheduler]::stateful - faults.plan" in out
+    # the witness as the replay runs it: its earliest finding is the one the failure leads with
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from faults.plan_overrun import make_scheduler
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    wl = read_workload_jsonl(tmp_path / ".tenantry" / "faults.plan_overrun_make_scheduler" / f"stateful-{symptom}.jsonl")
+    fac = bind(make_scheduler, scenario_tenants([(t, "victim") for t in STATEFUL_TENANTS], False, True))
+    found = verify_workload(fac, wl, determinism=False).findings
+    assert found[0].step == lead_step and lead in {f.invariant for f in found if f.step == lead_step}
+    assert min(f.step for f in found if f.invariant == symptom) == symptom_step
