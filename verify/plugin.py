@@ -52,7 +52,7 @@ def pytest_addoption(parser: Any) -> None:
                 help="run the tenantry suite against this adapter factory (repeatable)")
     g.addoption("--tenantry-patterns", default="", metavar="NAMES",
                 help="comma-separated adversary patterns (default: all); 'none' for none")
-    g.addoption("--tenantry-examples", type=int, default=None, metavar="N",
+    g.addoption("--tenantry-examples", default=None, metavar="N",
                 help="stateful examples (default: the Hypothesis profile's max_examples)")
     g.addoption("--tenantry-out", default=".tenantry", metavar="DIR",
                 help="folder for shrunk failing workloads (default .tenantry)")
@@ -60,19 +60,48 @@ def pytest_addoption(parser: Any) -> None:
                 help="adversary tier 0, victims tier 1 in the pattern scenarios")
     g.addoption("--tenantry-weighted", action="store_true",
                 help="tenants' weights 1, 2, 0.5 in tenant order in the pattern scenarios (the stateful run always)")
-    g.addoption("--tenantry-timeout-s", type=float, default=10.0, metavar="S",
+    g.addoption("--tenantry-timeout-s", default="10", metavar="S",
                 help="per-call timeout for the scheduler (default 10 s)")
 
 
+def _number(flag: str, text: Any, kind: type, low: float) -> Any:
+    """``text`` as a ``kind`` (int or float) that is finite and > ``low``, else a usage error naming the flag."""
+    try:
+        v = kind(text)
+    except (TypeError, ValueError):
+        v = None
+    if v is None or v != v or v in (float("inf"), float("-inf")) or not v > low:
+        what = "a whole number >= 1" if kind is int else "a positive finite number of seconds"
+        raise pytest.UsageError(f"{flag}={text}: must be {what}")
+    return v
+
+
 def _options(config: Any) -> dict[str, Any]:
+    """The plugin's options, checked: a bad value is a usage error (exit 4, one line naming the flag)."""
     pats = config.getoption("tenantry_patterns")
+    patterns = None if not pats else [] if pats.strip() == "none" else [p.strip() for p in pats.split(",") if p.strip()]
+    if patterns == [] and pats.strip() != "none":
+        raise pytest.UsageError(f"--tenantry-patterns={pats}: names no pattern; give comma-separated names, or none")
+    if patterns:
+        from tenantry.adversaries.patterns import get_pattern
+        from tenantry.model.config import ConfigError
+
+        for p in patterns:
+            try:
+                get_pattern(p)
+            except ConfigError as e:
+                raise pytest.UsageError(f"--tenantry-patterns: {e}") from None
+    examples = config.getoption("tenantry_examples")
+    out = Path(config.getoption("tenantry_out"))
+    if out.exists() and not out.is_dir():
+        raise pytest.UsageError(f"--tenantry-out={out}: is a file, not a folder (the shrunk failing workloads go there)")
     return {
-        "patterns": None if not pats else [] if pats == "none" else [p.strip() for p in pats.split(",") if p.strip()],
-        "examples": config.getoption("tenantry_examples"),
-        "out": Path(config.getoption("tenantry_out")),
+        "patterns": patterns,
+        "examples": None if examples is None else _number("--tenantry-examples", examples, int, 0),
+        "out": out,
         "tiered": config.getoption("tenantry_tiered"),
         "weighted": config.getoption("tenantry_weighted"),
-        "timeout_s": config.getoption("tenantry_timeout_s"),
+        "timeout_s": _number("--tenantry-timeout-s", config.getoption("tenantry_timeout_s"), float, 0),
     }
 
 
@@ -176,6 +205,7 @@ def pytest_configure(config: Any) -> None:
     stop = config.stash[_STOP] = _Stop(config)
     config.pluginmanager.register(stop, "tenantry-stop")
     if config.getoption("tenantry_target"):
+        _options(config)  # a bad option is a usage error before any work
         stop.catch()
         # Hypothesis's pytest plugin imports hypothesis at every session's end (its terminal summary):
         # now, in pytest-xdist's controller too, rather than after a stop (seconds on a loaded machine)
@@ -241,7 +271,7 @@ class TenantryTarget(pytest.Collector):
 def _target(session: Any, target: str, opts: dict[str, Any]) -> TenantryTarget:
     """The collector of ``target``, its factory loaded and its claims checked first (a claim that
     cannot be checked, an unknown pattern: :class:`~tenantry.model.config.ConfigError`)."""
-    from tenantry.adversaries.patterns import PATTERNS, get_pattern
+    from tenantry.adversaries.patterns import PATTERNS
 
     from .protocol import load_factory
     from .run import preflight
@@ -252,8 +282,6 @@ def _target(session: Any, target: str, opts: dict[str, Any]) -> TenantryTarget:
                           weighted=opts["weighted"], timeout_s=opts["timeout_s"], name=target):
         warnings.warn(line, stacklevel=1)
     pats = list(PATTERNS) if opts["patterns"] is None else opts["patterns"]
-    for p in pats:
-        get_pattern(p)
     return TenantryTarget.from_parent(session, name=f"tenantry[{target}]", target=target, factory=factory,
                                       patterns=pats, opts=opts)
 
