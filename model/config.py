@@ -6,6 +6,10 @@ the field and the value, never later inside the step function.
 
 Units are in the field names: ``*_tokens``, ``*_blocks``, ``*_s`` (seconds),
 ``*_steps``, ``*_per_s``.  SPEC.md section 2 is the normative description.
+
+It also holds how a value is shown to a user (:class:`ConfigError`, :func:`excerpt`,
+:func:`readable_number`), once for every layer above the model: the reason it runs past
+500 lines.
 """
 
 from __future__ import annotations
