@@ -141,17 +141,28 @@ def catch_stop_signals(on_stop: Callable[[int], None] | None = None) -> tuple[di
             on_stop(signum)
         raise KeyboardInterrupt
 
+    on_signal.tenantry_stop = True  # type: ignore[attr-defined]  (restore_signals knows an outer one by it)
     old = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     for s in STOP_SIGNALS:
         signal.signal(s, on_signal)
     return old, got
 
 
-def restore_signals(old: dict) -> None:
-    """Put back the handlers :func:`catch_stop_signals` replaced, and clear :data:`STOP_REQUESTED`."""
+def restore_signals(old: dict, got: Iterable[int] = ()) -> None:
+    """Put back the handlers :func:`catch_stop_signals` replaced, and clear :data:`STOP_REQUESTED`.
+
+    ``got``: the signals received meanwhile.  When the handler put back is itself one of
+    :func:`catch_stop_signals` (a command run inside a pytest session of the plugin's, as
+    tenantry's own tests run ``tenantry.cli.main``), the first of them is handed on to it: the
+    stop goes on in the session (KeyboardInterrupt) instead of ending with this command.
+    """
     for s, h in old.items():
         signal.signal(s, h)
     STOP_REQUESTED.clear()
+    got = list(got)
+    outer = old.get(got[0]) if got else None
+    if getattr(outer, "tenantry_stop", False):
+        outer(got[0], None)
 
 
 @contextmanager

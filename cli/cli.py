@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         from tenantry.adversaries.outdir import restore_signals
 
-        restore_signals(old)  # and clears STOP_REQUESTED
+        restore_signals(old, got)  # and clears STOP_REQUESTED; hands a stop on to an outer handler
 
 
 def _interrupted(e: BaseException, old: dict, got: list[int]) -> int:

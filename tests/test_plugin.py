@@ -280,3 +280,29 @@ def test_a_failure_names_the_invariant_that_breaks_first_on_its_witness(tmp_path
     found = verify_workload(fac, wl, determinism=False).findings
     assert found[0].step == lead_step and lead in {f.invariant for f in found if f.step == lead_step}
     assert min(f.step for f in found if f.invariant == symptom) == symptom_step
+
+
+def test_a_stop_inside_a_command_run_in_a_plugin_session_stops_the_session(tmp_path, monkeypatch):
+    """tenantry's own tests run ``tenantry.cli.main`` in-process; from the repository root,
+    ``pytest --tenantry-target=...`` runs them too.  A Ctrl-C landing in such a command ended that
+    command (exit 130), its test failed and the session went on: Ctrl-Cs were "ignored" for
+    minutes.  Inside the session's handler (the plugin's, the same ``catch_stop_signals``) the
+    command still stops, and the stop then goes on in the session as KeyboardInterrupt."""
+    import _thread
+    import threading
+
+    from tenantry.adversaries.outdir import STOP_REQUESTED, catch_stop_signals, restore_signals
+    from tenantry.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    old, got = catch_stop_signals()  # what a --tenantry-target session installs
+    timer = threading.Timer(0.5, _thread.interrupt_main)  # Ctrl-C while the command runs (several seconds)
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            main(["simulate", "--policy", "fcfs", "vtc", "rate_limit", "drr_tokens"])
+        assert got == [signal.SIGINT] and STOP_REQUESTED.is_set()
+    finally:
+        timer.cancel()
+        restore_signals(old)
+    assert not STOP_REQUESTED.is_set()
