@@ -766,11 +766,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         unstable = [k for k in keys if cells[k]["verdict"] == "seed-dependent"]
         cells = {k: cells[k] for k in keys if k in cells}  # the matrix's order, not the order cells ended in
         summary = {
-            "seed": seed, "budget": f"{budget.evaluations or '-'} evaluations" + (
-                f", {budget.seconds:g} s" if budget.seconds else ""),
-            "total_budget": None if total_budget is None else (
-                f"{total_budget.evaluations or '-'} evaluations" + (
-                    f", {total_budget.seconds:g} s" if total_budget.seconds else "")),
+            "seed": seed, "budget": budget.describe(),
+            "total_budget": None if total_budget is None else total_budget.describe(),
             "spread_seeds": [seed + k for k in range(spread_seeds + 1)], "spread_band": SPREAD_BAND,
             "setups": setups, "patterns": patterns, "searches": list(searches), "victims": victims,
             **({"fleet_patterns": list(FLEET_PATTERNS)} if not explicit_patterns and any(

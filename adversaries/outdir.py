@@ -47,6 +47,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -98,8 +99,8 @@ def ordinary_modes(root: str | os.PathLike) -> None:
 
 # --- signals ------------------------------------------------------------------------
 
-#: Set by the command line's SIGINT / SIGTERM handler (cleared when a command starts).  The
-#: handler raises KeyboardInterrupt too, but Python drops an exception raised while a finaliser
+#: Set by the SIGINT / SIGTERM handler of :func:`catch_stop_signals` (the command line's and the
+#: pytest plugin's; cleared when a command starts).  The handler raises KeyboardInterrupt too, but Python drops an exception raised while a finaliser
 #: runs (a ``__del__``, such as Z3's, that the signal happens to land in): long loops call
 #: :func:`stop_if_requested` as well, so such a stop is not lost.
 STOP_REQUESTED = threading.Event()
@@ -109,6 +110,68 @@ def stop_if_requested() -> None:
     """Raise KeyboardInterrupt if a stop was asked for (:data:`STOP_REQUESTED`)."""
     if STOP_REQUESTED.is_set():
         raise KeyboardInterrupt
+
+
+#: Seconds after a first SIGINT / SIGTERM during which further ones are ignored: the stop is cleaning up.
+SIGNAL_GRACE_S = 5.0
+#: The signals that stop a run.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def catch_stop_signals(on_stop: Callable[[int], None] | None = None) -> tuple[dict, list[int]]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in the main thread and set :data:`STOP_REQUESTED`
+    (which was cleared); a repeat within :data:`SIGNAL_GRACE_S` is ignored while the first one's
+    cleanup runs (``timeout`` and a terminal may send the signal twice).  Used by the command
+    line and by the pytest plugin (one handler for both).
+
+    Args:
+        on_stop: called with the first signal's number before the KeyboardInterrupt is raised
+            (the pytest plugin passes it on to its pytest-xdist workers); it must not raise.
+
+    Returns the previous handlers (``{signal: handler}``, empty outside the main thread, where
+    nothing is installed; give them to :func:`restore_signals`) and the list the signals
+    received are appended to (their numbers, in order).
+    """
+    got: list[int] = []
+    STOP_REQUESTED.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return {}, got
+
+    first: list[float] = []
+
+    def on_signal(signum, frame):
+        got.append(signum)
+        STOP_REQUESTED.set()
+        now = time.monotonic()
+        if first and now - first[0] < SIGNAL_GRACE_S:
+            return  # the stop under way is cleaning up
+        first[:] = [now]
+        if on_stop is not None:
+            on_stop(signum)
+        raise KeyboardInterrupt
+
+    on_signal.tenantry_stop = True  # type: ignore[attr-defined]  (restore_signals knows an outer one by it)
+    old = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s in STOP_SIGNALS:
+        signal.signal(s, on_signal)
+    return old, got
+
+
+def restore_signals(old: dict, got: Iterable[int] = ()) -> None:
+    """Put back the handlers :func:`catch_stop_signals` replaced, and clear :data:`STOP_REQUESTED`.
+
+    ``got``: the signals received meanwhile.  When the handler put back is itself one of
+    :func:`catch_stop_signals` (a command run inside a pytest session of the plugin's, as
+    tenantry's own tests run ``tenantry.cli.main``), the first of them is handed on to it: the
+    stop goes on in the session (KeyboardInterrupt) instead of ending with this command.
+    """
+    for s, h in old.items():
+        signal.signal(s, h)
+    STOP_REQUESTED.clear()
+    got = list(got)
+    outer = old.get(got[0]) if got else None
+    if getattr(outer, "tenantry_stop", False):
+        outer(got[0], None)
 
 
 @contextmanager

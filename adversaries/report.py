@@ -173,10 +173,12 @@ def _title(ax, setup: str, rest: str) -> None:
 
 
 def fmt(x: float) -> str:
-    """A compact number: 3 significant digits, k/M suffixes for large values."""
+    """A compact number: 3 significant digits, k/M suffixes for large values, an exponent from 1e9."""
     if not math.isfinite(x):
         return "inf"
     a = abs(x)
+    if a >= 1e9:  # 1e300 was "1e+294M"
+        return f"{x:.3g}"
     if a >= 1e6:
         return f"{x / 1e6:.3g}M"
     if a >= 1e4:

@@ -77,6 +77,12 @@ class Budget:
         if self.seconds is not None and not self.seconds > 0:
             raise ConfigError("budget", self.seconds, "seconds must be > 0")
 
+    def describe(self) -> str:
+        """In words: ``64 evaluations``, ``20 s``, or ``64 evaluations or 20 s, whichever is spent first``."""
+        parts = ([f"{self.evaluations} evaluation{'s' if self.evaluations != 1 else ''}"] if self.evaluations else []) + (
+            [f"{self.seconds:g} s"] if self.seconds else [])
+        return " or ".join(parts) + (", whichever is spent first" if len(parts) > 1 else "")
+
     @classmethod
     def parse(cls, text: str) -> "Budget":
         """``"40"`` (evaluations), ``"30s"`` (seconds) or ``"40,30s"`` (both).

@@ -15,8 +15,6 @@ import json
 import os
 import signal
 import sys
-import threading
-import time
 
 from tenantry.model.config import ConfigError
 
@@ -56,38 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Exit status on a signal: 128 + its number (SIGINT 130, SIGTERM 143), as a shell reports it.
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
-#: Seconds after a first SIGINT / SIGTERM during which further ones are ignored: the stop is cleaning up.
-SIGNAL_GRACE_S = 5.0
-
-
-def _install_signals() -> tuple[dict, list[int]]:
-    """SIGINT and SIGTERM raise KeyboardInterrupt in the main thread (recording which came first);
-    a repeat within :data:`SIGNAL_GRACE_S` is ignored while the first one's cleanup runs.
-
-    Returns the previous handlers (to restore) and the list the signals are recorded in.
-    """
-    from tenantry.adversaries.outdir import STOP_REQUESTED
-
-    got: list[int] = []
-    STOP_REQUESTED.clear()
-    if threading.current_thread() is not threading.main_thread():
-        return {}, got
-
-    first: list[float] = []
-
-    def on_signal(signum, frame):
-        got.append(signum)
-        STOP_REQUESTED.set()
-        now = time.monotonic()
-        if first and now - first[0] < SIGNAL_GRACE_S:
-            return  # the stop under way is cleaning up (`timeout` and a terminal may send the signal twice)
-        first[:] = [now]
-        raise KeyboardInterrupt
-
-    old = {s: signal.getsignal(s) for s in SIGNAL_EXIT}
-    for s in SIGNAL_EXIT:
-        signal.signal(s, on_signal)
-    return old, got
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 2
-    old, got = _install_signals()
+    from tenantry.adversaries.outdir import catch_stop_signals
+
+    old, got = catch_stop_signals()  # SIGINT, SIGTERM: KeyboardInterrupt in the main thread
     try:
         return int(args._run(args) or 0)
     except ConfigError as e:
@@ -129,11 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             return _interrupted(e, old, got, argv)
         raise
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        from tenantry.adversaries.outdir import STOP_REQUESTED
+        from tenantry.adversaries.outdir import restore_signals
 
-        STOP_REQUESTED.clear()
+        restore_signals(old, got)  # and clears STOP_REQUESTED; hands a stop on to an outer handler
 
 
 def _os_error(e: OSError, argv: list[str] | None) -> str:

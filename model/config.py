@@ -6,6 +6,10 @@ the field and the value, never later inside the step function.
 
 Units are in the field names: ``*_tokens``, ``*_blocks``, ``*_s`` (seconds),
 ``*_steps``, ``*_per_s``.  SPEC.md section 2 is the normative description.
+
+It also holds how a value is shown to a user (:class:`ConfigError`, :func:`excerpt`,
+:func:`readable_number`), once for every layer above the model: the reason it runs past
+500 lines.
 """
 
 from __future__ import annotations
@@ -55,6 +59,29 @@ def excerpt(text: str) -> str:
     return f"{text[:EXCERPT_HEAD]}... ({len(text):,} chars)"
 
 
+#: Magnitude from which :func:`readable_number` writes a number with an exponent.
+READABLE_MAX = 1e15
+
+
+def readable_number(x: Any, spec: str = "g") -> str:
+    """``format(x, spec)`` (``spec`` such as ``".1f"`` or ``",.0f"``) for a number of magnitude
+    below :data:`READABLE_MAX`, so that ordinary output is unchanged; a larger one in three
+    significant digits with an exponent (``1e+300``, ``-1.23e+20``), integers beyond a float's
+    range included: ``f"{1e300:.1f}"`` is a 302-character number no reader can use.  inf and
+    nan, and anything not a number, as ``format`` writes them."""
+    import numbers
+
+    if isinstance(x, bool) or not isinstance(x, numbers.Real) or not abs(x) >= READABLE_MAX or x in (
+            float("inf"), float("-inf")):
+        return format(x, spec)
+    try:
+        return format(float(x), ".3g")
+    except OverflowError:  # an integer beyond a float's range
+        digits = str(abs(int(x)))
+        mantissa = f"{digits[0]}.{digits[1:3]}".rstrip("0").rstrip(".")
+        return f"{'-' if x < 0 else ''}{mantissa}e+{len(digits) - 1}"
+
+
 class ConfigError(ValueError):
     """A configuration or workload value is invalid.
 
@@ -69,7 +96,10 @@ class ConfigError(ValueError):
         self.where, self.field, self.value, self.why = where, field, value, why
         prefix = f"{where}: " if where else ""
         whole = field == "path" or field.startswith("--")  # a path, or what the user typed on the command line
-        what = f"{excerpt(field)}={repr(value) if whole else excerpt(repr(value))}: " if field else ""
+        shown = repr(value) if whole else excerpt(repr(value))
+        if isinstance(value, int) and not isinstance(value, bool) and len(repr(value)) > EXCERPT_LIMIT:
+            shown = f"{readable_number(value)} (an integer of {len(str(abs(value))):,} digits)"
+        what = f"{excerpt(field)}={shown}: " if field else ""
         super().__init__(f"{prefix}{what}{why}")
 
     def __reduce__(self):

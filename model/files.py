@@ -90,6 +90,9 @@ def _left(path: Path, existed: bool) -> str:
 MAX_INPUT_MB = 1024
 #: Longest line read (bytes): a longer one is not a line of any of these formats.
 MAX_LINE_BYTES = 1 << 20
+#: The first bytes of compressed files (magic numbers), and what they are called.
+COMPRESSED = ((b"\x1f\x8b", "gzip-compressed"), (b"BZh", "bzip2-compressed"), (b"\xfd7zXZ\x00", "xz-compressed"),
+              (b"\x28\xb5\x2f\xfd", "zstd-compressed"), (b"PK\x03\x04", "zip"))
 #: Files at least this large (bytes) show a progress bar while they are read (on a terminal).
 PROGRESS_BYTES = 32 << 20
 
@@ -157,6 +160,11 @@ def text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                 n += 1
                 read += len(raw)
                 where = f"{path}:{n}"
+                if n == 1:
+                    packed = next((kind for magic, kind in COMPRESSED if raw.startswith(magic)), None)
+                    if packed is not None:
+                        raise ConfigError("", None, f"a {packed} file, not text: unpack it first (the formats are "
+                                          "plain UTF-8 text)", where)
                 if b"\0" in raw:
                     raise ConfigError("bytes", raw[raw.index(b"\0"):][:4], "a NUL byte: not a text file", where)
                 if len(raw) > MAX_LINE_BYTES:

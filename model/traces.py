@@ -292,6 +292,10 @@ def write_burstgpt_csv(workload: Workload | Iterable[Request], path: str | os.Pa
     atomic_write_text(path, lines())
 
 
+#: The ``kind`` of every line of a history file (:func:`tenantry.model.history.read_history`).
+HISTORY_KINDS = ("header", "step", "fleet_step", "request")
+
+
 def read_workload_jsonl(path: str | os.PathLike) -> Workload:
     """Read the project's workload JSON Lines (one :class:`Request` object per line).
 
@@ -302,11 +306,15 @@ def read_workload_jsonl(path: str | os.PathLike) -> Workload:
 
     Raises:
         ConfigError: ``file:line`` with the field and value for bad JSON, an
-            unknown or missing field, a wrong type or value, or a duplicate id.
+            unknown or missing field, a wrong type or value, or a duplicate id; a
+            history file's line (``kind`` header, step, ...) says so and what to run.
     """
     requests: list[Request] = []
     seen: dict[int, str] = {}
     for where, obj in _json_lines(path):
+        if obj.get("kind") in HISTORY_KINDS:  # the mirror of read_history on a workload line
+            raise ConfigError("kind", obj["kind"], f"this line is a {obj['kind']} line of a history, not a request "
+                              f"of a workload: judge a history with tenantry verify --history {path}", where)
         for k in sorted(set(obj) - set(_REQUIRED + _OPTIONAL)):
             raise ConfigError(k, obj[k], f"unknown field; expected {', '.join(_REQUIRED + _OPTIONAL)}", where)
         for k in [k for k in _REQUIRED if k not in obj]:

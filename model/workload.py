@@ -76,6 +76,9 @@ def check_request_fields(r: Request, where: str = "") -> None:
         raise ConfigError("request_id", r.request_id, "must be a non-negative integer", where)
     if not isinstance(r.tenant, str) or not r.tenant:
         raise ConfigError("tenant", r.tenant, "must be a non-empty string", where)
+    if not r.tenant.isprintable():  # a newline would break every table it is printed in, an escape the terminal
+        raise ConfigError("tenant", r.tenant, "must be printable: no control or format characters (a newline, "
+                          "a tab, an escape, a bidirectional override)", where)
     if isinstance(r.arrival_s, bool) or not isinstance(r.arrival_s, (int, float)) or not math.isfinite(r.arrival_s) or r.arrival_s < 0:
         raise ConfigError("arrival_s", r.arrival_s, "must be a finite number of seconds >= 0", where)
     if not _is_int(r.prompt_tokens) or r.prompt_tokens < 1:

@@ -728,3 +728,16 @@ def test_a_hurt_cell_whose_worst_workload_hangs_is_not_shrunk(monkeypatch):
     assert rec["finding"] and rec["shrunk"] is None
     assert rec["shrunk_note"].startswith("not shrunk: the system hangs on this workload (ADAPTER-HANG at step 3)")
     assert all(kw.get("invariant") is not None for kw in shrunk)  # only witnesses were shrunk (ADAPTER-HANG's: replayed)
+
+
+def test_a_seconds_only_budget_is_said_in_words(tmp_path):
+    """report.md said "budget - evaluations, 0.5 s per cell" for --budget 0.5s."""
+    from tenantry.adversaries.check import run_check
+    from tenantry.adversaries.search import Budget
+
+    assert Budget(seconds=20.0).describe() == "20 s" and Budget(64).describe() == "64 evaluations"
+    assert Budget(64, 20.0).describe() == "64 evaluations or 20 s, whichever is spent first"
+    run_check(setups=["vtc"], patterns=["flood"], budget=Budget(seconds=0.5), workers=1, shrink_evaluations=0,
+              plots="none", extras=False, progress=False, out=tmp_path / "rep", spread_seeds=0)
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "budget 0.5 s per cell" in text and "- evaluations" not in text

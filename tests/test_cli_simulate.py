@@ -348,3 +348,65 @@ def test_an_option_the_workload_file_ignores_is_refused_not_dropped(tmp_path, ca
 def test_trace_options_still_act_on_a_trace(capsys):
     code, out, err = run_cli(["simulate", "--azure-pair", "--speedup", "20", "--max-rows", "40", "--policy", "fcfs"], capsys)
     assert code == 0 and "workload: 80 requests from 2 tenants over 1.7s" in err + out
+
+
+def _one_request_per_tenant(path: Path, n: int, arrival_s=lambda i: i * 0.001) -> Path:
+    path.write_text("".join(f'{{"request_id":{i},"tenant":"t{i:06d}","arrival_s":{arrival_s(i)},"prompt_tokens":10,'
+                            f'"output_tokens":2}}\n' for i in range(n)))
+    return path
+
+
+def test_many_tenants_print_the_worst_served_and_a_count_of_the_rest(tmp_path, capsys):
+    """100,000 tenants printed a 100,004-line table: now each policy's 20 worst-served tenants and
+    one line for the rest (its total still over all of them); --all-tenants prints every row."""
+    wl = _one_request_per_tenant(tmp_path / "w.jsonl", 300)
+    code, out, err = run_cli(["simulate", "--workload", str(wl), "--policy", "fcfs", "vtc"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 2 + 2 * (20 + 1 + 1 + 1), out  # heading, rule; per policy 20 rows, the rest, total, blank
+    rest = [l for l in lines if "more tenants" in l]
+    assert len(rest) == 2 and all(
+        l.strip() == "... and 280 more tenants (shown: the 20 worst served, by done<=0.299s, then TTFT p99; "
+                     "--all-tenants prints all)" for l in rest), rest
+    shown = [l.split() for l in lines if l.startswith("fcfs ") and "(total)" not in l]
+    done = [int(r[4].rstrip("%")) for r in shown]
+    assert done == sorted(done) and done[0] < 100  # worst first: the last arrivals did not finish in time
+    code, full, err = run_cli(["simulate", "--workload", str(wl), "--policy", "fcfs", "vtc", "--all-tenants"], capsys)
+    assert code == 0 and len(full.splitlines()) == 2 + 2 * (300 + 2) and "more tenants" not in full
+    total = lambda text, p: [l for l in text.splitlines() if l.startswith(f"{p} ") and "(total)" in l]
+    assert total(out, "fcfs") == total(full, "fcfs") and total(out, "vtc") == total(full, "vtc")
+
+
+def test_twenty_tenants_print_as_before(tmp_path, capsys):
+    """At most 20 tenants: every row, in table order, byte for byte what --all-tenants prints."""
+    wl = _one_request_per_tenant(tmp_path / "w.jsonl", 20)
+    code, out, _ = run_cli(["simulate", "--workload", str(wl), "--policy", "fcfs"], capsys)
+    code2, full, _ = run_cli(["simulate", "--workload", str(wl), "--policy", "fcfs", "--all-tenants"], capsys)
+    assert code == code2 == 0 and out == full and "more tenants" not in out
+    assert [l.split()[1] for l in out.splitlines()[2:22]] == [f"t{i:06d}" for i in range(20)]
+
+
+def test_a_huge_arrival_time_prints_as_a_short_number(tmp_path, capsys):
+    """An arrival at 1e300 s printed the workload's span as a 302-character number."""
+    wl = tmp_path / "w.jsonl"
+    wl.write_text(WORKLOAD_TWO_FAR)
+    code, out, err = run_cli(["simulate", "--workload", str(wl), "--policy", "fcfs"], capsys)
+    assert code == 0, err
+    assert "workload: 2 requests from 1 tenants over 1e+300s; horizon 3e+300s" in err, err
+    assert max(len(l) for l in (out + err).splitlines()) < 400 and "0000000000" not in out + err
+
+
+WORKLOAD_TWO_FAR = ('{"request_id":0,"tenant":"a","arrival_s":0,"prompt_tokens":10,"output_tokens":2}\n'
+                    '{"request_id":1,"tenant":"a","arrival_s":1e300,"prompt_tokens":10,"output_tokens":2}\n')
+
+
+def test_readable_number_writes_large_numbers_with_an_exponent():
+    from tenantry.adversaries.report import fmt
+    from tenantry.model.config import ConfigError, readable_number
+
+    assert readable_number(1e300, ".1f") == "1e+300" and readable_number(12.25, ".1f") == "12.2"
+    assert readable_number(-10 ** 400) == "-1e+400" and readable_number(123_456.0, ",.0f") == "123,456"
+    assert readable_number(float("inf"), ".2f") == "inf" and readable_number(float("nan"), ".2f") == "nan"
+    assert fmt(1e300) == "1e+300" and fmt(2.5e9) == "2.5e+09" and fmt(12_345.0) == "12.3k"  # was 1e+294M
+    assert str(ConfigError("prompt_tokens", -10 ** 300, "must be an integer >= 1", "w.jsonl:1")) == (
+        "w.jsonl:1: prompt_tokens=-1e+300 (an integer of 301 digits): must be an integer >= 1")

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator
 
 import attrs
 
+from tenantry.adversaries.outdir import stop_if_requested
 from tenantry.model.workload import Request
 
 from .protocol import StepResults
@@ -282,7 +283,12 @@ class Caller:
 
         ``timeout_s`` overrides the caller's timeout for this call (a longer one
         for building the scheduler, which may import a large package).
+
+        Raises:
+            KeyboardInterrupt: a stop was asked for (Ctrl-C or SIGTERM whose own
+                KeyboardInterrupt a finaliser swallowed): every run stops at its next call.
         """
+        stop_if_requested()
         if self.dead:
             return False, CallFailure(name, "timeout", "an earlier call hung; the scheduler is abandoned")
         if self.timeout_s is None:

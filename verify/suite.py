@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from tenantry.model.workload import Workload
 from tenantry.testing.shrink import first_failing, shrink
@@ -40,7 +40,9 @@ class TenantryFailure(AssertionError):
     """The scheduler under test broke an invariant or the protocol.
 
     Attributes:
-        findings: the findings (first is the one shrunk for).
+        findings: the findings on the (shrunk) workload: first, when another invariant breaks
+            at an earlier step than the one shrunk for, that invariant's first finding (the
+            likelier cause, as a report's ``witness_first``), then the ones shrunk for.
         workload: the (shrunk) inputs that show it, cancellations included.
         path: the workload file written, or None.
         replay: the command that replays it.
@@ -112,6 +114,28 @@ def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload
     return path, cmd + f" --out {shlex.quote(str(Path(replay_dir or out) / f'{name}-replay'))}"
 
 
+def failure_title(target: str, what: str, invariant: str, findings: Sequence[Finding], shrunk: str) -> tuple[str, list[Finding]]:
+    """The first line of a failure and the findings it lists, the cause first.
+
+    ``findings``: the verdict on the shrunk workload (in step order); ``invariant``: the one it
+    was shrunk for; ``shrunk``: ``"shrunk from N to M requests"``.  When another invariant breaks
+    at an earlier step of that workload (the rule of a report's ``witness_first``,
+    :func:`tenantry.adversaries.check._breaks_first`: a leaked block also shows as a stall or an
+    eviction it forced), that one leads the line and the list, as it leads the replay's output.
+
+    Returns (title, [the earlier invariant's first finding, if any] + ``invariant``'s findings).
+    """
+    from tenantry.adversaries.check import _breaks_first
+
+    own = [f for f in findings if f.invariant == invariant]
+    first = _breaks_first(findings, invariant)
+    if first is None:
+        return f"{target}: {what} breaks {invariant} ({shrunk})", own
+    step = min(f.step for f in own if f.step is not None)
+    return (f"{target}: {what} breaks {first.invariant} at step {first.step}, before {invariant} at step {step} "
+            f"({shrunk}): {invariant} may follow from it; look at {first.invariant} first", [first] + own)
+
+
 def shrink_finding(verdict: Callable[[Workload], Any], invariant: str, workload: Workload, *,
                    cut_after_s: float | None = None, max_evaluations: int = 150) -> Workload:
     """A smaller workload whose verdict still has a finding of ``invariant``
@@ -145,12 +169,11 @@ def pattern_check(factory: Callable[[], Any], pattern: str, *, target: str, out_
     verdict = lambda w: verify_workload(fac, w, horizon_s=sc.horizon_s, timeout_s=timeout_s, determinism=det)
     cut = v.history.steps[first.step].start_s if first.step is not None and first.step < len(v.history.steps) else None
     wl = shrink_finding(verdict, first.invariant, sc.workload, cut_after_s=cut, max_evaluations=max_evaluations)
-    final = verdict(wl)
-    found = [f for f in final.findings if f.invariant == first.invariant] or list(v.findings)
+    title, found = failure_title(target, f"pattern {pattern}", first.invariant, verdict(wl).findings,
+                                 f"shrunk from {len(sc.workload)} to {len(wl)} requests")
     path, cmd = write_replay(out_dir, f"{pattern}-{first.invariant}", target, wl, horizon_s=sc.horizon_s,
                              adversaries=sc.adversaries, tenants=sc.victims, tiered=tiered, weighted=weighted)
-    raise TenantryFailure(f"{target}: pattern {pattern} breaks {first.invariant} (shrunk from {len(sc.workload)} "
-                          f"to {len(wl)} requests)", found, wl, path, cmd)
+    raise TenantryFailure(title, found or list(v.findings), wl, path, cmd)
 
 
 # --- the stateful run ---------------------------------------------------------------------
@@ -198,14 +221,12 @@ def stateful_check(factory: Callable[[], Any], *, target: str, out_dir: Path | s
         wl = shrink_finding(verdict, first.invariant, e.workload,
                             cut_after_s=e.fail_t_s if first.step is not None else None,
                             max_evaluations=max_evaluations)
-        v = verdict(wl)
-        findings = [f for f in v.findings if f.invariant == first.invariant] or e.findings
+        title, findings = failure_title(target, "a stateful run", first.invariant, verdict(wl).findings,
+                                        f"shrunk from {len(e.workload)} to {len(wl)} requests")
         path, cmd = write_replay(out_dir, f"stateful-{first.invariant}", target, wl, tenants=names,
                                  replay_dir=replay_dir, shown_dir=shown_dir, target_path=target_path,
                                  weighted=weighted)
-        raise TenantryFailure(f"{target}: a stateful run breaks {first.invariant} (shrunk from "
-                              f"{len(e.workload)} to {len(wl)} requests)", list(findings), wl, path,
-                              cmd) from None
+        raise TenantryFailure(title, findings or list(e.findings), wl, path, cmd) from None
 
 
 def harness_machine(factory: Callable[[], Any], names: tuple[str, ...], timeout_s: float | None):

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tenantry.model.config import ConfigError
+from tenantry.model.config import ConfigError, readable_number
 from tenantry.model.setups import SETUPS, apply_setup, default_config, get_setup, load_config_toml, seed001_config
 from tenantry.model.history import write_history
 from tenantry.model.simulate import simulate, tenant_table
@@ -34,28 +34,56 @@ DEFAULT_SETUPS = ("fcfs", "rate_limit", "vtc")
 
 
 def _fmt_s(x: float) -> str:
-    return "never" if math.isinf(x) else ("-" if math.isnan(x) else f"{x:.2f}s")
+    return "never" if math.isinf(x) else ("-" if math.isnan(x) else f"{readable_number(x, '.2f')}s")
 
 
-def format_table(results: list[tuple[str, list[dict[str, Any]]]], window_s: float) -> str:
-    """The printed table: one block of rows per policy; columns at least two spaces apart."""
+#: Tenants shown per policy when there are more (``--all-tenants`` shows every one).
+MAX_TENANT_ROWS = 20
+
+
+def worst_served(trows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """The ``n`` worst-served tenants of one policy's :func:`~tenantry.model.simulate.tenant_table`
+    rows, worst first: the lowest share finished in time, then the highest TTFT p99 (never, or no
+    admitted request, counts as the highest), then the most refused; ties in table order."""
+    def key(ir: tuple[int, dict[str, Any]]) -> tuple:
+        i, r = ir
+        p99 = r["ttft_p99_s"]
+        return (r["finished_in_time"], -(math.inf if math.isnan(p99) else p99), -r["rejected"], i)
+
+    return [r for _, r in sorted(enumerate(trows), key=key)[:n]]
+
+
+def format_table(results: list[tuple[str, list[dict[str, Any]]]], window_s: float,
+                 max_tenants: int | None = None) -> str:
+    """The printed table: one block of rows per policy; columns at least two spaces apart.
+
+    ``max_tenants``: a policy with more tenants shows only its :func:`worst_served` ones and a line
+    saying how many more there are (its total still counts all of them); None: every tenant."""
     heads = ["policy", "tenant", "sent", "429", f"done<={window_s:g}s", "TTFT p50", "p95", "p99", "wtok/s"]
-    rows: list[list[str] | None] = []
+    rows: list[list[str] | str | None] = []
     for policy, trows in results:
-        for r in trows:
+        shown = trows if max_tenants is None or len(trows) <= max_tenants else worst_served(trows, max_tenants)
+        for r in shown:
             rows.append([policy, r["tenant"], str(r["sent"]), str(r["rejected"]), f"{r['finished_in_time']:.0%}",
                          _fmt_s(r["ttft_p50_s"]), _fmt_s(r["ttft_p95_s"]), _fmt_s(r["ttft_p99_s"]),
-                         f"{r['weighted_tokens_per_s']:,.0f}"])
+                         readable_number(r["weighted_tokens_per_s"], ",.0f")])
+        if len(shown) < len(trows):
+            rows.append(f"... and {len(trows) - len(shown):,} more tenants (shown: the {len(shown)} worst served, "
+                        f"by done<={window_s:g}s, then TTFT p99; --all-tenants prints all)")
         total = sum(r["weighted_tokens_per_s"] for r in trows)
-        rows.append([policy, "(total)", "", "", "", "", "", "", f"{total:,.0f}"])
+        rows.append([policy, "(total)", "", "", "", "", "", "", readable_number(total, ",.0f")])
         rows.append(None)
-    widths = [max([len(h)] + [len(r[i]) for r in rows if r is not None]) for i, h in enumerate(heads)]
+    widths = [max([len(h)] + [len(r[i]) for r in rows if isinstance(r, list)]) for i, h in enumerate(heads)]
 
-    def line(r: list[str]) -> str:
+    def line(r: list[str] | str | None) -> str:
+        if r is None:
+            return ""
+        if isinstance(r, str):  # the one line of the tenants not shown, under the policy's rows
+            return f"{' ' * widths[0]}  {r}"
         return "  ".join(x.ljust(w) if i < 2 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))).rstrip()
 
     head = line(heads)
-    return "\n".join([head, "-" * len(head)] + ["" if r is None else line(r) for r in rows])
+    return "\n".join([head, "-" * len(head)] + [line(r) for r in rows])
 
 
 def table_legend(window_s: float) -> str:
@@ -106,6 +134,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the run's history to exactly PATH; with several policies, put {policy} in PATH "
                         "(e.g. out/h.{policy}.jsonl) for one file per policy.  An existing file is replaced only "
                         "when it is a tenantry history")
+    p.add_argument("--all-tenants", action="store_true",
+                   help=f"print every tenant's row (default: with more than {MAX_TENANT_ROWS} tenants, each policy's "
+                        f"{MAX_TENANT_ROWS} worst served and how many more)")
     p.add_argument("--detail", action="store_true",
                    help="with --history: also record each running request's KV blocks and block ids per step, "
                         "what verify --history needs to judge KV-CAP with a shared cache, SALT-ISOLATION and "
@@ -185,7 +216,7 @@ def format_fleet_table(rows: list[dict[str, Any]]) -> str:
     """The fleet lines under the tenant table: per run (policy + router), the fleet
     service gap (weighted tokens), the prefix-cache hit rate and the requests per replica."""
     heads = ["policy+router", "accounting", "fleet service gap", "prefix hit rate", "requests per replica"]
-    body = [[r["name"], r["accounting"], f"{r['gap']:,.0f}",
+    body = [[r["name"], r["accounting"], readable_number(r["gap"], ",.0f"),
              "-" if math.isnan(r["hit_rate"]) else f"{r['hit_rate']:.1%}", " ".join(map(str, r["per_replica"]))]
             for r in rows]
     widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(heads)]
@@ -342,8 +373,8 @@ def run(args: argparse.Namespace) -> int:
         print("note: a fleet of 1 replica (--router / --accounting without --replicas N)", file=sys.stderr)
     horizon = args.horizon or max(3 * workload.duration_s, workload.duration_s + 600.0)
     window = args.window or (min(workload.duration_s, horizon) if workload.duration_s > 0 else horizon)  # never past the run
-    print(f"workload: {len(workload)} requests from {len(workload.tenants)} tenants over {workload.duration_s:.1f}s; "
-          f"horizon {horizon:g}s", file=sys.stderr)
+    print(f"workload: {len(workload)} requests from {len(workload.tenants)} tenants over "
+          f"{readable_number(workload.duration_s, '.1f')}s; horizon {horizon:g}s", file=sys.stderr)
     if fleets is None:
         runs = [(name, cfg, lambda cfg=cfg, name=name: simulate(cfg, workload, horizon_s=horizon,
                                                                  record_steps=args.history is not None,
@@ -387,7 +418,7 @@ def run(args: argparse.Namespace) -> int:
             label = "" if len(fleets) == 1 else f" (each of the {len(fleets)})" if alike else " " + name
             print(f"fleet{label}: {n} replica{'s' if n != 1 else ''}, pools "
                   f"{' '.join(str(c.num_blocks) for c in fc.replicas)} blocks", file=sys.stderr)
-    print(format_table(results, window))
+    print(format_table(results, window, None if args.all_tenants else MAX_TENANT_ROWS))
     print(table_legend(window), file=sys.stderr)
     if fleets is not None:
         print()
