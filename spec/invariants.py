@@ -34,6 +34,7 @@ from tenantry.model.workload import Request, StepInput, Workload
 
 from . import invariants_claims as C
 from . import invariants_history as H
+from . import invariants_history_evict as HE
 from . import invariants_history_fair as HF
 from . import invariants_policy as P
 from . import invariants_state as S
@@ -150,21 +151,21 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
     _inv("TOKEN-BUCKET", "bucket moves by refill minus admitted and produced tokens; admitted prompts in any "
          "window <= burst + rate*T", "7.3",
          lambda c: c.admission.token_bucket and any(t.token_rate_per_s is not None for t in c.tenants),
-         state=P.check_token_bucket, history=H.h_token_bucket),
+         state=P.check_token_bucket, history=HE.h_token_bucket),
     _inv("TOKEN-LIMIT", "with output reservation, prompt + output tokens charged in any window <= burst + "
          "rate*T", "7.3",
          lambda c: c.admission.token_bucket and c.admission.reserve_output
-         and any(t.token_rate_per_s is not None for t in c.tenants), history=H.h_token_limit),
+         and any(t.token_rate_per_s is not None for t in c.tenants), history=HE.h_token_limit),
     _inv("REQUEST-RATE", "admitted requests in any window <= burst + rate*T", "7.3",
          lambda c: c.admission.request_rate_limit and any(t.request_rate_per_s is not None for t in c.tenants),
          history=C.h_request_rate),
     _inv("EVICT-MIN-FREE", "an eviction for another sequence frees >= min_free_blocks", "7.4",
-         lambda c: c.eviction.min_free_blocks > 0, state=P.check_evict_min_free, history=H.h_evict_min_free,
+         lambda c: c.eviction.min_free_blocks > 0, state=P.check_evict_min_free, history=HE.h_evict_min_free,
          needs=_STEPS),
     _inv("EVICT-COOLDOWN", "a preempted request stays out of the batch for cooldown_steps steps", "7.4",
-         _always, state=P.check_evict_cooldown, history=H.h_evict_cooldown, needs=_STEPS),
+         _always, state=P.check_evict_cooldown, history=HE.h_evict_cooldown, needs=_STEPS),
     _inv("EVICT-BOUNDED", "preemptions <= max_evictions; waste <= preemptions*(prompt+output-1)", "7.4",
-         _always, state=P.check_evict_bounded, history=H.h_evict_bounded),
+         _always, state=P.check_evict_bounded, history=HE.h_evict_bounded),
     _inv("PRIORITY-PREEMPT", "a waiting higher tier preempts a lower tier for a slot, within the hysteresis, "
          "and only then", "7.4", lambda c: c.eviction.preempt_for_priority, state=P.check_priority_preempt),
     _inv("EVICT-MINIMAL", "no victim is taken once the step's batch has room", "7.4",
@@ -174,10 +175,10 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
     _inv("VICTIM", "each victim is first in the victim policy's order among running sequences", "7.4",
          lambda c: c.eviction.victim in ("newest", "lowest_priority", "largest") and c.eviction.min_free_blocks == 0
          and not caps_enforced(c), state=P.check_victim,
-         history=lambda h: H.h_victim(h) if h.config.eviction.victim in ("newest", "lowest_priority") else [],
+         history=HE.h_victim,
          needs=_STEPS),
     _inv("SALT-ISOLATION", "no request holds a block last written under another salt", "7.5",
-         lambda c: c.prefix_cache == "salted", state=P.check_salt_isolation, history=H.h_salt_isolation,
+         lambda c: c.prefix_cache == "salted", state=P.check_salt_isolation, history=HE.h_salt_isolation,
          needs=("steps", "block_ids")),
     _inv("NONINTERFERENCE", "a tenant's records do not depend on another tenant's prompt contents", "7.5",
          lambda c: c.prefix_cache in ("off", "salted"), pair=_pair_noninterference),
