@@ -1,22 +1,82 @@
-"""One definition per invariant (issue 30, SPEC.md 7): the record forms judge step by step
-what the state forms judged, so that the state forms can derive from them."""
+"""One definition per invariant (issue 30, SPEC.md 7): where a record form judges step by
+step, the state form is that judgement run on one step of the model, the walk of the
+records starting from the state before the step; the catalog says why a state form is
+more than that, and SPEC.md's table of state forms is the registry; the record forms
+that took over the state forms' statements judge what those judged."""
 
 from __future__ import annotations
 
 
 import attrs
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from tenantry.model import policies
 from tenantry.model.config import Config, CostConfig, EvictionConfig, OrderConfig, TenantConfig
 from tenantry.model.history import History, StepRecord
-from tenantry.model.simulate import run_steps, simulate
+from tenantry.model.simulate import Recorder, config_to_dict, run_steps, simulate
 from tenantry.model.step import Step
 from tenantry.model.workload import Request
-from tenantry.spec.invariants import check_history, check_state
+from tenantry.spec.invariants import INVARIANTS, check_history, check_state, coverage
+from tenantry.spec.invariants_history import HistoryContext
+from tenantry.spec.invariants_state import StepContext
 from tenantry.testing.mutants import MUTANTS
+from tenantry.testing.strategies import workloads
 
 _UNIT = CostConfig(mode="unit", unit_step_s=1.0)
+
+#: Mutants whose configurations and workload shapes exercise every part of a step view: cancellations,
+#: preemptions and cooldowns, prefix-cache hits, slot caps, queue bounds, refusals, counters and deficits.
+VIEW_CASES = ("cancel_leaks_blocks", "victim_oldest", "evict_no_cooldown", "salt_ignored", "no_slot_cap",
+              "queue_bound_off_by_one", "vtc_no_lift", "drr_no_idle_reset", "evict_max_off_by_one")
+FIELDS = ("before", "running", "finished", "waiting", "fresh", "heads", "produced", "first", "answers",
+          "cancelled", "entries", "evictions")
+
+
+@pytest.mark.parametrize("mutant", VIEW_CASES)
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_a_derived_state_form_sees_the_view_its_record_form_sees(mutant, data):
+    """On the model's own runs, the view a derived state form judges for step k (the walk of
+    step k's record started from the state before it, a waiting request made a record only
+    when the step touches it) is the record form's view of step k in the recorded history,
+    field by field, and the view before it is the record form's view of step k - 1."""
+    cfg = MUTANTS[mutant].config
+    wl = data.draw(workloads(cfg, **MUTANTS[mutant].shape), label="workload")
+    rec, trs = Recorder(cfg, True, detail=True), []
+    for r in wl.requests:
+        rec.offered(r)
+    for tr in run_steps(cfg, wl, max_steps=150):
+        rec.observe(tr.state, tr.output)
+        trs.append(tr)
+    if not trs:
+        return
+    h = HistoryContext(rec.history(trs[-1].state, {"config": config_to_dict(cfg)}), cfg)
+    for k, tr in enumerate(trs):
+        one = StepContext(cfg, tr.prev, tr.inputs, tr.state, tr.output).history
+        mine, theirs = one.views[0], h.views[k]
+        assert mine.record == theirs.record
+        for name in FIELDS:
+            assert getattr(mine, name) == getattr(theirs, name), (k, name)
+        assert list(mine.waiting) == list(theirs.waiting), k  # tenants in the same order
+        assert one.replay.anomalies == []
+        if k:
+            before = h.views[k - 1]
+            assert (one.start.waiting, one.start.fresh, one.start.running) == (
+                before.waiting, before.fresh, before.running), k
+            assert (one.start.record.counters, one.start.record.queued) == (before.record.counters,
+                                                                           before.record.queued), k
+
+
+def test_a_history_coverage_says_why_an_invariant_has_no_record_form():
+    cfg = MUTANTS["guard_ignored"].config
+    h = simulate(cfg, [Request(0, "a", 0.0, 16, 2)])
+    cov = coverage(h, cfg)
+    for inv in ("GUARD", "PRIORITY-PREEMPT"):
+        assert cov[inv] == f"no history form (state form only: {INVARIANTS[inv].state_only})"
+        assert "BOUNDED-WAIT" in cov[inv]
+    assert cov["DETERMINISM"] == "no history form (two-run property)"
+
 
 # --- what the record forms judge now that the state forms derive from them ---------------------------
 
