@@ -34,6 +34,7 @@ from tenantry.model.workload import Request, StepInput, Workload
 
 from . import invariants_claims as C
 from . import invariants_history as H
+from . import invariants_history_blocks as HB
 from . import invariants_history_evict as HE
 from . import invariants_history_fair as HF
 from . import invariants_policy as P
@@ -117,14 +118,14 @@ _PREEMPT_WHY = ("what evicting a sequence would free depends on which of its blo
 
 INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
     _inv("KV-CONSERVE", "free + distinct blocks in use = pool; requests hold the blocks of their KV; a block is "
-         "shared only as a prefix of one salt's content", "7.1", _always, step=H.s_kv_conserve, anomalies=True,
-         state_part=S.kv_books, history=H.h_kv_conserve, always=True, needs=_STEPS,
+         "shared only as a prefix of one salt's content", "7.1", _always, step=HB.s_kv_conserve, anomalies=True,
+         state_part=S.kv_books, history=HB.h_kv_conserve, always=True, needs=_STEPS,
          why="the pool's own books (the prefix cache's reference counts and retained blocks, blocks in use as "
              "private blocks plus distinct cache keys, a tenant's running count, a waiting sequence's KV, and that "
              "a sequence holds no more than its tokens need) are the model's; records carry blocks per request and "
              "in use, and a scheduler may hold blocks ahead of its tokens"),
     _inv("KV-CAP", "blocks in use <= pool; each tenant <= its enforced cap", "7.1",
-         _always, step=H.s_kv_cap, history=H.h_kv_cap, always=True, needs=_STEPS),
+         _always, step=HB.s_kv_cap, history=HB.h_kv_cap, always=True, needs=_STEPS),
     _inv("SLOT-CAP", "each tenant's (and tier's) sequences in the batch <= its enforced slot cap", "7.1",
          slot_caps_enforced, step=H.s_slot_cap, history=H.h_slot_cap, always=True, needs=_STEPS),
     _inv("QUEUE-BOUND", "never-scheduled queued requests <= bound; overflow refused queue_full at once", "7.1",
@@ -215,7 +216,7 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
          lambda c: c.eviction.victim in ("newest", "lowest_priority", "largest") and c.eviction.min_free_blocks == 0
          and not caps_enforced(c), step=HE.s_victim, history=HE.h_victim, needs=_STEPS),
     _inv("SALT-ISOLATION", "no request holds a block last written under another salt", "7.5",
-         lambda c: c.prefix_cache == "salted", state=P.check_salt_isolation, history=HE.h_salt_isolation,
+         lambda c: c.prefix_cache == "salted", state=P.check_salt_isolation, history=HB.h_salt_isolation,
          needs=("steps", "block_ids"),
          why="the model's cache registers each key's salt, which the state form reads; records carry block ids, "
              "whose writers the record form follows over the whole run, which one step's view does not see"),

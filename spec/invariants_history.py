@@ -1,7 +1,8 @@
 """Record forms of the invariants: judge a recorded run offline (SPEC.md 7).  This
 module holds the :class:`HistoryContext` every record form reads and the safety
 ones (SPEC.md 7.1); the fairness ones are in :mod:`tenantry.spec.invariants_history_fair`,
-those of admission, eviction and isolation in :mod:`tenantry.spec.invariants_history_evict`.
+those of the KV pool and its blocks in :mod:`tenantry.spec.invariants_history_blocks`, those of
+admission and eviction in :mod:`tenantry.spec.invariants_history_evict`.
 
 They read only what :mod:`tenantry.model.history` records (request records and,
 where present, per-step snapshots) plus the configuration the scheduler
@@ -27,9 +28,9 @@ from typing import Callable
 import attrs
 
 from tenantry.model.config import Config
-from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord, StepEvent
+from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord
 
-from .invariants_core import Finding, at_slot_cap, caps_enforced, hopeless, largest_charge, slot_caps
+from .invariants_core import Finding, at_slot_cap, hopeless, largest_charge, slot_caps
 from .replay import Replay, StepView
 
 
@@ -85,8 +86,8 @@ class HistoryContext:
     @cached_property
     def block_reads(self) -> list[tuple[int, int, int, object, tuple]]:
         """Blocks held with content they do not hold
-        (:func:`~tenantry.spec.invariants_history_evict.block_reads`)."""
-        from .invariants_history_evict import block_reads
+        (:func:`~tenantry.spec.invariants_history_blocks.block_reads`)."""
+        from .invariants_history_blocks import block_reads
 
         return block_reads(self)
 
@@ -188,110 +189,6 @@ def each_step(h: HistoryContext, judge: StepJudge) -> list[Finding]:
 
 
 # --- safety --------------------------------------------------------------------------
-
-
-def s_kv_conserve(h: HistoryContext, v: StepView, pv, carry: dict) -> list[Finding]:
-    """KV-CONSERVE's judgement of one step (:func:`h_kv_conserve`)."""
-    cfg, out = h.config, []
-    exact, tenant_of, blocks_for, pool = h.replay.exact, h.tenant_of, cfg.blocks_for, cfg.num_blocks
-    s, k = v.record, v.record.step_index
-    free, held, used_blocks, in_use = s.free_blocks, s.held, s.used_blocks, s.blocks_in_use
-    held_sum = sum(in_use.values())
-    used = used_blocks if used_blocks is not None else (held_sum if not h.shareable else None)
-    if free > pool:
-        out.append(_f("KV-CONSERVE", k, "more free blocks than the pool has", free, pool))
-    elif free < 0:
-        pass  # more blocks in use than the pool: KV-CAP
-    elif used is not None and used + free != pool:
-        out.append(_f("KV-CONSERVE", k, f"free blocks ({free}) plus distinct blocks in use ({used}) "
-                      "differ from the pool", used + free, pool))
-    elif not s.running and (held_sum or free != pool):
-        out.append(_f("KV-CONSERVE", k, "nothing runs but blocks are still in use", pool - free, 0))
-    if held is not None:
-        if held.keys() != set(s.running):
-            extra = sorted(set(held) - set(s.running))
-            if any(held[r] for r in extra):
-                out.append(_f("KV-CONSERVE", k, "a request that is not running holds blocks: they leak",
-                              len(extra), 0, requests=extra))
-        per: dict[str, int] = {}
-        running = v.running
-        for rid, b in held.items():
-            tenant = tenant_of.get(rid)
-            if tenant is None:
-                continue
-            per[tenant] = per.get(tenant, 0) + b
-            c = running.get(rid)
-            if exact and c is not None and b < blocks_for(c):
-                out.append(_f("KV-CONSERVE", k, f"request {rid} has {c} tokens of KV in {b} blocks",
-                              b, blocks_for(c), [tenant], [rid]))
-        for name, b in per.items():
-            if in_use.get(name, 0) != b:
-                out.append(_f("KV-CONSERVE", k, "a tenant's blocks in use differ from its requests' blocks",
-                              in_use.get(name, 0), b, [name]))
-        if used_blocks is not None and used_blocks > sum(held.values()):
-            out.append(_f("KV-CONSERVE", k, "more distinct blocks in use than the running requests hold",
-                          used_blocks, sum(held.values())))
-    if s.block_ids:
-        ids = [b for rid in s.running for b in s.block_ids.get(rid, ())]
-        if s.used_blocks is not None and len(set(ids)) != s.used_blocks and (s.held is None or all(
-                len(s.block_ids.get(rid, ())) == s.held.get(rid) for rid in s.running)):
-            out.append(_f("KV-CONSERVE", k, "distinct block ids differ from the blocks in use",
-                          len(set(ids)), s.used_blocks))
-        if cfg.prefix_cache == "off" and len(set(ids)) != len(ids):
-            twice = sorted({b for b in ids if ids.count(b) > 1}, key=repr)[:3]
-            holders = [rid for rid in s.running if set(s.block_ids.get(rid, ())) & set(twice)]
-            out.append(_f("KV-CONSERVE", k, f"block {twice[0]!r} is held by two requests with the prefix "
-                          "cache off", len(ids) - len(set(ids)), 0, requests=holders))
-    return out
-
-
-def h_kv_conserve(h: HistoryContext) -> list[Finding]:
-    """KV-CONSERVE (SPEC.md 7.1), record form: after every step free blocks are at
-    most the pool and free + distinct blocks in use = pool (``used_blocks``; without it,
-    only when no block can be shared: free + sum of blocks held = pool); each
-    running request holds at least the blocks its computed tokens need and the
-    tenants' counts add up (``held``); a block is held by two requests only with a
-    prefix cache (``block_ids``); an entry into the batch with computed tokens is
-    a whole-block cache hit; nothing held when nothing runs (:func:`s_kv_conserve`,
-    step by step).  Over the whole run (block ids): no request holds a block whose
-    content was last written for other tokens under its own salt (another salt's:
-    SALT-ISOLATION)."""
-    cfg, out = h.config, h.anomalies("KV-CONSERVE") + each_step(h, s_kv_conserve)
-    salts = {t.name: (t.salt if cfg.prefix_cache == "salted" else None) for t in cfg.tenants}
-    for k, rid, j, bid, w in h.block_reads:
-        r = h.requests[rid]
-        if w[0] == salts.get(r.tenant):  # same namespace, other content: the request reads KV that is not its own
-            if w[3] == rid:  # its own other position (or its earlier content): no other party to name
-                out.append(_f("KV-CONSERVE", k, f"request {rid} holds block {bid!r} at position {j}, whose content "
-                              "it last wrote itself for other tokens", None, None, [r.tenant], [rid]))
-            else:
-                out.append(_f("KV-CONSERVE", k, f"request {rid} holds block {bid!r} at position {j}, whose content "
-                              f"was last written by request {w[3]} for other tokens (observed: that writer; allowed: "
-                              "the holder)", w[3], rid, [r.tenant], [rid, w[3]]))
-    return out
-
-
-def s_kv_cap(h: HistoryContext, v: StepView, pv, carry: dict) -> list[Finding]:
-    """KV-CAP's judgement of one step (:func:`h_kv_cap`)."""
-    cfg, s, out = h.config, v.record, []
-    used = max(s.used_blocks if s.used_blocks is not None else 0, cfg.num_blocks - s.free_blocks)
-    if used > cfg.num_blocks:
-        out.append(_f("KV-CAP", s.step_index, "more blocks in use than the pool has", used, cfg.num_blocks))
-    if not caps_enforced(cfg):
-        return out
-    for name, n in s.blocks_in_use.items():
-        t = h.tenant_cfg.get(name)
-        if t is not None and t.kv_block_cap is not None and n > t.kv_block_cap:
-            running = [rid for rid in s.running if h.requests.get(rid) and h.requests[rid].tenant == name]
-            out.append(_f("KV-CAP", s.step_index, "a tenant holds more blocks than its cap", n, t.kv_block_cap,
-                          [name], running))
-    return out
-
-
-def h_kv_cap(h: HistoryContext) -> list[Finding]:
-    """KV-CAP (SPEC.md 7.1), record form: after every step blocks in use within the pool;
-    per-tenant blocks within enforced caps (:func:`s_kv_cap`)."""
-    return each_step(h, s_kv_cap)
 
 
 def s_slot_cap(h: HistoryContext, v: StepView, pv, carry: dict) -> list[Finding]:
@@ -528,14 +425,16 @@ def h_work_conserving(h: HistoryContext) -> list[Finding]:
     return each_step(h, s_work_conserving)[:1]
 
 
-#: Record forms that moved to :mod:`tenantry.spec.invariants_history_evict`, still importable from here.
-_MOVED = ("block_reads", "h_salt_isolation", "h_token_bucket", "h_token_limit", "h_evict_cooldown",
-          "h_evict_bounded", "h_evict_min_free", "h_victim")
+#: Record forms that moved out of this module, still importable from here: name -> module.
+_MOVED = {**dict.fromkeys(("block_reads", "h_salt_isolation", "h_kv_conserve", "h_kv_cap", "s_kv_conserve", "s_kv_cap"),
+                          "invariants_history_blocks"),
+          **dict.fromkeys(("h_token_bucket", "h_token_limit", "h_evict_cooldown", "h_evict_bounded", "h_evict_min_free",
+                           "h_victim"), "invariants_history_evict")}
 
 
 def __getattr__(name: str):
     if name in _MOVED:
-        from . import invariants_history_evict
+        import importlib
 
-        return getattr(invariants_history_evict, name)
+        return getattr(importlib.import_module(f"{__package__}.{_MOVED[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,5 @@
-"""Record forms of the admission, eviction and isolation invariants (SPEC.md 7.3 to
-7.5): TOKEN-BUCKET, TOKEN-LIMIT, EVICT-COOLDOWN, EVICT-BOUNDED, VICTIM,
-EVICT-MIN-FREE, SALT-ISOLATION, and the block writers they and KV-CONSERVE read
-(:func:`block_reads`).
+"""Record forms of the admission and eviction invariants (SPEC.md 7.3 and 7.4):
+TOKEN-BUCKET, TOKEN-LIMIT, EVICT-COOLDOWN, EVICT-BOUNDED, VICTIM, EVICT-MIN-FREE.
 
 The same contract as :mod:`tenantry.spec.invariants_history`: each
 ``h_*(hctx) -> list[Finding]`` reads only the records plus the claimed
@@ -12,7 +10,7 @@ configuration; where it judges step by step, its judgement of one step is
 
 from __future__ import annotations
 
-from tenantry.model.history import RequestRecord, StepEvent
+from tenantry.model.history import StepEvent
 
 from .invariants_core import EPS, Finding
 from .invariants_history import HistoryContext, _f, each_step
@@ -251,109 +249,3 @@ def h_evict_min_free(h: HistoryContext) -> list[Finding]:
     blocks its computed tokens filled) is the requesting sequence giving up its
     own blocks: the victim must have needed a new block in this step (:func:`s_evict_min_free`)."""
     return each_step(h, s_evict_min_free)
-
-
-# --- isolation -------------------------------------------------------------------------
-
-
-def _content_keys(r: RequestRecord, n: int) -> list:
-    """The content of blocks 0..n-1 of request ``r``: a chain over its prefix content ids,
-    then unique to the request (what a block must hold for ``r`` to read it)."""
-    out, key = [], ("c",)
-    for j in range(n):
-        if j < len(r.prefix_ids):
-            key = hash((key, r.prefix_ids[j]))
-            out.append(key)
-        else:
-            out.append(("u", r.request_id, j))
-    return out
-
-
-def block_reads(h: HistoryContext) -> list[tuple[int, int, int, object, tuple]]:
-    """Blocks held with content they do not hold: (step, request id, position, block id,
-    writer) for every block a running request holds at a computed position whose last
-    writer was another salt or other content (the first such per request).  A block's
-    writer is followed over its whole life, cache hit declared or not: the request
-    that computes tokens into a block (its entry's declared hits excepted) writes it,
-    in its last step too (a request finishing in a step has its block ids there).
-
-    Cost follows what changed: a position a request held, fine, at its last check stays
-    fine while it holds the same block and no other content is written into that block
-    (a writer's salt and content only matter), so each step checks a request's new
-    positions, positions whose block changed and blocks written with other content since,
-    in position order; the result is that of checking every position every step."""
-    cfg, B, out = h.config, h.config.block_size_tokens, []
-    salt = {t.name: (t.salt if cfg.prefix_cache == "salted" else None) for t in cfg.tenants}
-    writer: dict = {}
-    rewritten: dict = {}  # block id -> index (in ``h.views``) of the last step that wrote other content into it
-    seen: dict[int, tuple] = {}  # request id -> (block ids, positions checked, view index) of its last check
-    keys: dict[int, list] = {}
-    bad: set[int] = set()
-    for i, v in enumerate(h.views):
-        s, k = v.record, v.record.step_index
-        if not s.block_ids:
-            continue
-        entered = {e.request_id: e.tokens for e in s.events if e.kind == "scheduled"}
-        held = [(rid, c, s.block_ids.get(rid), h.requests.get(rid)) for rid, c in v.running.items()]
-        # a request finishing in the step wrote its last chunk too (its ids as it finished)
-        held += [(rid, c, s.block_ids.get(rid), h.requests.get(rid)) for rid, c in v.finished.items()]
-        changed = set()
-        for rid, c_after, ids, r in held:
-            if ids and r is not None:
-                start = entered[rid] // B if rid in entered else v.before.get(rid, (0, 0))[0] // B
-                for j in range(start, min(cfg.blocks_for(c_after), len(ids))):
-                    w = (salt.get(r.tenant), _key(keys, r, j), r.tenant, rid)
-                    was = writer.get(ids[j])
-                    if was is not None and (was[0] != w[0] or was[1] != w[1]):
-                        changed.add(ids[j])
-                        rewritten[ids[j]] = i
-                    writer[ids[j]] = w
-        for rid, c_after, ids, r in held:
-            if not ids or r is None or rid in bad:
-                continue
-            n = min(cfg.blocks_for(c_after), len(ids))
-            last = seen.get(rid)
-            if last is None:
-                todo = range(n)
-            else:
-                old, m, at = last
-                m = min(m, n)
-                if old is not ids and old[:m] != ids[:m]:
-                    todo = [j for j in range(n) if j >= m or old[j] != ids[j] or rewritten.get(ids[j], -1) > at]
-                elif not changed and not (at < i - 1 and rewritten):
-                    todo = range(m, n)
-                else:
-                    since = changed if at == i - 1 else {b for b in ids[:m] if rewritten.get(b, -1) > at}
-                    todo = ([j for j in range(m) if ids[j] in since] if since and not since.isdisjoint(ids[:m])
-                            else []) + list(range(m, n))
-            seen[rid] = (ids, n, i)
-            for j in todo:
-                w = writer.get(ids[j])
-                if w is None:  # first seen holding computed tokens: its holder wrote it
-                    writer[ids[j]] = (salt.get(r.tenant), _key(keys, r, j), r.tenant, rid)
-                elif w[0] != salt.get(r.tenant) or w[1] != _key(keys, r, j):
-                    out.append((k, rid, j, ids[j], w))
-                    bad.add(rid)
-                    break
-    return out
-
-
-def h_salt_isolation(h: HistoryContext) -> list[Finding]:
-    """SALT-ISOLATION (SPEC.md 7.5), record form over block ids: no request holds a
-    block last written under another salt (:func:`block_reads`)."""
-    salt = {t.name: t.salt for t in h.config.tenants}
-    out = []
-    for k, rid, j, bid, w in h.block_reads:
-        r = h.requests[rid]
-        if w[0] != salt.get(r.tenant):
-            out.append(_f("SALT-ISOLATION", k, f"request {rid} (tenant {r.tenant}) holds block {bid!r} at position {j}, "
-                          f"written by request {w[3]} (tenant {w[2]}) under another salt", w[2], r.tenant,
-                          [r.tenant, w[2]] if w[2] != r.tenant else [r.tenant], [rid, w[3]]))
-    return out
-
-
-def _key(cache: dict[int, list], r: RequestRecord, j: int):
-    ks = cache.get(r.request_id)
-    if ks is None or len(ks) <= j:
-        ks = cache[r.request_id] = _content_keys(r, max(j + 1, 2 * len(ks or ())))
-    return ks[j]
