@@ -6,6 +6,8 @@ that took over the state forms' statements judge what those judged."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 
 import attrs
 import pytest
@@ -23,6 +25,7 @@ from tenantry.spec.invariants_state import StepContext
 from tenantry.testing.mutants import MUTANTS
 from tenantry.testing.strategies import workloads
 
+SPEC = Path(__file__).resolve().parents[1] / "spec" / "SPEC.md"
 _UNIT = CostConfig(mode="unit", unit_step_s=1.0)
 
 #: Mutants whose configurations and workload shapes exercise every part of a step view: cancellations,
@@ -66,6 +69,31 @@ def test_a_derived_state_form_sees_the_view_its_record_form_sees(mutant, data):
                 before.waiting, before.fresh, before.running), k
             assert (one.start.record.counters, one.start.record.queued) == (before.record.counters,
                                                                            before.record.queued), k
+
+
+def _state_forms_table() -> dict[str, tuple[str, str]]:
+    text = SPEC.read_text()
+    i = text.index("| id | state form | what it judges that no record carries (why) |")
+    rows = {}
+    for line in text[i:].splitlines()[2:]:
+        if not line.startswith("| "):
+            break
+        inv, kind, why = (c.strip() for c in line.strip("|").split(" | "))
+        rows[inv] = (kind, why)
+    return rows
+
+
+def test_the_spec_table_of_state_forms_is_the_registry():
+    """SPEC.md 7's table of state forms says, for every invariant with a state form, what
+    the registry says: whether it derives from the record form, and why it is more (the
+    catalog's ``state_only``, word for word)."""
+    want = {i: (inv.state_kind, inv.state_only or "-") for i, inv in INVARIANTS.items() if inv.check_state}
+    assert _state_forms_table() == want
+    kinds = {inv.state_kind for inv in INVARIANTS.values() if inv.check_state}
+    assert kinds == {"derived from the record form", "derived, plus a state-only part", "its own (two forms)",
+                     "its own (no record form)"}
+    for inv in INVARIANTS.values():  # a state form that is not only the derived one says why
+        assert bool(inv.state_only) == (inv.check_state is not None and inv.state_kind != "derived from the record form")
 
 
 def test_a_history_coverage_says_why_an_invariant_has_no_record_form():
