@@ -326,28 +326,28 @@ class Replay:
             self._listed[t] = got
         return got
 
-    def _first_ready(self, t: str, k: int) -> Req | None:
-        """Tenant ``t``'s first waiting request ready at step ``k`` (its cooldown over), if any."""
+    def _first_ready(self, t: str, k: int) -> tuple[int, int] | None:
+        """(request id, target tokens) of tenant ``t``'s first waiting request ready at step ``k``
+        (its cooldown over), if any; a started one is read, not made a :class:`Req`."""
         qs = self._queues.get(t, ())
         st = self._starts.get(t)
-        if st is None:
-            head = qs[0][2]
-            return head if head.ready_step <= k else next((x for _, _, x in qs if x.ready_step <= k), None)
-        j = bisect_left(qs, ((0, 0),))
-        for _, _, x in qs[:j]:
-            if x.ready_step <= k:
-                return x
-        for i, rid in enumerate(st.q.rids):
-            if rid not in st.gone:
-                x = self.reqs.get(rid)
-                if x is None:
-                    ready_step = st.q.fields(st.q.entries[i])[3]
-                    if ready_step > k:
-                        continue
-                    x = self._started(st, i)
+        if st is not None:
+            j = bisect_left(qs, ((0, 0),))
+            for _, rid, x in qs[:j]:
                 if x.ready_step <= k:
-                    return x
-        return next((x for _, _, x in qs[j:] if x.ready_step <= k), None)
+                    return rid, x.target
+            for i, rid in enumerate(st.q.rids):
+                if rid not in st.gone:
+                    x = self.reqs.get(rid)
+                    if x is not None:
+                        if x.ready_step <= k:
+                            return rid, x.target
+                        continue
+                    rec, generated, _, ready_step = st.q.fields(st.q.entries[i])[:4]
+                    if ready_step <= k:
+                        return rid, rec.prompt_tokens + generated
+            qs = qs[j:]
+        return next(((rid, x.target) for _, rid, x in qs if x.ready_step <= k), None)
 
     def _running_in_order(self) -> list[Req]:
         """The running requests in admission order (kept until the batch changes)."""
@@ -490,11 +490,13 @@ class Replay:
             queues = self._queues
             for t in tenants:
                 if self._starts:
-                    ready = self._first_ready(t, k)
-                else:
-                    qs = queues[t]
-                    head = qs[0][2]  # the first waiting request, unless its cooldown runs past this step
-                    ready = head if head.ready_step <= k else next((x for _, _, x in qs if x.ready_step <= k), None)
+                    got = self._first_ready(t, k)
+                    if got is not None:
+                        heads[t] = got
+                    continue
+                qs = queues[t]
+                head = qs[0][2]  # the first waiting request, unless its cooldown runs past this step
+                ready = head if head.ready_step <= k else next((x for _, _, x in qs if x.ready_step <= k), None)
                 if ready is not None:
                     heads[t] = (ready.rec.request_id, ready.target)
             yield StepView(s, before, running, finished, waiting, fresh, heads, produced,
