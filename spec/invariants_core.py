@@ -185,6 +185,13 @@ class Invariant:
         needs: what the history form needs beyond request records, from
             :data:`NEEDS`; a history without it leaves the invariant unchecked,
             and the report says so.
+        derived: the state form is the record form's judgement of one step, run
+            on a step of the model (one definition:
+            :func:`~tenantry.spec.invariants_state.from_record`).
+        state_only: why the state form is not (only) that: what it judges that
+            the records do not carry ("" when nothing).  With ``derived``, the
+            state-only part beside the derived form; without it, why the state
+            form is a definition of its own (or the only form).
     """
 
     id: str
@@ -197,12 +204,25 @@ class Invariant:
     check_pair: PairCheck | None = None
     always: bool = False
     needs: tuple[str, ...] = ()
+    derived: bool = False
+    state_only: str = ""
 
     @property
     def forms(self) -> tuple[str, ...]:
         """Which forms exist: a subset of ("state", "history", "pair")."""
         return tuple(n for n, f in (("state", self.check_state), ("history", self.check_history),
                                     ("pair", self.check_pair)) if f is not None)
+
+    @property
+    def state_kind(self) -> str | None:
+        """What the state form is, in the words of SPEC.md 7's table of state forms:
+        ``derived from the record form``, ``derived, plus a state-only part``, ``its own
+        (two forms)`` or ``its own (no record form)``; None without a state form."""
+        if self.check_state is None:
+            return None
+        if self.derived:
+            return "derived, plus a state-only part" if self.state_only else "derived from the record form"
+        return "its own (two forms)" if self.check_history is not None else "its own (no record form)"
 
 
 # --- applicability predicates -------------------------------------------------------

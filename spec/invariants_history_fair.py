@@ -2,20 +2,24 @@
 FLOOR, NO-BANKED-CREDIT and AGING, judged on a recorded run offline.
 
 The same contract as :mod:`tenantry.spec.invariants_history` (which holds the
-safety, admission, eviction and isolation forms and the
-:class:`~tenantry.spec.invariants_history.HistoryContext` they all read): each
-``h_*(hctx) -> list[Finding]`` reads only what the history records plus the
-claimed configuration, and returns nothing when the steps it needs are absent.
+safety forms and the :class:`~tenantry.spec.invariants_history.HistoryContext`
+they all read): each ``h_*(hctx) -> list[Finding]`` reads only what the history
+records plus the claimed configuration, and returns nothing when the steps it
+needs are absent.  Where a form judges step by step (the counters and deficits a
+run records, the aging order), its judgement of one step is
+``s_*(h, v, pv, carry)``, which is also the invariant's state form
+(:func:`tenantry.spec.invariants_state.from_record`); the service gaps over
+intervals are judged over the whole run only.
 """
 
 from __future__ import annotations
 
-import heapq
-
-from tenantry.model.history import RequestRecord
-
-from .invariants_core import EPS, Finding, ample_kv, largest_block_seconds, skip_budget_claimed, skip_slack, tier_share
-from .invariants_history import HistoryContext, _f
+from .invariants_core import (
+    EPS, Finding, ample_kv, drr_charge_bound, drr_skip_rounds, largest_block_seconds, skip_budget_claimed, skip_slack,
+    tier_share,
+)
+from .invariants_history import HistoryContext, _f, each_step, first_of
+from .replay import StepView
 
 
 # --- the books: findings about the counters and deficits a scheduler reports ---------
@@ -27,9 +31,12 @@ from .invariants_history import HistoryContext, _f
 COUNTER_MOVED = "a counter moved by other than the tenant's new weighted service over its weight"
 COUNTER_AHEAD = "a backlogged tenant's counter ran ahead of the least backlogged counter by more than D/weight"
 DEFICIT_OVER = "a deficit exceeds the carry bound"
+DEFICIT_ROUNDS = "a deficit exceeds quantum x weight x its rounds"
+DEFICIT_UNDER = "a deficit fell below -D"
 IDLE_DEFICIT = "an idle tenant kept a DRR deficit"
 BANKED_COUNTER = "a newly backlogged tenant's counter starts below the least backlogged counter"
-BOOKS_MESSAGES = (COUNTER_MOVED, COUNTER_AHEAD, DEFICIT_OVER, IDLE_DEFICIT, BANKED_COUNTER)
+BOOKS_MESSAGES = (COUNTER_MOVED, COUNTER_AHEAD, DEFICIT_OVER, DEFICIT_ROUNDS, DEFICIT_UNDER, IDLE_DEFICIT,
+                  BANKED_COUNTER)
 
 
 def from_books(f: Finding) -> bool:
@@ -101,77 +108,98 @@ def h_vtc_gap(h: HistoryContext) -> list[Finding]:
     and g are both backlogged, |dS_f/w_f - dS_g/w_g| <= D/w_f + D/w_g, which is
     2 max(w_in L_input, w_out M) for equal unit weights and w_in <= w_out
     (Sheng et al., OSDI 2024, Theorem 4.4); under the skip budget plus
-    ``2 guard_skips D / w_min`` (SPEC.md 8.3)."""
+    ``2 guard_skips D / w_min`` (SPEC.md 8.3).  Step by step, where the history
+    records counters, the premise and the spread on them (:func:`s_vtc_gap`; the first
+    break of each)."""
     d = h.charge_bound
     extra = 2 * skip_slack(h.config, d)
-    return _vtc_counters(h) + _pairwise_service(h, "VTC-GAP", lambda wa, wb: d / wa + d / wb + extra)
+    out = first_of(each_step(h, s_vtc_gap), lambda f: f.message) if any(s.counters for s in h.steps) else []
+    return out + _pairwise_service(h, "VTC-GAP", lambda wa, wb: d / wa + d / wb + extra)
 
 
-def _vtc_counters(h: HistoryContext) -> list[Finding]:
-    """VTC-GAP's counter part, when the history records counters (the state form's
-    statement on records): between two snapshots a tenant that cannot have been
-    lifted (backlogged before and nothing of it cancelled, or idle before and
-    nothing of it queued or preempted) moves its counter by exactly its new
-    service over its weight; among backlogged tenants every counter is within
-    D / weight of the least one.  The first break of each kind."""
-    if not any(s.counters for s in h.steps):
+def s_vtc_gap(h: HistoryContext, v: StepView, pv, carry: dict) -> list[Finding]:
+    """VTC-GAP's judgement of one step, on the counters it records (the state form's
+    statement): a tenant that cannot have been lifted in it (backlogged before and
+    nothing of it cancelled, or idle before and nothing of it queued or preempted)
+    moves its counter by exactly its new service over its weight; among backlogged
+    tenants every counter is within D / weight of the least one (plus
+    ``guard_skips * D / w_min`` under the skip budget).  Each tenant that breaks either."""
+    s = v.record
+    counters = s.counters
+    if not counters:
         return []
-    out, d, prev = [], h.charge_bound, None
+    out, d = [], h.charge_bound
     extra = skip_slack(h.config, d)
-    books = gap = False
+    prev = pv.record if pv is not None and pv.record.counters else None
     tenant = h.tenant_of.get
-    weights: dict[str, float] = {}  # h.weight, per tenant met
-    for v in h.views:
-        s = v.record
-        counters = s.counters
-        if not counters:
-            prev = None
-            continue
-        if prev is not None and not books:
-            cancelled = {tenant(rid) for rid, _ in v.cancelled} if v.cancelled else ()
-            joined = ({tenant(rid) for rid, a in v.answers if a == "queued"} | {tenant(rid) for rid in s.preempted}
-                      if v.answers or s.preempted else ())
-            for n in counters:
-                was = prev.queued.get(n, 0) > 0
-                if n not in prev.counters or not ((was and n not in cancelled) or (not was and n not in joined)):
-                    continue
-                w = weights.get(n)
-                if w is None:
-                    w = weights[n] = h.weight(n)
-                want = (s.service.get(n, 0.0) - prev.service.get(n, 0.0)) / w
-                got = counters[n] - prev.counters[n]
-                if abs(got - want) > EPS * max(1.0, abs(want)):
-                    out.append(_f("VTC-GAP", s.step_index, COUNTER_MOVED, got, want, [n]))
-                    books = True
-                    break
-        if not gap:
-            back = [n for n, q in s.queued.items() if q and n in counters]
-            if len(back) >= 2:
-                lo = min(back, key=counters.__getitem__)
-                for n in back:
-                    if counters[n] - counters[lo] > d / h.weight(n) + extra + EPS:
-                        out.append(_f("VTC-GAP", s.step_index,
-                                      COUNTER_AHEAD + (" + guard_skips*D/w_min" if extra else ""),
-                                      counters[n] - counters[lo], d / h.weight(n) + extra, [n, lo]))
-                        gap = True
-                        break
-        prev = s
+    if prev is not None:
+        cancelled = {tenant(rid) for rid, _ in v.cancelled} if v.cancelled else ()
+        joined = ({tenant(rid) for rid, a in v.answers if a == "queued"} | {tenant(rid) for rid in s.preempted}
+                  if v.answers or s.preempted else ())
+        weights = carry.setdefault("weights", {})  # h.weight, per tenant met
+        for n in counters:
+            was = prev.queued.get(n, 0) > 0
+            if n not in prev.counters or not ((was and n not in cancelled) or (not was and n not in joined)):
+                continue
+            w = weights.get(n)
+            if w is None:
+                w = weights[n] = h.weight(n)
+            want = (s.service.get(n, 0.0) - prev.service.get(n, 0.0)) / w
+            got = counters[n] - prev.counters[n]
+            if abs(got - want) > EPS * max(1.0, abs(want)):
+                out.append(_f("VTC-GAP", s.step_index, COUNTER_MOVED, got, want, [n]))
+    back = [n for n, q in s.queued.items() if q and n in counters]
+    if len(back) >= 2:
+        lo = min(back, key=counters.__getitem__)
+        for n in back:
+            if counters[n] - counters[lo] > d / h.weight(n) + extra + EPS:
+                out.append(_f("VTC-GAP", s.step_index, COUNTER_AHEAD + (" + guard_skips*D/w_min" if extra else ""),
+                              counters[n] - counters[lo], d / h.weight(n) + extra, [n, lo]))
+    return out
+
+
+def _drr_tight(cfg) -> bool:
+    """DRR-DEFICIT's tight deficit bounds are claimed: ``drr_tokens`` with ample KV, or
+    either unit under the skip budget (SPEC.md 7.2, 8.4)."""
+    o = cfg.order
+    return (ample_kv(cfg) and o.policy == "drr_tokens") or (skip_budget_claimed(cfg) and o.policy.startswith("drr"))
+
+
+def s_drr_deficit(h: HistoryContext, v: StepView, pv, carry: dict) -> list[Finding]:
+    """DRR-DEFICIT's judgement of one step, on the deficits it records: each within the
+    carry bound; where the tight bounds are claimed (:func:`_drr_tight`), within
+    ``(-D, quantum * weight * rounds]`` (D: :func:`drr_charge_bound`; rounds:
+    :func:`drr_skip_rounds`, 1 without a skip budget)."""
+    cfg, o, s, out = h.config, h.config.order, v.record, []
+    if not s.deficits:
+        return out
+    tight = _drr_tight(cfg)
+    if tight:
+        d_max = carry.get("D")
+        if d_max is None:
+            d_max = carry["D"] = drr_charge_bound(cfg)
+            carry["rounds"] = drr_skip_rounds(cfg, d_max)
+        rounds = carry["rounds"]
+    for name, d in s.deficits.items():
+        if o.drr_carry_bound is not None and d > o.drr_carry_bound + EPS:
+            out.append(_f("DRR-DEFICIT", s.step_index, DEFICIT_OVER, d, o.drr_carry_bound, [name]))
+        elif tight and d > o.drr_quantum * h.weight(name) * rounds + EPS:
+            out.append(_f("DRR-DEFICIT", s.step_index, DEFICIT_ROUNDS, d, o.drr_quantum * h.weight(name) * rounds,
+                          [name]))
+        if tight and d < -d_max - EPS:
+            out.append(_f("DRR-DEFICIT", s.step_index, DEFICIT_UNDER, d, -d_max, [name]))
     return out
 
 
 def h_drr_deficit(h: HistoryContext) -> list[Finding]:
-    """DRR-DEFICIT (SPEC.md 7.2), history form: deficits within the carry bound; with
-    token charging, ample KV and no truncating carry bound, the normalised service
-    gap of two backlogged tenants grows by at most 2 quantum + D/w_f + D/w_g
-    (after Shreedhar and Varghese, SIGCOMM 1995, Lemma 2); under the skip budget
-    plus 2 K (D/w_min + quantum), and under ``drr_block_seconds`` (unit cost) the same
-    for block-seconds with D_bs (:func:`largest_block_seconds`, SPEC.md 8.4)."""
-    cfg, o, out = h.config, h.config.order, []
-    for s in h.steps:
-        for name, d in s.deficits.items():
-            if o.drr_carry_bound is not None and d > o.drr_carry_bound + EPS:
-                out.append(_f("DRR-DEFICIT", s.step_index, DEFICIT_OVER, d, o.drr_carry_bound,
-                              [name]))
+    """DRR-DEFICIT (SPEC.md 7.2), history form: step by step, the recorded deficits within
+    their bounds (:func:`s_drr_deficit`); with token charging, ample KV and no truncating
+    carry bound, the normalised service gap of two backlogged tenants grows by at most
+    2 quantum + D/w_f + D/w_g (after Shreedhar and Varghese, SIGCOMM 1995, Lemma 2);
+    under the skip budget plus 2 K (D/w_min + quantum), and under ``drr_block_seconds``
+    (unit cost) the same for block-seconds with D_bs (:func:`largest_block_seconds`, SPEC.md 8.4)."""
+    cfg, o = h.config, h.config.order
+    out = each_step(h, s_drr_deficit)
     wmax = max(t.weight for t in cfg.tenants)
     if o.policy == "drr_tokens" and ((ample_kv(cfg) and (
             o.drr_carry_bound is None or o.drr_carry_bound >= o.drr_quantum * wmax)) or skip_budget_claimed(cfg)):
@@ -205,60 +233,78 @@ def h_floor(h: HistoryContext) -> list[Finding]:
     return out
 
 
-def h_no_banked_credit(h: HistoryContext) -> list[Finding]:
-    """NO-BANKED-CREDIT (SPEC.md 7.2), history form: for ``vtc``, a tenant whose queue
-    goes from empty to non-empty between two snapshots ends the step with a counter
-    no lower than the least counter of the others backlogged before it; for DRR with
-    the idle reset, a tenant with nothing queued or running after a step keeps no deficit."""
-    out = []
+def s_no_banked_credit(h: HistoryContext, v: StepView, pv, carry: dict) -> list[Finding]:
+    """NO-BANKED-CREDIT's judgement of one step (:func:`h_no_banked_credit`)."""
+    s, k = v.record, v.record.step_index
     if h.config.order.policy in ("drr_tokens", "drr_block_seconds"):
-        for s in h.steps:
-            running = {h.requests[rid].tenant for rid in s.running if rid in h.requests}
-            for n, dft in s.deficits.items():
-                if not s.queued.get(n, 0) and n not in running and abs(dft) > EPS:
-                    return [_f("NO-BANKED-CREDIT", s.step_index, IDLE_DEFICIT, dft, 0.0, [n])]
+        if not s.deficits:
+            return []
+        running = {h.tenant_of.get(rid) for rid in s.running}
+        return [_f("NO-BANKED-CREDIT", k, IDLE_DEFICIT, dft, 0.0, [n]) for n, dft in s.deficits.items()
+                if not s.queued.get(n, 0) and n not in running and abs(dft) > EPS]
+    if h.config.order.policy != "vtc" or pv is None or not s.counters:
+        return []  # floors: its tier counters are not recorded (the state form's own part judges them)
+    prev = pv.record
+    before = [n for n, q in prev.queued.items() if q and n in prev.counters]
+    gone = {rid for rid, _ in v.cancelled}
+    # backlogged once the step's cancellations are done: a request of theirs waited and was not cancelled
+    after = [n for n in before if any(rid not in gone for rid in pv.waiting.get(n, ()))] if gone else before
+    tenant = h.tenant_of.get
+    # joined: a request of it queued or preempted in the step, or (records without events) its queue refilled
+    joined = {tenant(rid) for rid, a in v.answers if a == "queued"} | {tenant(rid) for rid in s.preempted} | {
+        n for n, q in s.queued.items() if q and not prev.queued.get(n, 0)}
+    out = []
+    for n in sorted(x for x in joined if x is not None and x not in after):
+        if n not in s.counters:  # a counter not recorded (a step whose adapter raised) is not judged
+            continue
+        others = [prev.counters[m] for m in after if m != n] or [prev.counters[m] for m in before if m != n]
+        if others and s.counters[n] < min(others) - EPS:
+            out.append(_f("NO-BANKED-CREDIT", k, BANKED_COUNTER, s.counters[n], min(others), [n]))
+    return out
+
+
+def h_no_banked_credit(h: HistoryContext) -> list[Finding]:
+    """NO-BANKED-CREDIT (SPEC.md 7.2), history form: for ``vtc``, a tenant that joins the
+    backlog in a step (a request of it queued or preempted while none of its requests
+    waited once the step's cancellations were done, or its queue empty before the step
+    and not after it) ends the step with a counter no
+    lower than the least counter of the others backlogged then, or, if cancellations
+    emptied them all, of those backlogged before; for DRR with the idle reset, a tenant
+    with nothing queued or running after a step keeps no deficit (the first that does not)
+    (:func:`s_no_banked_credit`)."""
+    out = each_step(h, s_no_banked_credit)
+    idle = [f for f in out if f.message == IDLE_DEFICIT]
+    return idle[:1] if idle else out
+
+
+def s_aging(h: HistoryContext, v: StepView, pv, carry: dict) -> list[Finding]:
+    """AGING's judgement of one step (:func:`h_aging`)."""
+    if not v.first:
+        return []
+    cfg, out = h.config, []
+    rate = cfg.order.aging_rate_per_s
+    reqs = h.requests
+    val = lambda rid: h.tier(reqs[rid].tenant) + rate * reqs[rid].arrival_s  # noqa: E731
+    least = carry.setdefault("least", {})  # per tenant: (its fresh ids, the least value among them)
+    lo = None
+    for name, ids in v.fresh.items():
+        got = least.get(name)
+        if got is None or got[0] is not ids:
+            got = least[name] = (ids, min((val(rid), rid) for rid in ids if rid in reqs) if ids else None)
+        if got[1] is not None and (lo is None or got[1] < lo):
+            lo = got[1]
+    if lo is None:
         return out
-    for prev, s in zip(h.steps, h.steps[1:]):
-        back = [n for n, q in prev.queued.items() if q and n in prev.counters]
-        for n, q in s.queued.items():  # a counter not recorded (a step whose adapter raised) is not judged
-            if q and not prev.queued.get(n, 0) and n in s.counters:
-                others = [prev.counters[m] for m in back if m != n]
-                if others and s.counters[n] < min(others) - EPS:
-                    out.append(_f("NO-BANKED-CREDIT", s.step_index, BANKED_COUNTER, s.counters[n], min(others), [n]))
+    for rid in v.first:
+        r = reqs.get(rid)
+        if r is not None and val(rid) > lo[0] + EPS:
+            out.append(_f("AGING", v.record.step_index, "a request was first scheduled ahead of one that had aged "
+                          "past it", val(rid), lo[0], [r.tenant, reqs[lo[1]].tenant], [rid, lo[1]]))
     return out
 
 
 def h_aging(h: HistoryContext) -> list[Finding]:
-    """AGING (SPEC.md 7.2), history form: no request is first scheduled while a request
-    with a smaller aging value (tier + aging_rate_per_s * arrival_s) waits."""
-    cfg, out = h.config, []
-    rate = cfg.order.aging_rate_per_s
-    val = lambda r: h.tier(r.tenant) + rate * r.arrival_s
-    first = h.first_step
-    starts = [s.start_s for s in h.steps]
-    by_admit: dict[int, list[RequestRecord]] = {}
-    by_first: dict[int, list[RequestRecord]] = {}
-    for r in h.history.requests:
-        if r.admitted_step is not None:
-            by_admit.setdefault(r.admitted_step, []).append(r)
-        if r.request_id in first:
-            by_first.setdefault(first[r.request_id], []).append(r)
-    heap: list = []
-    never = 1 << 60
-    for s in h.steps:
-        k = s.step_index
-        for r in by_admit.get(k, []):
-            heapq.heappush(heap, (val(r), r.request_id))
-        while heap:  # lazily drop requests that started by step k or were cancelled before it
-            rid = heap[0][1]
-            r = h.requests[rid]
-            if first.get(rid, never) <= k or (r.outcome == "cancelled" and r.finish_s <= starts[k] + EPS):
-                heapq.heappop(heap)
-            else:
-                break
-        lo = heap[0] if heap else None
-        for r in by_first.get(k, []):
-            if lo is not None and val(r) > lo[0] + EPS:
-                out.append(_f("AGING", k, "a request was first scheduled ahead of one that had aged past it",
-                              val(r), lo[0], [r.tenant, h.requests[lo[1]].tenant], [r.request_id, lo[1]]))
-    return out
+    """AGING (SPEC.md 7.2), history form: no request is first scheduled in a step while a
+    request admitted and never scheduled waits after it with a smaller aging value
+    (tier + aging_rate_per_s * arrival_s) (:func:`s_aging`)."""
+    return each_step(h, s_aging)

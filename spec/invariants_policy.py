@@ -1,6 +1,18 @@
 """State forms of the fairness, admission, eviction and isolation invariants
-(SPEC.md sections 7.2 to 7.5).  Same shape as :mod:`tenantry.spec.invariants_state`:
-``check_*(ctx: StepContext) -> list[Finding]``.
+(SPEC.md sections 7.2 to 7.5), over a :class:`~tenantry.spec.invariants_state.StepContext`.
+
+Two kinds (the catalog says which each invariant has, and why:
+:attr:`~tenantry.spec.invariants_core.Invariant.state_only`):
+
+* state-only parts, judged beside a state form derived from the record form
+  (:func:`~tenantry.spec.invariants_state.with_state_part`): what the model's state
+  holds and no record carries (the tier counters and the lift of NO-BANKED-CREDIT,
+  the ready step of EVICT-COOLDOWN);
+* whole state forms of invariants whose record form judges something else, or
+  none: FLOOR (tier counters; the record form bounds the tiers' service over
+  intervals), TOKEN-BUCKET (the bucket's level; the record form bounds admissions
+  over windows), SALT-ISOLATION (the cache's salt registry; the record form follows
+  block writers over the run), GUARD and PRIORITY-PREEMPT (no record form).
 """
 
 from __future__ import annotations
@@ -18,43 +30,6 @@ def _backlogged(ts) -> list[int]:
 # --- fairness ------------------------------------------------------------------------
 
 
-def _steady(ctx: StepContext) -> list[int]:
-    """Tenants that cannot have been lifted in this step: their queue was non-empty
-    before it and lost nothing to cancellation, or was empty and gained nothing."""
-    cancelled_by = {e.tenant for e in ctx.output.events if e.kind == "cancelled"}
-    joined = {e.tenant for e in ctx.output.events if e.kind in ("queued", "preempted")}
-    return [i for i, t in enumerate(ctx.prev.tenants)
-            if (t.queue and i not in cancelled_by) or (not t.queue and i not in joined)]
-
-
-def check_vtc_gap(ctx: StepContext) -> list[Finding]:
-    """VTC-GAP, state form (SPEC.md 7.2): a counter moves by exactly the tenant's
-    new service over its weight (except by the lift); among backlogged tenants,
-    every counter is within D / weight of the least one (D from :func:`largest_charge`;
-    under the skip budget, plus ``guard_skips * D / w_min``, :func:`skip_slack`)."""
-    cfg, ts = ctx.config, ctx.state.tenants
-    out = []
-    for i in _steady(ctx):
-        a, b = ctx.prev.tenants[i], ts[i]
-        want = (b.service - a.service) / cfg.tenants[i].weight
-        if abs((b.counter - a.counter) - want) > EPS * max(1.0, abs(want)):
-            out.append(_f(ctx, "VTC-GAP", "a counter moved by other than the tenant's new weighted service over its "
-                          "weight", b.counter - a.counter, want, [ctx.name(i)]))
-    b = _backlogged(ts)
-    if len(b) < 2:
-        return out
-    d = largest_charge(cfg)
-    extra = skip_slack(cfg, d)
-    j = min(b, key=lambda i: ts[i].counter)
-    for i in b:
-        gap, allowed = ts[i].counter - ts[j].counter, d / cfg.tenants[i].weight + extra
-        if gap > allowed + EPS:
-            what = "D/weight + guard_skips*D/w_min" if extra else "D/weight"
-            out.append(_f(ctx, "VTC-GAP", "a backlogged tenant's counter ran ahead of the least backlogged counter "
-                          f"by more than {what}", gap, allowed, [ctx.name(i), ctx.name(j)]))
-    return out
-
-
 def _lift_floor(ctx: StepContext, i: int, counters, before, after_cancel, field: str) -> float | None:
     """Least value a tenant (tier) i joining the backlog in this step may start at.
 
@@ -69,19 +44,14 @@ def _lift_floor(ctx: StepContext, i: int, counters, before, after_cancel, field:
     return getattr(ctx.prev, field, None)
 
 
-def check_no_banked_credit(ctx: StepContext) -> list[Finding]:
-    """NO-BANKED-CREDIT (SPEC.md 7.2): a tenant (or tier, under ``floors``) that
-    becomes backlogged starts no lower than the least counter of those already
-    backlogged; a DRR tenant with nothing queued or running keeps no deficit."""
+def lift_and_tier_counters(ctx: StepContext) -> list[Finding]:
+    """NO-BANKED-CREDIT's state-only part (SPEC.md 7.2), with the lift: under ``vtc``, a
+    tenant that joins the backlog in the step while none was backlogged starts no lower
+    than the state's last-left counter (the lift l); under ``floors``, a tier that
+    becomes backlogged starts no lower than the least tier counter of those already
+    backlogged (after the step's cancellations; with none, the last-left tier counter)."""
     cfg, out = ctx.config, []
     pol = cfg.order.policy
-    if pol in ("drr_tokens", "drr_block_seconds"):
-        if cfg.order.drr_reset_when_idle:
-            for i, t in enumerate(ctx.state.tenants):
-                if not t.queue and t.running == 0 and abs(t.deficit) > EPS:
-                    out.append(_f(ctx, "NO-BANKED-CREDIT", "an idle tenant kept a DRR deficit", t.deficit, 0.0,
-                                  [ctx.name(i)]))
-        return out
     if not cfg.order.lift or pol not in ("vtc", "floors"):
         return out
     cancelled = ctx.cancelled_ids
@@ -89,47 +59,26 @@ def check_no_banked_credit(ctx: StepContext) -> list[Finding]:
     after_cancel = [i for i in before if any(s.request_id not in cancelled for s in ctx.prev.tenants[i].queue)]
     joined = {e.tenant for e in ctx.output.events if e.kind in ("queued", "preempted")} - set(after_cancel)
     if pol == "vtc":
-        prev_c = [t.counter for t in ctx.prev.tenants]
         for i in sorted(joined):
-            lo = _lift_floor(ctx, i, prev_c, before, after_cancel, "last_left_counter")
+            if any(j != i for j in before):  # the least counter of the others: the record form judges it
+                continue
+            lo = ctx.prev.last_left_counter
             c = ctx.state.tenants[i].counter
             if lo is not None and c < lo - EPS:
-                out.append(_f(ctx, "NO-BANKED-CREDIT", "a newly backlogged tenant's counter starts below the least "
-                              "backlogged counter (banked credit)", c, lo, [ctx.name(i)]))
-    else:
-        tier_of = [t.tier for t in cfg.tenants]
-        tiers_before = sorted({tier_of[i] for i in before})
-        tiers_after = sorted({tier_of[i] for i in after_cancel})
-        for tier in sorted({tier_of[i] for i in joined} - set(tiers_after)):
-            lo = _lift_floor(ctx, tier, ctx.prev.tier_counters, tiers_before, tiers_after, "last_left_tier_counter")
-            c = ctx.state.tier_counters[tier]
-            if lo is not None and c < lo - EPS:
-                names = [ctx.name(i) for i in sorted(joined) if tier_of[i] == tier]
-                out.append(_f(ctx, "NO-BANKED-CREDIT", f"newly backlogged tier {tier} starts below the least "
-                              "backlogged tier counter (banked credit)", c, lo, names))
-    return out
-
-
-def check_drr_deficit(ctx: StepContext) -> list[Finding]:
-    """DRR-DEFICIT, state form (SPEC.md 7.2): deficits never exceed the carry bound;
-    with ample KV and token charging they stay in (-D, quantum * weight] (under the
-    skip budget the upper end is quantum * weight * :func:`drr_skip_rounds`)."""
-    from .invariants_core import ample_kv, drr_charge_bound, drr_skip_rounds, skip_budget_claimed
-
-    cfg, o, out = ctx.config, ctx.config.order, []
-    tight = (ample_kv(cfg) and o.policy == "drr_tokens") or (skip_budget_claimed(cfg) and o.policy.startswith("drr"))
-    d_max = drr_charge_bound(cfg)
-    rounds = drr_skip_rounds(cfg, d_max)
-    for i, t in enumerate(ctx.state.tenants):
-        hi = o.drr_carry_bound
-        if tight:
-            qw = o.drr_quantum * cfg.tenants[i].weight * rounds
-            hi = qw if hi is None else min(hi, qw)
-        if hi is not None and t.deficit > hi + EPS:
-            out.append(_f(ctx, "DRR-DEFICIT", "a deficit exceeds its bound (carry bound, or one quantum times the "
-                          "weight)", t.deficit, hi, [ctx.name(i)]))
-        if tight and t.deficit < -d_max - EPS:
-            out.append(_f(ctx, "DRR-DEFICIT", "a deficit fell below -D", t.deficit, -d_max, [ctx.name(i)]))
+                out.append(_f(ctx, "NO-BANKED-CREDIT", "a newly backlogged tenant's counter starts below the lift "
+                              "(the counter of the last tenant whose queue emptied): banked credit", c, lo,
+                              [ctx.name(i)]))
+        return out
+    tier_of = [t.tier for t in cfg.tenants]
+    tiers_before = sorted({tier_of[i] for i in before})
+    tiers_after = sorted({tier_of[i] for i in after_cancel})
+    for tier in sorted({tier_of[i] for i in joined} - set(tiers_after)):
+        lo = _lift_floor(ctx, tier, ctx.prev.tier_counters, tiers_before, tiers_after, "last_left_tier_counter")
+        c = ctx.state.tier_counters[tier]
+        if lo is not None and c < lo - EPS:
+            names = [ctx.name(i) for i in sorted(joined) if tier_of[i] == tier]
+            out.append(_f(ctx, "NO-BANKED-CREDIT", f"newly backlogged tier {tier} starts below the least "
+                          "backlogged tier counter (banked credit)", c, lo, names))
     return out
 
 
@@ -152,28 +101,6 @@ def check_floor(ctx: StepContext) -> list[Finding]:
             what = "D/floor + guard_skips*D/f_min" if extra else "D/floor"
             out.append(_f(ctx, "FLOOR", f"tier {x}'s counter ran ahead of tier {lo}'s by more than {what}", gap,
                           allowed, [c.name for c in cfg.tenants if c.tier in (x, lo)]))
-    return out
-
-
-def aging_value(config, s) -> float:
-    """The static order key of policy ``aging``: tier + aging_rate_per_s * arrival_s (smaller runs first)."""
-    return config.tenants[s.tenant].tier + config.order.aging_rate_per_s * s.request.arrival_s
-
-
-def check_aging(ctx: StepContext) -> list[Finding]:
-    """AGING, state form (SPEC.md 7.2): no request enters the batch while a request
-    with a smaller aging value (tier + rate * arrival_s) stays queued."""
-    cfg, out = ctx.config, []
-    waiting = list(ctx.new_queued.values())
-    if not waiting:
-        return out
-    best = min(waiting, key=lambda s: aging_value(cfg, s))
-    vb = aging_value(cfg, best)
-    for s in ctx.admitted_from_queue:
-        v = aging_value(cfg, s)
-        if v > vb + EPS:
-            out.append(_f(ctx, "AGING", "a request was scheduled ahead of one that had aged past it",
-                          v, vb, [ctx.name(s.tenant), ctx.name(best.tenant)], [s.request_id, best.request_id]))
     return out
 
 
@@ -431,31 +358,10 @@ def check_priority_preempt(ctx: StepContext) -> list[Finding]:
     return out
 
 
-def check_evict_min_free(ctx: StepContext) -> list[Finding]:
-    """EVICT-MIN-FREE (SPEC.md 7.4): an eviction that frees fewer than
-    min_free_blocks is the requesting sequence giving up its own blocks, so the
-    victim must have needed a new block in this step."""
-    cfg, out = ctx.config, []
-    m = cfg.eviction.min_free_blocks
-    prev_running = {s.request_id: s for s in ctx.prev.running}
-    for e in ctx.evictions:
-        if e.kind != "preempted" or e.blocks >= m:
-            continue
-        v = prev_running.get(e.request_id)
-        if v is None:
-            out.append(_f(ctx, "EVICT-MIN-FREE", "a request that was not running was preempted", e.blocks, m,
-                          [ctx.name(e.tenant)], [e.request_id]))
-            continue
-        n = min(v.target_tokens - v.computed_tokens, cfg.token_budget)
-        if cfg.blocks_for(v.computed_tokens + n) <= v.blocks_held:
-            out.append(_f(ctx, "EVICT-MIN-FREE", "a victim freeing fewer than min_free_blocks was evicted for "
-                          "another sequence", e.blocks, m, [ctx.name(e.tenant)], [e.request_id]))
-    return out
-
-
-def check_evict_cooldown(ctx: StepContext) -> list[Finding]:
-    """EVICT-COOLDOWN, state form (SPEC.md 7.4): a preempted sequence waits with
-    ready_step = k + 1 + cooldown_steps, and nothing enters the batch before its ready step."""
+def cooldown_ready_step(ctx: StepContext) -> list[Finding]:
+    """EVICT-COOLDOWN's state-only part (SPEC.md 7.4): a sequence preempted in the step
+    waits with ready_step = k + 1 + cooldown_steps (the ready step the records imply
+    from the preemption, which the model keeps and the next steps trust)."""
     cfg, out = ctx.config, []
     want = ctx.k + 1 + cfg.eviction.cooldown_steps
     for rid in ctx.output.preempted:
@@ -463,67 +369,6 @@ def check_evict_cooldown(ctx: StepContext) -> list[Finding]:
         if s is not None and s.ready_step != want:
             out.append(_f(ctx, "EVICT-COOLDOWN", "a preempted request may run again before its cooldown ends",
                           s.ready_step, want, [ctx.name(s.tenant)], [rid]))
-    for s in ctx.admitted_from_queue:
-        before = ctx.prev_seqs.get(s.request_id)
-        if before is not None and before.ready_step > ctx.k:
-            out.append(_f(ctx, "EVICT-COOLDOWN", "a request ran before its ready step", ctx.k, before.ready_step,
-                          [ctx.name(s.tenant)], [s.request_id]))
-    return out
-
-
-def check_evict_bounded(ctx: StepContext) -> list[Finding]:
-    """EVICT-BOUNDED, state form (SPEC.md 7.4): no sequence is preempted more than
-    max_evictions times; the next choice rejects it ``evicted_too_often``; each
-    eviction wastes at most prompt + output - 1 computed tokens."""
-    cfg, out = ctx.config, []
-    k_max = cfg.eviction.max_evictions
-    prev_running = {s.request_id: s for s in ctx.prev.running}
-    for e in ctx.evictions:
-        v = prev_running.get(e.request_id)
-        if v is None:
-            continue
-        if e.kind == "preempted" and k_max is not None and v.preemptions >= k_max:
-            out.append(_f(ctx, "EVICT-BOUNDED", "a request was preempted again after max_evictions evictions",
-                          v.preemptions + 1, k_max, [ctx.name(e.tenant)], [e.request_id]))
-        if e.kind == "rejected" and (k_max is None or v.preemptions != k_max):
-            out.append(_f(ctx, "EVICT-BOUNDED", "evicted_too_often given before max_evictions evictions",
-                          v.preemptions, k_max, [ctx.name(e.tenant)], [e.request_id]))
-    for s in ctx.state.sequences():
-        cap = s.preemptions * (s.request.total_tokens - 1)
-        if s.wasted_tokens > cap:
-            out.append(_f(ctx, "EVICT-BOUNDED", "recomputed tokens exceed preemptions x (prompt + output - 1)",
-                          s.wasted_tokens, cap, [ctx.name(s.tenant)], [s.request_id]))
-    return out
-
-
-def check_victim(ctx: StepContext) -> list[Finding]:
-    """VICTIM (SPEC.md 7.4): each victim is the one the victim policy ranks first
-    among the sequences running at that moment.  Exact for ``newest`` and
-    ``lowest_priority``; for ``largest`` it checks that no running sequence held
-    more blocks before the step than the victim freed."""
-    cfg, out = ctx.config, []
-    pol = cfg.eviction.victim
-    running = {s.request_id: s for s in ctx.prev.running if s.request_id not in ctx.cancelled_ids}
-    # The policies' orders, restated here so a broken registry cannot vouch for itself.
-    rank = {"newest": lambda c: (-c.arrival_seq,),
-            "lowest_priority": lambda c: (-cfg.tenants[c.tenant].tier, -c.arrival_seq)}.get(pol)
-    for e in ctx.evictions:
-        v = running.pop(e.request_id, None)
-        if v is None:
-            continue
-        if e.reason == "priority":  # chosen among the lower tiers for a waiting head (PRIORITY-PREEMPT)
-            continue
-        if rank is not None:
-            better = [c for c in running.values() if rank(c) < rank(v)]
-            if better:
-                c = min(better, key=rank)
-                out.append(_f(ctx, "VICTIM", f"the {pol} policy ranks request {c.request_id} before the victim, request {v.request_id}",
-                              v.request_id, c.request_id, [ctx.name(v.tenant)], [v.request_id, c.request_id]))
-        elif pol == "largest" and e.kind == "preempted" and cfg.prefix_cache == "off":
-            big = max(running.values(), key=lambda c: c.blocks_held, default=None)
-            if big is not None and big.blocks_held > e.blocks:
-                out.append(_f(ctx, "VICTIM", f"request {big.request_id} held more blocks than the 'largest' victim",
-                              e.blocks, big.blocks_held, [ctx.name(v.tenant)], [v.request_id, big.request_id]))
     return out
 
 

@@ -131,9 +131,10 @@ def run_checked(config: Config, workload: Workload | Iterable[Request], *, ids: 
     state = None
     run = lambda w: simulate(config, w, horizon_s=horizon_s, max_steps=max_steps, variant=variant, detail=True)
     for tr in run_steps(config, wl, horizon_s=horizon_s, max_steps=max_steps, variant=variant):
-        if state_ids:
-            findings += check_state(config, tr.prev, tr.state, tr.output, tr.inputs, state_ids)
         rec.observe(tr.state, tr.output)
+        if state_ids:  # the state forms derived from record forms read the step's record
+            findings += check_state(config, tr.prev, tr.state, tr.output, tr.inputs, state_ids, rec.steps[-1],
+                                    rec.steps[-2] if len(rec.steps) > 1 else None)
         state = tr.state
     if state is None:
         from tenantry.model.state import initial_state

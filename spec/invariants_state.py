@@ -1,39 +1,69 @@
 """State forms of the invariants: judge one step of the reference model.
 
-Each ``check_*`` reads a :class:`StepContext` (the configuration, the state
+Each state form reads a :class:`StepContext` (the configuration, the state
 before and after the step, the step's inputs and output) and returns a list of
-:class:`~tenantry.spec.invariants_core.Finding`, empty when the step is
-legal.  The checks never call the model's step logic: they recompute what the
-rules in SPEC.md section 7 require from the states alone, so a broken model
-(a mutant) cannot vouch for itself.
+:class:`~tenantry.spec.invariants_core.Finding`, empty when the step is legal.
+The checks never call the model's step logic: they recompute what the rules in
+SPEC.md section 7 require, so a broken model (a mutant) cannot vouch for itself.
+
+**One definition per invariant.**  Where an invariant's record form judges step
+by step, its state form is that judgement run on the step (:func:`from_record`):
+the step is recorded as the model's recorder records it
+(:func:`~tenantry.model.simulate.snapshot`, with its blocks per request), and
+the records' walk (:class:`~tenantry.spec.replay.Replay`) starts from the
+requests as the state before the step holds them (:class:`StepHistory`), so the
+record form sees the one step it would see in a history, with the state before
+it in place of the steps before.  What only the state shows (the model's own
+books: the prefix cache's reference counts, a tenant's running count, the
+queue-bound counter, the lift, tier counters, ready steps) is judged by a
+state-only part beside it (:func:`with_state_part`), and the catalog says why
+(:attr:`~tenantry.spec.invariants_core.Invariant.state_only`).  This module holds
+the context and the state-only parts of the safety invariants; those of the
+others, and the state forms with no record form to derive from, are in
+:mod:`tenantry.spec.invariants_policy`.
 """
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
+from collections.abc import Mapping
 from functools import cached_property
+from itertools import chain, compress, repeat
+from operator import attrgetter
+from typing import Callable, NamedTuple
 
 import attrs
 
 from tenantry.model.config import Config
-from tenantry.model.history import ADMISSION_REASONS, TERMINAL
+from tenantry.model.history import ADMISSION_REASONS, TERMINAL, History, StepRecord
+from tenantry.model.simulate import snapshot
 from tenantry.model.state import Sequence, State
 from tenantry.model.step import StepOutput
 from tenantry.model.workload import StepInput
 
-from .invariants_core import EPS, Finding, at_slot_cap, hopeless, largest_charge, slot_caps, tier_share
-
+from .invariants_core import Finding, hopeless, largest_charge
+from .invariants_history import HistoryContext, StepJudge
+from .replay import QueueStart, Replay, StepView
 
 
 @attrs.frozen
 class StepContext:
-    """One transition of the model: ``prev --inputs--> state``, with ``output``."""
+    """One transition of the model: ``prev --inputs--> state``, with ``output``.
+
+    ``recorded``: the step's record when the caller already made it (a recorder's,
+    :func:`~tenantry.model.simulate.snapshot` with ``detail``); else it is made here
+    when a state form derived from a record form needs it (:attr:`record`).
+    ``recorded_prev``: the record of the step before (the snapshot of ``prev``), when
+    the caller has it; else ``prev``'s snapshot stands for it."""
 
     config: Config
     prev: State
     inputs: StepInput
     state: State
     output: StepOutput
+    recorded: StepRecord | None = attrs.field(default=None, eq=False, repr=False)
+    recorded_prev: StepRecord | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def k(self) -> int:
@@ -41,6 +71,16 @@ class StepContext:
 
     def name(self, i: int) -> str:
         return self.config.tenants[i].name
+
+    @cached_property
+    def record(self) -> StepRecord:
+        """The step's record, as a recorder with ``detail`` records it."""
+        return self.recorded if self.recorded is not None else snapshot(self.config, self.state, self.output, True)
+
+    @cached_property
+    def history(self) -> "StepHistory":
+        """The step as the record forms read a history (:class:`StepHistory`)."""
+        return StepHistory.of(self)
 
     @cached_property
     def prev_seqs(self) -> dict[int, Sequence]:
@@ -63,12 +103,12 @@ class StepContext:
         return {e.request_id: e.kind for e in self.output.events if e.kind in TERMINAL}
 
     @cached_property
-    def cancelled_ids(self) -> set[int]:
-        return {e.request_id for e in self.output.events if e.kind == "cancelled"}
-
-    @cached_property
     def batch(self) -> dict[int, int]:
         return dict(self.output.batch)
+
+    @cached_property
+    def cancelled_ids(self) -> set[int]:
+        return {e.request_id for e in self.output.events if e.kind == "cancelled"}
 
     @cached_property
     def evictions(self) -> list:
@@ -81,7 +121,7 @@ class StepContext:
         """Sequences that were waiting (or arrived) and entered the batch this step, as they are now."""
         prev_running = {s.request_id for s in self.prev.running}
         out = []
-        for rid in self.batch:
+        for rid, _ in self.output.batch:
             if rid in prev_running:
                 continue
             s = self.new_running.get(rid) or self.gone.get(rid)
@@ -94,15 +134,233 @@ class StepContext:
         return self.new_running.get(rid) or self.new_queued.get(rid) or self.gone.get(rid)
 
 
+class StepRequest(NamedTuple):
+    """What the record forms read of a request's record in one step: its static fields
+    (a :class:`~tenantry.model.history.RequestRecord`'s, under the same names; its outcome
+    is not known in one step)."""
+
+    request_id: int
+    tenant: str
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    admitted_step: int | None
+    prefix_ids: tuple[int, ...]
+    outcome: str = "unfinished"
+
+
+def _record_of(r, admitted_step: int | None) -> StepRequest:
+    return StepRequest(r.request_id, r.tenant, r.arrival_s, r.prompt_tokens, r.output_tokens, admitted_step,
+                       r.prefix_ids)
+
+
+class _Records(Mapping):
+    """request id -> :class:`StepRequest` of one step's requests: those given, and those of
+    the states' sequences, each made on first use (``sequences(running)``: the running,
+    else the waiting, sequences by id; the waiting ones are indexed only when one is read)."""
+
+    def __init__(self, given: dict[int, StepRequest], sequences: Callable[[bool], dict[int, Sequence]]) -> None:
+        self._given, self._sequences, self._index = given, sequences, [None, None]
+
+    def _find(self, rid) -> Sequence | None:
+        for i in (0, 1):
+            if self._index[i] is None:
+                self._index[i] = self._sequences(i == 0)
+            s = self._index[i].get(rid)
+            if s is not None:
+                return s
+        return None
+
+    def get(self, rid, default=None):
+        r = self._given.get(rid)
+        if r is None:
+            s = self._find(rid)
+            if s is None:
+                return default
+            r = self._given[rid] = _record_of(s.request, s.admitted_step)
+        return r
+
+    def __getitem__(self, rid: int) -> StepRequest:
+        r = self.get(rid)
+        if r is None:
+            raise KeyError(rid)
+        return r
+
+    def __contains__(self, rid: object) -> bool:
+        return self.get(rid) is not None
+
+    def _all(self) -> dict:
+        self._find(None)
+        return {**dict.fromkeys(self._given), **dict.fromkeys(self._index[0]), **dict.fromkeys(self._index[1])}
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+class _TenantOf(dict):
+    """request id -> its tenant's name: the running requests' and the arrivals' given, any
+    other of the step's requests read from its :class:`_Records` when asked."""
+
+    def __init__(self, given: dict[int, str], records: _Records) -> None:
+        super().__init__(given)
+        self._records = records
+
+    def __missing__(self, rid: int) -> str:
+        t = self[rid] = self._records[rid].tenant
+        return t
+
+    def get(self, rid, default=None):
+        t = dict.get(self, rid)
+        if t is None:
+            r = self._records.get(rid)
+            return default if r is None else r.tenant
+        return t
+
+    def __contains__(self, rid: object) -> bool:
+        return dict.__contains__(self, rid) or rid in self._records
+
+
+_REQUEST, _RID, _SEQ, _SCHEDULED_S = (attrgetter("request"), attrgetter("request_id"), attrgetter("arrival_seq"),
+                                      attrgetter("first_scheduled_s"))
+_TENANT = attrgetter("tenant")
+_PRIVATE, _SHARED, _COMPUTED = attrgetter("private_blocks"), attrgetter("shared_keys"), attrgetter("computed_tokens")
+
+
+@attrs.frozen
+class StepHistory(HistoryContext):
+    """One step of the model as a history of that one step (:class:`HistoryContext`):
+    its record; request records for the requests the state before it holds, the step's
+    arrivals and whatever the state after it holds (a waiting one's made when read); the
+    walk of the records starts from the requests as the state before the step holds them
+    (:meth:`~tenantry.spec.replay.Replay.place_running`,
+    :meth:`~tenantry.spec.replay.Replay.start_queue`: a waiting request becomes a record of
+    the walk only if the step touches it, so a step costs what it changes, not what
+    waits), and :attr:`start` is that state's view.  D (:attr:`charge_bound`) is the
+    configuration's: one step does not see the workload."""
+
+    step: StepContext | None = attrs.field(default=None, eq=False, repr=False)
+
+    @classmethod
+    def of(cls, ctx: StepContext) -> "StepHistory":
+        """The step of ``ctx`` (its arrivals are the history's request records: the walk offers them)."""
+        recs = []
+        if ctx.inputs.arrivals:
+            queued = {e.request_id for e in ctx.output.events if e.kind == "queued"}
+            recs = [_record_of(r, ctx.k if r.request_id in queued else None) for r in ctx.inputs.arrivals]
+        return cls(History({}, (ctx.record,), tuple(recs)), ctx.config, ctx)
+
+    def _sequences(self, running: bool) -> dict[int, Sequence]:
+        """The running (else the waiting) sequences of the states before and after the step, by id."""
+        out: dict[int, Sequence] = {}
+        for st in (self.step.state, self.step.prev):
+            for q in ((st.running,) if running else (t.queue for t in st.tenants)):
+                if q:
+                    out.update(zip(map(_RID, map(_REQUEST, q)), q))
+        return out
+
+    @cached_property
+    def requests(self) -> Mapping[int, StepRequest]:
+        return _Records({r.request_id: r for r in self.history.requests}, self._sequences)
+
+    @cached_property
+    def tenant_of(self) -> Mapping[int, str]:
+        ctx = self.step
+        reqs = [*map(_REQUEST, ctx.prev.running), *map(_REQUEST, ctx.state.running), *ctx.inputs.arrivals]
+        return _TenantOf(dict(zip(map(_RID, reqs), map(_TENANT, reqs))), self.requests)
+
+    @cached_property
+    def shareable(self) -> bool:
+        """A prefix cache is on and some request of the step has prefix content ids."""
+        if self.config.prefix_cache == "off":
+            return False
+        ctx = self.step
+        seqs = chain(ctx.prev.running, ctx.state.running, *(t.queue for t in ctx.prev.tenants),
+                     *(t.queue for t in ctx.state.tenants))
+        return any(r.prefix_ids for r in ctx.inputs.arrivals) or any(s.request.prefix_ids for s in seqs)
+
+    @staticmethod
+    def _fields(s: Sequence) -> tuple:
+        fresh = s.first_scheduled_s is None
+        return s.request, s.output_done, s.preemptions, s.ready_step, fresh, s.admitted_step, not fresh
+
+    @cached_property
+    def _walk(self) -> tuple:
+        ctx, cfg = self.step, self.config
+        r = Replay(self.history, cfg, recorded=True)
+        for s in ctx.prev.running:
+            r.place_running(s.request, computed=s.computed_tokens, generated=s.output_done,
+                            preemptions=s.preemptions, ready_step=s.ready_step, admitted_step=s.admitted_step,
+                            seq=s.arrival_seq)
+        for tc, t in zip(cfg.tenants, ctx.prev.tenants):
+            q = t.queue
+            if q:
+                rids = tuple(map(_RID, map(_REQUEST, q)))
+                fresh = tuple(compress(rids, map(operator.is_, map(_SCHEDULED_S, q), repeat(None))))
+                r.start_queue(tc.name, QueueStart(rids, tuple(map(_SEQ, q)), fresh, q, self._fields))
+        prev = ctx.prev
+        before = ctx.recorded_prev
+        if before is None:
+            before = snapshot(cfg, prev, StepOutput(ctx.k - 1, prev.t_s, 0.0, (), (), ()))
+        start = r.start_view(before)
+        return r, list(r.views()), start
+
+    @property
+    def start(self) -> StepView:
+        """The state before the step, as a view (its record: the state's snapshot)."""
+        return self._walk[2]
+
+    @cached_property
+    def charge_bound(self) -> float:
+        """D from the configuration (:func:`~tenantry.spec.invariants_core.largest_charge`)."""
+        return largest_charge(self.config)
+
+
+def from_record(invariant: str, judge: StepJudge, anomalies: bool = False) -> Callable[[StepContext], list[Finding]]:
+    """The state form of ``invariant`` derived from its record form: ``judge`` (the record
+    form's judgement of one step) on the step (:attr:`StepContext.history`), with the
+    state before it as the view before; ``anomalies``: also what the records' walk of
+    the step finds that breaks it (as the record form reports them)."""
+
+    def state_form(ctx: StepContext) -> list[Finding]:
+        h = ctx.history
+        out = h.anomalies(invariant) if anomalies else []
+        return out + judge(h, h.views[0], h.start, {})
+
+    state_form.__name__ = f"state_form_of_{judge.__name__}"
+    state_form.__doc__ = (f"{invariant}, state form: the record form's judgement of one step "
+                          f"({judge.__module__}.{judge.__name__}) on this step of the model.")
+    return state_form
+
+
+def with_state_part(invariant: str, derived: Callable, part: Callable) -> Callable[[StepContext], list[Finding]]:
+    """``derived`` (:func:`from_record`), then ``part``: what the state form judges that
+    the records do not carry."""
+
+    def state_form(ctx: StepContext) -> list[Finding]:
+        return derived(ctx) + part(ctx)
+
+    state_form.__name__ = f"{derived.__name__}_and_{part.__name__}"
+    state_form.__doc__ = f"{invariant}, state form: {derived.__doc__.split(': ', 1)[1]} Then {part.__name__}."
+    return state_form
+
+
 def _f(ctx: StepContext, inv: str, msg: str, observed, allowed, tenants=(), requests=()) -> Finding:
     return Finding(inv, ctx.k, tuple(tenants), tuple(requests), observed, allowed, msg)
 
 
-# --- safety --------------------------------------------------------------------------
+# --- state-only parts of the safety invariants ----------------------------------------------
 
 
-def check_kv_conserve(ctx: StepContext) -> list[Finding]:
-    """KV-CONSERVE (SPEC.md 7.1): the pool's books balance after every step."""
+def kv_books(ctx: StepContext) -> list[Finding]:
+    """KV-CONSERVE's state-only part (SPEC.md 7.1): the pool's own books balance after
+    the step: blocks in use = private blocks + distinct cache keys referenced; the
+    reference counts are the sequences referencing each key; no key both referenced
+    and retained, retained at most free; a running sequence holds no more than its
+    computed tokens need (the record form checks at least); a tenant's blocks and
+    running count are its sequences'; a waiting sequence holds nothing."""
     cfg, st, out = ctx.config, ctx.state, []
     kv = st.kv
     holders: Counter = Counter()
@@ -111,7 +369,7 @@ def check_kv_conserve(ctx: StepContext) -> list[Finding]:
         holders.update(s.shared_keys)
         private += s.private_blocks
         want = cfg.blocks_for(s.computed_tokens)
-        if s.blocks_held != want:
+        if s.blocks_held > want:
             out.append(_f(ctx, "KV-CONSERVE", f"running request {s.request_id} holds {s.blocks_held} blocks "
                           f"for {s.computed_tokens} computed tokens", s.blocks_held, want,
                           [ctx.name(s.tenant)], [s.request_id]))
@@ -119,8 +377,6 @@ def check_kv_conserve(ctx: StepContext) -> list[Finding]:
     if kv.used_blocks != expected_used:
         out.append(_f(ctx, "KV-CONSERVE", "blocks in use differ from the blocks running sequences hold "
                       f"({private} private + {len(holders)} shared)", kv.used_blocks, expected_used))
-    if not 0 <= kv.used_blocks <= cfg.num_blocks:
-        out.append(_f(ctx, "KV-CONSERVE", "blocks in use outside [0, num_blocks]", kv.used_blocks, cfg.num_blocks))
     if dict(holders) != dict(kv.refs):
         bad = sorted(set(holders.items()) ^ set(kv.refs.items()))[:3]
         out.append(_f(ctx, "KV-CONSERVE", f"prefix-cache reference counts differ from the sequences holding them {bad}",
@@ -137,105 +393,42 @@ def check_kv_conserve(ctx: StepContext) -> list[Finding]:
         if t.blocks != held or t.running != len(mine):
             out.append(_f(ctx, "KV-CONSERVE", f"tenant's books say {t.running} running holding {t.blocks} blocks, "
                           f"its sequences are {len(mine)} holding {held}", t.blocks, held, [ctx.name(i)]))
-        for s in t.queue:
-            if s.blocks_held or s.computed_tokens:
-                out.append(_f(ctx, "KV-CONSERVE", "a waiting request holds KV", s.blocks_held, 0,
-                              [ctx.name(i)], [s.request_id]))
+        q = t.queue
+        if q and (any(map(_PRIVATE, q)) or any(map(_SHARED, q)) or any(map(_COMPUTED, q))):
+            for s in q:
+                if s.blocks_held or s.computed_tokens:
+                    out.append(_f(ctx, "KV-CONSERVE", "a waiting request holds KV", s.blocks_held, 0,
+                                  [ctx.name(i)], [s.request_id]))
     return out
 
 
-def check_kv_cap(ctx: StepContext) -> list[Finding]:
-    """KV-CAP (SPEC.md 7.1): the pool and every enforced tenant cap are respected."""
-    cfg, st, out = ctx.config, ctx.state, []
-    if st.kv.used_blocks > cfg.num_blocks:
-        out.append(_f(ctx, "KV-CAP", "blocks in use exceed the pool", st.kv.used_blocks, cfg.num_blocks))
-    if cfg.admission.kv_cap:
-        for i, t in enumerate(st.tenants):
-            cap = cfg.tenants[i].kv_block_cap
-            held = sum(s.blocks_held for s in st.running if s.tenant == i)
-            if cap is not None and held > cap:
-                out.append(_f(ctx, "KV-CAP", "a tenant's sequences hold more blocks than its cap", held, cap,
-                              [ctx.name(i)], [s.request_id for s in st.running if s.tenant == i]))
-    return out
-
-
-def check_slot_cap(ctx: StepContext) -> list[Finding]:
-    """SLOT-CAP (SPEC.md 7.1): with ``slot_cap``, the sequences of a tenant in the
-    step's batch (running after the waiting phase: running after the step plus
-    those that finished in it) number at most its ``max_running_seqs``, and
-    those of a tier at most the tier's ``tier_slot_caps`` entry."""
-    cfg, out = ctx.config, []
-    if not cfg.admission.slot_cap:
-        return out
-    during = list(ctx.state.running) + [ctx.gone[e.request_id] for e in ctx.output.events if e.kind == "finished"]
-    per, tiers = Counter(s.tenant for s in during), Counter(cfg.tenants[s.tenant].tier for s in during)
-    seen_tiers = set()
-    for i, tc in enumerate(cfg.tenants):
-        own, tier_cap = slot_caps(cfg, tc.name)
-        if own is not None and per[i] > own:
-            out.append(_f(ctx, "SLOT-CAP", "a tenant has more sequences in the batch than its slot cap", per[i], own,
-                          [tc.name], [s.request_id for s in during if s.tenant == i]))
-        if tier_cap is not None and tiers[tc.tier] > tier_cap and tc.tier not in seen_tiers:
-            seen_tiers.add(tc.tier)
-            out.append(_f(ctx, "SLOT-CAP", f"tier {tc.tier} has more sequences in the batch than its slot cap",
-                          tiers[tc.tier], tier_cap, sorted({cfg.tenants[s.tenant].name for s in during
-                                                            if cfg.tenants[s.tenant].tier == tc.tier}),
-                          [s.request_id for s in during if cfg.tenants[s.tenant].tier == tc.tier]))
-    return out
-
-
-def check_queue_bound(ctx: StepContext) -> list[Finding]:
-    """QUEUE-BOUND (SPEC.md 7.1): never-scheduled queued requests stay within the
-    bound, an arrival that finds the queue full is refused ``queue_full`` at once,
-    and ``queue_full`` is never given while there is room."""
-    cfg, out = ctx.config, []
-    if not cfg.admission.queue_bound:
-        return out
-    fresh = [sum(1 for s in t.queue if s.never_scheduled) for t in ctx.prev.tenants]
+def queue_count(ctx: StepContext) -> list[Finding]:
+    """QUEUE-BOUND's state-only part (SPEC.md 7.1): each tenant's queue-bound counter
+    (``fresh_queued``) is the number of its never-scheduled queued requests."""
+    if not ctx.config.admission.queue_bound:
+        return []
+    out = []
     for i, t in enumerate(ctx.state.tenants):
         n = sum(1 for s in t.queue if s.never_scheduled)
         if t.fresh_queued != n:
             out.append(_f(ctx, "QUEUE-BOUND", "the queue-bound count differs from the never-scheduled queued requests",
                           t.fresh_queued, n, [ctx.name(i)]))
-    arrivals = {r.request_id: r for r in ctx.inputs.arrivals}
-    for e in ctx.output.events:
-        i, bound = e.tenant, cfg.tenants[e.tenant].queue_bound
-        if e.kind == "cancelled":
-            s = ctx.prev_seqs.get(e.request_id)
-            if s is not None and s.never_scheduled:
-                fresh[i] -= 1
-        elif e.kind == "queued" and e.request_id in arrivals:
-            fresh[i] += 1
-            if bound is not None and fresh[i] > bound:
-                out.append(_f(ctx, "QUEUE-BOUND", "a request was queued past the tenant's queue bound",
-                              fresh[i], bound, [ctx.name(i)], [e.request_id]))
-        elif e.kind == "rejected" and e.reason == "queue_full":
-            if bound is None or fresh[i] < bound:
-                out.append(_f(ctx, "QUEUE-BOUND", "queue_full given while the queue had room",
-                              fresh[i], f"refuse only at {bound}", [ctx.name(i)], [e.request_id]))
     return out
 
 
-def check_no_loss(ctx: StepContext) -> list[Finding]:
-    """NO-LOSS (SPEC.md 7.1): every request is in exactly one place, and leaves
-    only through exactly one terminal event; a request that can never finish
-    (:func:`hopeless`) is never queued."""
+def arrivals_and_handover(ctx: StepContext) -> list[Finding]:
+    """NO-LOSS's state-only part (SPEC.md 7.1): each of the step's arrivals is answered
+    in the step, exactly once (queued or refused with an admission reason); one whose KV
+    can never fit the pool (:func:`~tenantry.spec.invariants_core.hopeless`) is not
+    queued; every request that left the state is handed over in ``StepOutput.finished``."""
     out = []
-    events_by: dict[int, list[str]] = {}
+    answers: dict[int, list[str]] = {}
     for e in ctx.output.events:
-        events_by.setdefault(e.request_id, []).append(e.kind if e.kind != "rejected" else f"rejected:{e.reason}")
-    places = Counter(s.request_id for s in ctx.state.sequences())
-    for rid, n in places.items():
-        if n > 1:
-            out.append(_f(ctx, "NO-LOSS", "a request is in more than one place", n, 1, requests=[rid]))
-    for i, t in enumerate(ctx.state.tenants):
-        for s in t.queue:
-            if s.tenant != i:
-                out.append(_f(ctx, "NO-LOSS", "a request waits in another tenant's queue", ctx.name(i),
-                              ctx.name(s.tenant), requests=[s.request_id]))
-    known = set(ctx.prev_seqs)
+        if e.kind == "queued" or (e.kind == "rejected" and e.reason in ADMISSION_REASONS):
+            answers.setdefault(e.request_id, []).append(e.kind)
+    known: set[int] = set()
     for r in ctx.inputs.arrivals:
-        ev = [k for k in events_by.get(r.request_id, []) if k == "queued" or k.split(":")[-1] in ADMISSION_REASONS]
+        ev = answers.get(r.request_id, [])
         if len(ev) != 1:
             out.append(_f(ctx, "NO-LOSS", "an arrival was not answered exactly once (queued or refused)",
                           len(ev), 1, requests=[r.request_id]))
@@ -245,92 +438,14 @@ def check_no_loss(ctx: StepContext) -> list[Finding]:
                 out.append(_f(ctx, "NO-LOSS", "a request whose KV can never fit the pool was queued (it can never "
                               "finish; it is refused too_large)", r.total_tokens - 1,
                               ctx.config.num_blocks * ctx.config.block_size_tokens, requests=[r.request_id]))
-    for rid in known:
-        here = rid in places
-        kinds = [k for k in events_by.get(rid, []) if k.split(":")[0] in TERMINAL]
-        if here and kinds:
-            out.append(_f(ctx, "NO-LOSS", f"a request ended ({kinds[0]}) but is still held", len(kinds), 0,
-                          requests=[rid]))
-        if not here:
-            if len(kinds) != 1 or rid not in ctx.gone:
-                out.append(_f(ctx, "NO-LOSS", "a request left the state without exactly one terminal event",
-                              len(kinds), 1, requests=[rid]))
-            elif kinds[0] == "finished":
-                s = ctx.gone[rid]
-                if s.output_done != s.request.output_tokens:
-                    out.append(_f(ctx, "NO-LOSS", "a request finished before producing all its tokens",
-                                  s.output_done, s.request.output_tokens, requests=[rid]))
-    stray = set(places) - known
-    if stray:
-        out.append(_f(ctx, "NO-LOSS", "a request appeared that was never admitted", len(stray), 0,
-                      requests=sorted(stray)))
-    return out
-
-
-def check_batch_limits(ctx: StepContext) -> list[Finding]:
-    """BATCH-LIMITS (SPEC.md 7.1): sequences, tokens and chunks within the limits;
-    a request preempted in a step is not in that step's batch."""
-    cfg, out = ctx.config, []
-    if len(ctx.state.running) > cfg.max_num_seqs:
-        out.append(_f(ctx, "BATCH-LIMITS", "more sequences running than max_num_seqs",
-                      len(ctx.state.running), cfg.max_num_seqs))
-    total = sum(n for _, n in ctx.output.batch)
-    if total > cfg.token_budget:
-        out.append(_f(ctx, "BATCH-LIMITS", "the batch has more tokens than the step's token budget", total,
-                      cfg.token_budget, requests=[r for r, _ in ctx.output.batch]))
-    ids = [r for r, _ in ctx.output.batch]
-    if len(set(ids)) != len(ids):
-        out.append(_f(ctx, "BATCH-LIMITS", "a request is in the batch twice", len(ids), len(set(ids))))
-    both = set(ids) & set(ctx.output.preempted)
-    if both:
-        out.append(_f(ctx, "BATCH-LIMITS", "a request preempted in this step is still in its batch", len(both), 0,
-                      requests=sorted(both)))
-    prev_running = {s.request_id for s in ctx.prev.running}
-    for rid, n in ctx.output.batch:
-        before = ctx.prev_seqs.get(rid)
-        after = ctx.new_running.get(rid) or ctx.gone.get(rid)
-        if after is None:
-            out.append(_f(ctx, "BATCH-LIMITS", "a batch entry's request is neither running nor finished", n, 0,
-                          requests=[rid]))
-            continue
-        done = before.output_done if before is not None else 0
-        target = after.request.prompt_tokens + done
-        computed0 = before.computed_tokens if rid in prev_running else after.computed_tokens - n
-        if n < 1 or computed0 < 0 or computed0 + n > target:
-            out.append(_f(ctx, "BATCH-LIMITS", "a batch entry computes no token or more than the request has left",
-                          n, target - max(computed0, 0), [ctx.name(after.tenant)], [rid]))
-    return out
-
-
-def check_work_conserving(ctx: StepContext) -> list[Finding]:
-    """WORK-CONSERVING (SPEC.md 7.1): a step leaves no sequence slot and no
-    budget unused while a ready waiting request would certainly have fitted
-    (unless the starvation guard reserved the pool in the step: GUARD)."""
-    cfg, st = ctx.config, ctx.state
-    finished = [ctx.gone[e.request_id] for e in ctx.output.events if e.kind == "finished"]
-    at_wait = list(st.running) + finished
-    slots = cfg.max_num_seqs - len(at_wait)
-    budget = cfg.token_budget - sum(n for _, n in ctx.output.batch)
-    if slots <= 0 or budget <= 0 or ctx.output.reserved is not None:  # a guard's reservation: GUARD judges it
-        return []
-    keys: set = set()
-    private = 0
-    per_tenant = Counter()
-    for s in at_wait:
-        keys.update(s.shared_keys)
-        private += s.private_blocks
-        per_tenant[s.tenant] += s.blocks_held
-    free = cfg.num_blocks - private - len(keys)
-    in_batch = [ctx.name(s.tenant) for s in at_wait]
-    out = []
-    for i, t in enumerate(st.tenants):
-        ready = next((s for s in t.queue if s.ready_step <= ctx.k), None)
-        if ready is None or at_slot_cap(cfg, ctx.name(i), in_batch):
-            continue
-        need = cfg.blocks_for(ready.target_tokens)
-        cap = cfg.tenants[i].kv_block_cap if cfg.admission.kv_cap else None
-        if need <= free and (cap is None or per_tenant[i] + need <= cap):
-            out.append(_f(ctx, "WORK-CONSERVING", f"the step left {slots} slots and {budget} tokens unused while a "
-                          f"ready request needing {need} blocks waited with {free} free", budget, 0,
-                          [ctx.name(i)], [ready.request_id]))
+    prev, st = ctx.prev, ctx.state
+    before = len(prev.running) + sum(len(t.queue) for t in prev.tenants) + len(known)
+    after = len(st.running) + sum(len(t.queue) for t in st.tenants)
+    if before - after == len(ctx.output.finished):  # as many left as were handed over: the usual step
+        return out
+    known.update(map(_RID, map(_REQUEST, chain(prev.running, *(t.queue for t in prev.tenants)))))
+    here = set(map(_RID, map(_REQUEST, chain(st.running, *(t.queue for t in st.tenants)))))
+    for rid in sorted(rid for rid in known - here if rid not in ctx.gone):
+        out.append(_f(ctx, "NO-LOSS", "a request left the state without being handed over in the step's output "
+                      "(StepOutput.finished)", "not handed over", "handed over", requests=[rid]))
     return out

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from operator import attrgetter
-from typing import Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import attrs
 
 from tenantry.model.config import Config
-from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord, StepEvent, StepRecord
+from tenantry.model.history import History, RequestRecord, StepRecord
+
+from .replay_events import derive_events
 
 
 @attrs.define
@@ -35,8 +37,9 @@ class Req:
             ``ended:<outcome>`` (finished, rejected, cancelled).
         computed: tokens whose KV exists (0 while waiting).
         generated: output tokens produced.
-        preemptions: evictions so far; ready_step: first step it may run again
-            (cooldown after an eviction); fresh: queued and never scheduled.
+        preemptions: evictions so far; ready_step: first step it may run (its
+            admission step, then its cooldown after an eviction); fresh: queued and
+            never scheduled.
         admitted_step: step of its ``queued`` event; first_step: step it was first scheduled.
         entered: step of its last entry into the batch; cached: tokens computed at that entry.
         ended_step: the step its events ended it in.
@@ -107,6 +110,12 @@ class StepView(NamedTuple):
             refusal's reason), in arrival order.
         cancelled: requests cancelled at the step's start, with the computed
             tokens each held (None for a waiting one).
+        entries: the step's entries into the batch (``scheduled`` events), each with
+            the first step its request could run at (its cooldown after an eviction).
+        evictions: the step's evictions, in event order: (request id, event kind,
+            computed tokens it held, its preemptions after the event); the kind is
+            ``preempted`` (it counts one more) or ``rejected`` (a running request refused
+            ``evicted_too_often``).
     """
 
     record: StepRecord
@@ -120,6 +129,56 @@ class StepView(NamedTuple):
     first: tuple[int, ...] = ()
     answers: tuple[tuple[int, str], ...] = ()
     cancelled: tuple[tuple[int, int | None], ...] = ()
+    entries: tuple[tuple[int, int], ...] = ()
+    evictions: tuple[tuple[int, str, int, int], ...] = ()
+
+
+class QueueStart(NamedTuple):
+    """A tenant's waiting requests where a walk starts (:meth:`Replay.start_queue`), in queue
+    order.  They become :class:`Req` records only when the walk touches one (an event or a
+    batch entry names it, or a view needs its tenant's first ready request), so a queue of
+    thousands costs a step what the step changes.
+
+    Attributes:
+        rids: their request ids; seqs: each one's rank in admission order;
+        fresh: the ids of the never-scheduled ones, in order;
+        entries: one per id, what ``fields`` reads;
+        fields: ``fields(entry) -> (record, generated, preemptions, ready_step, fresh,
+            admitted_step, scheduled)`` (``scheduled``: scheduled before; ``record`` as
+            :meth:`Replay.place_running` takes it).
+    """
+
+    rids: tuple[int, ...]
+    seqs: tuple[int, ...]
+    fresh: tuple[int, ...]
+    entries: Sequence[Any]
+    fields: Callable[[Any], tuple]
+
+
+class _Started:
+    """A started queue as the walk goes: the ids that left it, and where each id sits."""
+
+    __slots__ = ("q", "gone", "_pos")
+
+    def __init__(self, q: QueueStart) -> None:
+        self.q, self.gone, self._pos = q, set(), None
+
+    def pos(self, rid: int) -> int | None:
+        if self._pos is None:
+            self._pos = dict(zip(self.q.rids, range(len(self.q.rids))))
+        return self._pos.get(rid)
+
+    def left(self) -> tuple[tuple[int, ...], tuple[int, ...], int | None]:
+        """(ids still waiting, the never-scheduled ones among them, their least admission rank)."""
+        q, gone = self.q, self.gone
+        n = len(gone)
+        if not n:
+            return q.rids, q.fresh, min(q.seqs)
+        if gone.issuperset(q.rids[:n]):  # the usual case: the first ones left (scheduled)
+            f = sum(1 for r in q.fresh[:n] if r in gone)
+            return q.rids[n:], q.fresh[f:], min(q.seqs[n:], default=None)
+        return (tuple(r for r in q.rids if r not in gone), tuple(r for r in q.fresh if r not in gone),
+                min((n for r, n in zip(q.rids, q.seqs) if r not in gone), default=None))
 
 
 class Replay:
@@ -128,19 +187,26 @@ class Replay:
     Args:
         history: the records; config: the configuration they are judged against
             (cooldown and block size come from it).
+        recorded: the steps carry their events (None: when some step has events;
+            a step without any then had none).
 
     Attributes:
         reqs: request id -> :class:`Req` (the state after the last step walked).
         anomalies: what did not fit, in order.
+
+    A walk starts from nothing (every request ``offered``), or from requests put in place
+    before the first step (:meth:`place_running`, :meth:`start_queue`): one step of the
+    reference model is judged so, its requests as its state before the step holds them
+    (:class:`~tenantry.spec.invariants_state.StepHistory`).
     """
 
-    def __init__(self, history: History, config: Config) -> None:
+    def __init__(self, history: History, config: Config, recorded: bool | None = None) -> None:
         self.history, self.config = history, config
         self.reqs: dict[int, Req] = {r.request_id: Req(r) for r in history.requests}
         self.anomalies: list[Anomaly] = []
         self._order = 0
         #: the steps carry events (format 2); else they are derived from the request records
-        self.recorded = any(s.events for s in history.steps)
+        self.recorded = any(s.events for s in history.steps) if recorded is None else recorded
         #: computed tokens are known exactly (False when derived events miss cache hits)
         self.exact = self.recorded or history.header.get("config", {}).get("prefix_cache", "off") == "off" or not any(
             r.cached_prompt_tokens for r in history.requests)
@@ -151,6 +217,51 @@ class Replay:
         self._listed: dict[str, tuple] = {}  # per tenant: (min live_seq, ids, fresh ids), dropped on change
         self._run_order: list[Req] | None = None  # the running ones by live_seq, dropped on change
         self._lists: tuple | None = None  # (tenants in order, waiting ids, fresh ids), dropped on any queue change
+        self._starts: dict[str, _Started] = {}  # per tenant, the queue it started with (start_queue)
+
+    def place_running(self, rec: Any, *, computed: int, generated: int, preemptions: int = 0, ready_step: int = 0,
+                      admitted_step: int | None = None, seq: int = 0) -> None:
+        """Put a request in the batch where the walk starts: ``rec`` its record (or what has a
+        record's request fields: ``request_id``, ``tenant``, ``prompt_tokens``, ``output_tokens``),
+        with ``computed`` tokens, ``generated`` output tokens, ``preemptions`` evictions, its
+        ``ready_step``, ``admitted_step`` and ``seq``, its rank in admission order.  Before
+        :meth:`views`."""
+        q = self.reqs[rec.request_id] = Req(rec, "running", computed, generated, preemptions, ready_step, False,
+                                            admitted_step, -1, live_seq=seq)
+        self._order = max(self._order, seq)
+        self._run(q)
+
+    def start_queue(self, tenant: str, start: QueueStart) -> None:
+        """Tenant ``tenant``'s queue where the walk starts (:class:`QueueStart`).  Before :meth:`views`."""
+        if start.rids:
+            self._starts[tenant] = _Started(start)
+            self._order = max(self._order, max(start.seqs))
+            self._listed.pop(tenant, None)
+            self._lists = None
+
+    def _late(self, rid: int) -> Req | None:
+        """Request ``rid`` of a started queue, made a :class:`Req` when the walk first touches it."""
+        for t, st in self._starts.items():
+            i = st.pos(rid)
+            if i is not None and rid not in st.gone:
+                return self._started(st, i)
+        return None
+
+    def _started(self, st: _Started, i: int) -> Req:
+        rid = st.q.rids[i]
+        q = self.reqs.get(rid)
+        if q is None:
+            rec, generated, preemptions, ready_step, fresh, admitted_step, scheduled = st.q.fields(st.q.entries[i])
+            q = self.reqs[rid] = Req(rec, "waiting", 0, generated, preemptions, ready_step, fresh, admitted_step,
+                                     -1 if scheduled else None, queue_key=(0, i), live_seq=st.q.seqs[i])
+        return q
+
+    def start_view(self, record: StepRecord) -> StepView:
+        """The records' state where the walk starts (before :meth:`views`), with ``record``
+        standing for the step before: its running requests and queues; nothing happened in it."""
+        _, waiting, fresh = self._queue_lists()
+        return StepView(record, {}, {q.rec.request_id: q.computed for q in self._running_in_order()}, {},
+                        waiting, fresh, {}, {})
 
     def _unknown(self, rid: int, k: int, what: str) -> None:
         self.anomalies.append(Anomaly("NO-LOSS", k, rid, f"step {k} {what} request {rid}, which was never offered"))
@@ -186,20 +297,57 @@ class Replay:
             self._run_order = None
         elif q.status == "waiting":
             t = q.rec.tenant
-            qs = self._queues[t]
-            qs.pop(bisect_left(qs, (q.queue_key, q.rec.request_id)))
-            if not qs:
-                del self._queues[t]
+            st = self._starts.get(t)
+            if st is not None and q.queue_key[0] == 0 and q.queue_key[1] >= 0:  # from the queue it started with
+                st.gone.add(q.rec.request_id)
+            else:
+                qs = self._queues[t]
+                qs.pop(bisect_left(qs, (q.queue_key, q.rec.request_id)))
+                if not qs:
+                    del self._queues[t]
             self._listed.pop(t, None)
             self._lists = None
 
     def _listing(self, t: str) -> tuple:
         got = self._listed.get(t)
         if got is None:
-            qs = self._queues[t]
-            got = self._listed[t] = (min(x.live_seq for _, _, x in qs), tuple(rid for _, rid, _ in qs),
-                                     tuple(rid for _, rid, x in qs if x.fresh))
+            qs = self._queues.get(t, ())
+            st = self._starts.get(t)
+            if st is None:
+                got = (min(x.live_seq for _, _, x in qs), tuple(rid for _, rid, _ in qs),
+                       tuple(rid for _, rid, x in qs if x.fresh))
+            else:  # evicted ones ahead of the started queue, arrivals behind it
+                j = bisect_left(qs, ((0, 0),))
+                ids, fresh, least = st.left()
+                seqs = [x.live_seq for _, _, x in qs] + ([] if least is None else [least])
+                got = (min(seqs) if seqs else None, tuple(rid for _, rid, _ in qs[:j]) + ids + tuple(
+                    rid for _, rid, _ in qs[j:]), tuple(rid for _, rid, x in qs[:j] if x.fresh) + fresh + tuple(
+                    rid for _, rid, x in qs[j:] if x.fresh))
+            self._listed[t] = got
         return got
+
+    def _first_ready(self, t: str, k: int) -> tuple[int, int] | None:
+        """(request id, target tokens) of tenant ``t``'s first waiting request ready at step ``k``
+        (its cooldown over), if any; a started one is read, not made a :class:`Req`."""
+        qs = self._queues.get(t, ())
+        st = self._starts.get(t)
+        if st is not None:
+            j = bisect_left(qs, ((0, 0),))
+            for _, rid, x in qs[:j]:
+                if x.ready_step <= k:
+                    return rid, x.target
+            for i, rid in enumerate(st.q.rids):
+                if rid not in st.gone:
+                    x = self.reqs.get(rid)
+                    if x is not None:
+                        if x.ready_step <= k:
+                            return rid, x.target
+                        continue
+                    rec, generated, _, ready_step = st.q.fields(st.q.entries[i])[:4]
+                    if ready_step <= k:
+                        return rid, rec.prompt_tokens + generated
+            qs = qs[j:]
+        return next(((rid, x.target) for _, rid, x in qs if x.ready_step <= k), None)
 
     def _running_in_order(self) -> list[Req]:
         """The running requests in admission order (kept until the batch changes)."""
@@ -211,7 +359,9 @@ class Replay:
         """The tenants with waiting requests (by their earliest-admitted waiting request), and per
         tenant its waiting ids and its never-scheduled waiting ids (kept until a queue changes)."""
         if self._lists is None:
-            tenants = sorted(self._queues, key=lambda t: self._listing(t)[0])
+            tenants = self._queues if not self._starts else [
+                t for t in dict.fromkeys([*self._queues, *self._starts]) if self._listing(t)[1]]
+            tenants = sorted(tenants, key=lambda t: self._listing(t)[0])
             self._lists = (tenants, {t: self._listed[t][1] for t in tenants}, {t: self._listed[t][2] for t in tenants})
         return self._lists
 
@@ -228,8 +378,12 @@ class Replay:
             first: list[int] = []
             answers: list[tuple[int, str]] = []
             cancelled: list[tuple[int, int | None]] = []
+            entries: list[tuple[int, int]] = []
+            evictions: list[tuple[int, str, int, int]] = []
             for e in (s.events if self._derived is None else self._derived.get(k, ())):
                 q = reqs.get(e.request_id)
+                if q is None and self._starts:
+                    q = self._late(e.request_id)
                 if q is None:
                     self._unknown(e.request_id, k, f"has a {e.kind} event for")
                     continue
@@ -248,6 +402,7 @@ class Replay:
                         continue
                     self._order += 1
                     q.status, q.fresh, q.admitted_step, q.queue_key = "waiting", True, k, (1, self._order)
+                    q.ready_step = k  # ready from its admission
                     q.live_seq = self._order
                     self._wait(q, q.rec.tenant)
                     answers.append((q.rec.request_id, "queued"))
@@ -257,6 +412,8 @@ class Replay:
                         continue
                     if at_admission:
                         answers.append((q.rec.request_id, str(e.reason)))
+                    elif q.status == "running":
+                        evictions.append((q.rec.request_id, "rejected", q.computed, q.preemptions))
                     self._leave(q)
                     q.status, q.fresh, q.computed, q.ended_step = "ended:rejected", False, 0, k
                 elif kind == "preempted":
@@ -267,6 +424,7 @@ class Replay:
                         continue
                     self._leave(q)
                     self._order += 1
+                    evictions.append((q.rec.request_id, "preempted", q.computed, q.preemptions + 1))
                     q.status, q.computed, q.preemptions = "waiting", 0, q.preemptions + 1
                     q.ready_step, q.queue_key = k + 1 + cooldown, (0, -self._order)
                     self._wait(q, q.rec.tenant)
@@ -288,6 +446,7 @@ class Replay:
                     if q.first_step is None:
                         q.first_step = k
                         first.append(q.rec.request_id)
+                    entries.append((q.rec.request_id, q.ready_step))
                     self._leave(q)
                     q.status, q.computed, q.fresh, q.entered, q.cached = "running", c0, False, k, c0
                     self._run(q)
@@ -295,6 +454,8 @@ class Replay:
             seen: set[int] = set()
             for rid, n in s.batch:
                 q = reqs.get(rid)
+                if q is None and self._starts:
+                    q = self._late(rid)
                 if q is None:
                     self._unknown(rid, k, "has a batch entry for")
                     continue
@@ -328,59 +489,15 @@ class Replay:
             heads = {}
             queues = self._queues
             for t in tenants:
+                if self._starts:
+                    got = self._first_ready(t, k)
+                    if got is not None:
+                        heads[t] = got
+                    continue
                 qs = queues[t]
                 head = qs[0][2]  # the first waiting request, unless its cooldown runs past this step
                 ready = head if head.ready_step <= k else next((x for _, _, x in qs if x.ready_step <= k), None)
                 if ready is not None:
                     heads[t] = (ready.rec.request_id, ready.target)
             yield StepView(s, before, running, finished, waiting, fresh, heads, produced,
-                           tuple(first), tuple(answers), tuple(cancelled))
-
-
-def derive_events(history: History) -> dict[int, tuple[StepEvent, ...]]:
-    """Events of a history whose steps carry none (format 1, or a scheduler's logs),
-    derived from its request records and step lists, in the canonical order:
-    a cancellation at the step starting at its ``finish_s``; an admission at its
-    ``admitted_step``; a refusal at admission at the first step starting at or
-    after its arrival; another rejection at the step starting at its
-    ``finish_s``; evictions from ``preempted``; an entry into the batch for each
-    batch entry of a request not running before (with its recorded cache hits
-    on its first entry).  Request-level events only as precise as the records:
-    the replay marks computed tokens inexact when cache hits cannot be placed.
-    """
-    starts = [s.start_s for s in history.steps]
-    by_start = {s.start_s: s.step_index for s in history.steps}
-    at: dict[int, dict[str, list[StepEvent]]] = {}
-
-    def add(k: int | None, group: str, e: StepEvent) -> None:
-        if k is not None:
-            at.setdefault(k, {}).setdefault(group, []).append(e)
-
-    for r in sorted(history.requests, key=lambda r: (r.arrival_s, r.request_id)):
-        if r.outcome == "cancelled":
-            add(by_start.get(r.finish_s), "cancelled", StepEvent("cancelled", r.request_id))
-        if r.admitted_step is not None:
-            add(r.admitted_step, "answers", StepEvent("queued", r.request_id))
-        elif r.outcome == "rejected":
-            i = next((j for j, t in enumerate(starts) if t >= r.arrival_s - 1e-9), None)
-            add(None if i is None else history.steps[i].step_index, "answers",
-                StepEvent("rejected", r.request_id, r.reason, r.retry_after_s))
-        if r.outcome == "rejected" and r.admitted_step is not None:
-            add(by_start.get(r.finish_s), "rejected", StepEvent("rejected", r.request_id, r.reason, r.retry_after_s))
-    recs = {r.request_id: r for r in history.requests}
-    running: set[int] = set()
-    entered: set[int] = set()
-    for s in history.steps:
-        k = s.step_index
-        for rid in s.preempted:
-            add(k, "preempted", StepEvent("preempted", rid))
-        running -= set(s.preempted)
-        for rid, _ in s.batch:
-            if rid not in running and rid in recs:
-                r = recs[rid]
-                hit = r.cached_prompt_tokens if rid not in entered and not r.preemptions else 0
-                add(k, "scheduled", StepEvent("scheduled", rid, tokens=hit))
-                entered.add(rid)
-        running = set(s.running)
-    order = ("cancelled", "answers", "preempted", "rejected", "scheduled")
-    return {k: tuple(e for g in order for e in groups.get(g, ())) for k, groups in at.items()}
+                           tuple(first), tuple(answers), tuple(cancelled), tuple(entries), tuple(evictions))

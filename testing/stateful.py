@@ -223,7 +223,9 @@ class ModelMachine(ReplicaMachine):
         for e in tr.output.events:
             if e.kind in ("preempted", "rejected", "cancelled"):
                 event(f"{e.kind} {e.reason or ''}".strip())
-        return check_state(self.cfg, tr.prev, tr.state, tr.output, tr.inputs)
+        steps = self.rec.steps
+        return check_state(self.cfg, tr.prev, tr.state, tr.output, tr.inputs, record=steps[-1],
+                           prev_record=steps[-2] if len(steps) > 1 else None)
 
     def judge_end(self) -> list[Finding]:
         history = self.rec.history(self.replica.state, {"config": config_to_dict(self.cfg)})

@@ -325,7 +325,7 @@ def test_a_history_without_steps_says_which_checks_are_unknown():
 
 def _block_reads_every_position(h):
     """The oracle: block_reads as first written (every held position of every request, every step)."""
-    from tenantry.spec.invariants_history import _key
+    from tenantry.spec.invariants_history_blocks import _key
 
     cfg, B, out = h.config, h.config.block_size_tokens, []
     salt = {t.name: (t.salt if cfg.prefix_cache == "salted" else None) for t in cfg.tenants}
@@ -364,7 +364,8 @@ def test_block_reads_checking_what_changed_equals_checking_every_position(data):
     (another request's, another step's, one id swapped, none, or none while another request
     holds them, over a few steps) it finds exactly what
     checking every held position of every request at every step finds."""
-    from tenantry.spec.invariants_history import HistoryContext, block_reads
+    from tenantry.spec.invariants_history import HistoryContext
+    from tenantry.spec.invariants_history_blocks import block_reads
     from tenantry.testing.strategies import configs
 
     cfg = attrs.evolve(data.draw(configs(lanes=False)), prefix_cache=data.draw(st.sampled_from(("shared", "salted"))))
@@ -400,7 +401,8 @@ def test_a_block_rewritten_while_its_holder_shows_no_ids_is_found_when_it_shows_
     """Request 0 shows no block ids for ten steps while request 1 holds (and writes into) request 0's
     blocks; when request 0 shows its ids again, the block request 1 overwrote is a bad read,
     although nothing was written into it in that step (the rewrite is remembered, not re-read)."""
-    from tenantry.spec.invariants_history import HistoryContext, block_reads
+    from tenantry.spec.invariants_history import HistoryContext
+    from tenantry.spec.invariants_history_blocks import block_reads
 
     cfg = Config(tenants=(TenantConfig("a"), TenantConfig("b")), num_blocks=64, max_num_seqs=2, token_budget=256,
                  max_context_tokens=512, cost=CostConfig(mode="unit", unit_step_s=0.01), prefix_cache="shared")
