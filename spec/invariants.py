@@ -26,18 +26,18 @@ import attrs
 from tenantry.model.config import (
     AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
 )
-from tenantry.model.history import History, history_lines
-from tenantry.model.setups import config_from_dict
 from tenantry.model.state import State
 from tenantry.model.step import StepOutput
 from tenantry.model.workload import Request, StepInput, Workload
+from tenantry.runner.history import History, history_lines
+from tenantry.runner.setups import config_from_dict
 
-from . import invariants_claims as C
-from . import invariants_history as H
-from . import invariants_history_fair as HF
-from . import invariants_policy as P
-from . import invariants_state as S
-from .invariants_core import CHECK_RAISED, Finding, Invariant, ample_kv, check_raised, caps_enforced, skip_budget_claimed, slot_caps_enforced
+from . import (
+    invariants_claims as C, invariants_history as H, invariants_history_fair as HF, invariants_policy as P, invariants_state as S,
+)
+from .invariants_core import (
+    CHECK_RAISED, Finding, Invariant, ample_kv, caps_enforced, check_raised, skip_budget_claimed, slot_caps_enforced,
+)
 
 __all__ = ["CHECK_RAISED", "INVARIANTS", "CLAIMABLE", "HISTORY_NEEDS_STEPS", "Finding", "Invariant", "check_state", "check_history",
            "check_pair", "config_from_dict", "coverage", "missing", "relabel_contents", "unknown_without_steps"]

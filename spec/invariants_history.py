@@ -1,7 +1,7 @@
 """History forms of the invariants: judge a recorded run offline (SPEC.md 7); the
 fairness ones (SPEC.md 7.2) are in :mod:`tenantry.spec.invariants_history_fair`.
 
-They read only what :mod:`tenantry.model.history` records (request records and,
+They read only what :mod:`tenantry.runner.history` records (request records and,
 where present, per-step snapshots) plus the configuration the scheduler
 claims, so the same checks judge a scheduler tenantry did not write.  Each
 ``check_*(hctx: HistoryContext) -> list[Finding]``; a check that needs step
@@ -15,7 +15,8 @@ from functools import cached_property
 import attrs
 
 from tenantry.model.config import Config
-from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord, StepEvent
+from tenantry.model.events import ADMISSION_REASONS
+from tenantry.runner.history import History, RequestRecord, StepEvent
 
 from .invariants_core import EPS, Finding, at_slot_cap, caps_enforced, hopeless, largest_charge, slot_caps
 from .replay import Replay, StepView

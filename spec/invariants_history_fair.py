@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import heapq
 
-from tenantry.model.history import RequestRecord
+from tenantry.runner.history import RequestRecord
 
-from .invariants_core import EPS, Finding, ample_kv, largest_block_seconds, skip_budget_claimed, skip_slack, tier_share
+from .invariants_core import (
+    EPS, Finding, ample_kv, largest_block_seconds, skip_budget_claimed, skip_slack, tier_share,
+)
 from .invariants_history import HistoryContext, _f
 
 

@@ -16,7 +16,7 @@ from functools import cached_property
 import attrs
 
 from tenantry.model.config import Config
-from tenantry.model.history import ADMISSION_REASONS, TERMINAL
+from tenantry.model.events import ADMISSION_REASONS, TERMINAL
 from tenantry.model.state import Sequence, State
 from tenantry.model.step import StepOutput
 from tenantry.model.workload import StepInput

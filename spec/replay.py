@@ -22,7 +22,8 @@ from typing import Iterator, NamedTuple
 import attrs
 
 from tenantry.model.config import Config
-from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord, StepEvent, StepRecord
+from tenantry.model.events import ADMISSION_REASONS
+from tenantry.runner.history import History, RequestRecord, StepEvent, StepRecord
 
 
 @attrs.define
