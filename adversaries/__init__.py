@@ -2,7 +2,7 @@
 
 Modules (import what you need; nothing heavy is imported here):
 
-* :mod:`~tenantry.model.setups`: the built-in policy setups (``SETUPS``, ``build_config``).
+* :mod:`~tenantry.runner.setups`: the built-in policy setups (``SETUPS``, ``build_config``).
 * :mod:`~tenantry.adversaries.victims`: honest traffic from the Azure 2023 traces.
 * :mod:`~tenantry.adversaries.patterns`: the abusive patterns (``PATTERNS``, ``make_scenario``).
 * :mod:`~tenantry.adversaries.objectives`: metrics of harm (``OBJECTIVES``, ``all_metrics``).

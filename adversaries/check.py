@@ -45,18 +45,18 @@ import numpy as np
 from tqdm import tqdm
 
 from tenantry.model.config import ConfigError
-from tenantry.model.history import History
+from tenantry.runner.history import History
+from tenantry.runner.setups import SETUPS, get_setup
 
+from .evaluate import System, Task, evaluate_batch, hang_note, run_scenario, scenario_of, shrink_scenario
 from .outdir import STOP_REQUESTED, Interrupted, report_folder, shielded, stop_if_requested
+from .patterns import PATTERNS, Scenario, get_pattern
 from .replay import in_report, text_in_report
 from .resume import fingerprint, load_cells, prune, save_cell
-from tenantry.model.setups import SETUPS, get_setup
-from .evaluate import System, Task, evaluate_batch, hang_note, run_scenario, scenario_of, shrink_scenario
-from .patterns import PATTERNS, Scenario, get_pattern
 from .report import (cell_plots, dump_json, folder_name, matrix_md, plot_cell, write_plots, write_report,
                      write_workload_files)
-from .space import freeze
 from .search import Budget, SearchResult, run_search
+from .space import freeze
 from .z3search import supported as z3_supported
 
 #: Searches every cell runs (z3 is added for ``timed_arrivals`` where supported).
@@ -395,10 +395,10 @@ def _stateful(out: Path | None, setups: Sequence[str], max_examples: int) -> tup
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis.stateful import run_state_machine_as_test
 
-    from tenantry.model.traces import write_workload_jsonl
+    from tenantry.runner.traces import write_workload_jsonl
     from tenantry.testing.stateful import StatefulFinding, model_machine
 
-    from tenantry.model.setups import build_config
+    from tenantry.runner.setups import build_config
 
     failed = []
     for setup in setups:
@@ -781,7 +781,7 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         if outp is not None:
             dump_json({"summary": summary, "cells": list(cells.values()), "claimed_broken": claimed_broken},
                       outp / "matrix.json")
-            from tenantry.model.files import atomic_write_text
+            from tenantry.runner.files import atomic_write_text
             atomic_write_text(outp / "matrix.md", matrix_md(setups, patterns, cells))
             write_report(outp, summary, cells, plotted, title=f"tenantry {kind}" + (
                 f" --target {setups[0]}" if kind == "verify" else ""))

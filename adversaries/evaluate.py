@@ -3,7 +3,7 @@ executors that run many evaluations.
 
 A *system* is what an adversary is put against: a setup of the reference model
 (:class:`ModelSystem`, by name; a fleet setup's :class:`FleetSystem`) or a scheduler under test behind its adapter
-(:class:`tenantry.verify.run.TargetSystem`).  Both give the same three things
+(:class:`tenantry.verify.system.TargetSystem`).  Both give the same three things
 (:class:`System`): the configuration a scenario runs under, a checked run
 (history, findings, what was left unchecked) and a plain run, so every search,
 shrink and report of ``tenantry check`` serves ``tenantry verify --target``
@@ -36,14 +36,14 @@ import attrs
 from typing import Protocol, runtime_checkable
 
 from tenantry.model.config import Config, ConfigError
-from tenantry.model.history import History
-from tenantry.model.simulate import simulate
 from tenantry.model.workload import Workload, renumber
+from tenantry.runner.fleet import simulate_fleet
+from tenantry.runner.history import History
+from tenantry.runner.setups import build_config, build_fleet, get_setup
+from tenantry.runner.simulate import simulate
 from tenantry.spec.invariants_core import Finding
 from tenantry.spec.invariants_run import CheckedRun, run_checked, run_fleet_checked
 
-from tenantry.model.fleet import simulate_fleet
-from tenantry.model.setups import build_config, build_fleet, get_setup
 from .objectives import TTFT_SLO_S, all_metrics
 from .patterns import ADVERSARY, PATTERNS, Scenario, get_pattern, limits_of, make_scenario
 from .space import freeze
@@ -75,7 +75,7 @@ class System(Protocol):
 
 @attrs.frozen
 class ModelSystem:
-    """A built-in setup of the reference model (:data:`tenantry.model.setups.SETUPS`),
+    """A built-in setup of the reference model (:data:`tenantry.runner.setups.SETUPS`),
     checked for the invariants it claims (``Setup.all_claims``)."""
 
     name: str
@@ -96,7 +96,7 @@ class ModelSystem:
 @attrs.frozen
 class FleetSystem:
     """A built-in fleet setup of the reference model (a setup with a ``fleet`` part,
-    :func:`tenantry.model.setups.build_fleet`): the fleet run by the one driver loop, each
+    :func:`tenantry.runner.setups.build_fleet`): the fleet run by the one driver loop, each
     replica checked for the setup's claims (``Setup.all_claims``) and the fleet for every
     applicable fleet invariant (:func:`~tenantry.spec.invariants_run.run_fleet_checked`, the
     judge of ``tenantry verify --history`` on a fleet history).  Its :meth:`config` is one

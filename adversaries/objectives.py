@@ -1,6 +1,6 @@
 """Objectives: what an abusive tenant does to the other tenants, as numbers.
 
-Every function reads a :class:`~tenantry.model.history.History` (and, for the
+Every function reads a :class:`~tenantry.runner.history.History` (and, for the
 ratios, the baseline history of the same run without the adversary).  All of
 them are larger-is-worse for the victims, so every search maximises.
 
@@ -26,8 +26,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from tenantry.model.fleet import moments, service_timeline, summed, tenant_weights
-from tenantry.model.history import History, RequestRecord
+from tenantry.runner.fleet import moments, service_timeline, summed, tenant_weights
+from tenantry.runner.history import History, RequestRecord
 
 #: Victim TTFT service-level objective for goodput (seconds).
 TTFT_SLO_S = 1.0
@@ -283,7 +283,7 @@ def service_gap(history: History, adversaries: Iterable[str] | None = None, vict
     fleet service gap that ``tenantry simulate --replicas`` prints).  On a fleet history
     (SPEC.md 6.2) a step is a fleet step, service is summed over the replicas and a side
     is backlogged when it has a request queued on any replica
-    (:func:`tenantry.model.fleet.service_timeline`): the quantity VTC-GAP bounds on one
+    (:func:`tenantry.runner.fleet.service_timeline`): the quantity VTC-GAP bounds on one
     replica (SPEC.md 7.2) and FLEET-VTC-GAP across the fleet (SPEC.md 7.9).
 
     Units: weighted service tokens / ``unit`` (the matrix passes the largest request's
@@ -336,7 +336,7 @@ def _gap(timeline: list[tuple[Mapping[str, float], Mapping[str, int]]], w: Mappi
 
 def kv_share(history: History, adversaries: Iterable[str]) -> float:
     """The actor's share of KV block-seconds over the run (a fleet's: summed over its replicas'
-    last records, :func:`tenantry.model.fleet.moments`)."""
+    last records, :func:`tenantry.runner.fleet.moments`)."""
     last = None
     for _, recs in moments(history):
         last = recs

@@ -23,7 +23,7 @@ goes through :func:`report_folder`:
   (:mod:`tenantry.adversaries.resume`); any other is deleted.  A
   :class:`KeyboardInterrupt` leaves as :class:`Interrupted`, whose ``kept`` says
   what was kept in words; a failed write (a full disk) as a
-  :class:`~tenantry.model.files.WriteError` naming the file and what was kept.
+  :class:`~tenantry.runner.files.WriteError` naming the file and what was kept.
 * A staging folder or lock file left by a killed run never blocks a run; the
   staging folders of runs whose writer is gone are removed once a report
   replaces them, never before.
@@ -418,7 +418,7 @@ def _lock(target: Path, flag: str) -> Iterator[None]:
 def _write_marker(folder: Path, kind: str, size: int | None, unit: str, leave: tuple[str, ...] = ()) -> None:
     """Write the report marker of ``folder`` listing its files, but those under the names
     ``leave`` (the staging folder's own, removed before it is published)."""
-    from tenantry.model.files import atomic_write_text
+    from tenantry.runner.files import atomic_write_text
 
     files = sorted(f for f in _listing(folder) if not any(f == x or f.startswith(x) for x in leave))
     doc = {"tool": "tenantry", "kind": kind, "size": size, "unit": unit, "files": files}
@@ -448,14 +448,14 @@ def report_folder(target: str | os.PathLike, kind: str, *, flag: str = "--out", 
     it was.  A KeyboardInterrupt (Ctrl-C, or SIGTERM as the CLI maps it) leaves as
     :class:`Interrupted` with ``kept`` saying what was kept; an OSError (a full disk, a
     read-only folder) leaves with ``kept`` saying the same (a
-    :class:`~tenantry.model.files.WriteError` names the path being written).
+    :class:`~tenantry.runner.files.WriteError` names the path being written).
 
     Raises:
         ConfigError: before any work, for a target this run may not replace, or a ``resume``
             with nothing to resume.
         OSError: when the parent folder cannot be created or written.
     """
-    from tenantry.model.files import WriteError
+    from tenantry.runner.files import WriteError
 
     from . import resume as rs
 

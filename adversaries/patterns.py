@@ -132,7 +132,7 @@ class Pattern:
     Attributes:
         name: key in :data:`PATTERNS`.
         exploits: what it exploits, one sentence.
-        hurts: setups it should hurt (names in :data:`~tenantry.model.setups.SETUPS`);
+        hurts: setups it should hurt (names in :data:`~tenantry.runner.setups.SETUPS`);
             empty for a pattern that hurts no setup of the model and is there to drive
             a scheduler through rare paths for the checks (``cancellations``).
         objective: the metric it maximises (a key of

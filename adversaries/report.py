@@ -3,7 +3,7 @@
 A cell folder ``cells/<setup>/<pattern>/`` holds:
 
 * ``workload.jsonl``: the worst workload found, in the project's JSON Lines
-  (:func:`tenantry.model.traces.write_workload_jsonl`); ``shrunk.jsonl`` the
+  (:func:`tenantry.runner.traces.write_workload_jsonl`); ``shrunk.jsonl`` the
   reduced one when shrinking ran; ``twin.jsonl`` the prefix probe's control run
   (``shrunk-twin.jsonl``, ``finding-<ID>-twin.jsonl``: that of the shrunk workload, of a
   witness: :func:`twin_file`);
@@ -27,12 +27,12 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from tenantry.spec.invariants_core import Finding
-from tenantry.model.fleet import moments, summed
-from tenantry.model.files import atomic_write_text
-from tenantry.model.history import History
-from tenantry.model.traces import write_azure_csv, write_mooncake_jsonl, write_workload_jsonl
 from tenantry.model.workload import Workload
+from tenantry.runner.files import atomic_write_text
+from tenantry.runner.fleet import moments, summed
+from tenantry.runner.history import History
+from tenantry.runner.traces import write_azure_csv, write_mooncake_jsonl, write_workload_jsonl
+from tenantry.spec.invariants_core import Finding
 
 from .objectives import OBJECTIVES, censored_ttfts
 from .patterns import Scenario
@@ -106,7 +106,7 @@ def cell_plots(setup: str, scenario: Scenario, hist: History, base: History) -> 
 
     ``service.png``: cumulative weighted service per tenant over time;
     ``kv_blocks.png``: KV blocks held per tenant over time (a fleet's: summed over its
-    replicas, one point per fleet step, :func:`tenantry.model.fleet.moments`);
+    replicas, one point per fleet step, :func:`tenantry.runner.fleet.moments`);
     ``ttft_cdf.png``: the victims' TTFT CDF with and without the adversary
     (censored TTFTs: a request never served counts as waiting to the end).
     """

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, Sequence
 import attrs
 
 from tenantry.model.config import ConfigError
-from tenantry.model.files import atomic_write_text
+from tenantry.runner.files import atomic_write_text
 
 #: Marker file of a staging folder (JSON, see the module docstring).
 STAGING_MARKER = ".tenantry-staging"

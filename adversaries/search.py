@@ -38,10 +38,9 @@ import attrs
 import numpy as np
 from tqdm import tqdm
 
-from tenantry.testing.strategies import without_local_constants
-
-from tenantry.spec.invariants_core import Finding
 from tenantry.model.config import ConfigError
+from tenantry.spec.invariants_core import Finding
+from tenantry.testing.strategies import without_local_constants
 
 from .evaluate import Evaluation, Task, evaluate_batch
 from .patterns import get_pattern
@@ -304,9 +303,9 @@ def hypothesis_search(setup: str, pattern: str, *, seed: int, budget: Budget, ex
 def _z3(setup: str, pattern: str, *, seed: int, budget: Budget, executor: cf.Executor,
         progress: bool = True, objective: str | None = None, scenario_seed: int | None = None,
         victims: str = "excerpt") -> SearchResult:
-    from .z3search import z3_search
-    return z3_search(setup, pattern, seed=seed, budget=budget, executor=executor, progress=progress,
-                     objective=objective, scenario_seed=scenario_seed, victims=victims)
+    from .z3search import z3_search  # here, not at the top: z3 is imported only by a Z3 search
+
+    return z3_search(Runner("z3", setup, pattern, seed, budget, executor, progress, objective, scenario_seed, victims))
 
 
 #: Search name -> function(setup, pattern, *, seed, budget, executor, progress, objective, scenario_seed,

@@ -37,8 +37,8 @@ import attrs
 import numpy as np
 
 from tenantry.model.config import ConfigError
-from tenantry.model.traces import excerpt_path, poisson_tenant, read_azure_csv
 from tenantry.model.workload import Request
+from tenantry.runner.traces import excerpt_path, poisson_tenant, read_azure_csv
 
 #: First content id of the victims' shared system prompts; document k, block j
 #: has content id DOC_BASE + 1000 * k + j.  The prefix probe guesses these.

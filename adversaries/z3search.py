@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from tenantry.model.setups import COST, REPLICA, get_setup
+from tenantry.runner.setups import COST, REPLICA, get_setup
+
 from .patterns import SLOT_S, SLOTS, TIMED_OUTPUT, TIMED_PROMPT, get_pattern
 from .victims import default_victims
 
@@ -124,19 +125,21 @@ def build(setup: str, seed: int, total: int, max_per_slot: int, victims: str = "
     return opt, a, objective
 
 
-def z3_search(setup: str, pattern: str, *, seed: int, budget, executor: cf.Executor, progress: bool = True,
-              objective: str | None = None, scenario_seed: int | None = None, victims: str = "excerpt"):
+def z3_search(r):
     """Maximise the abstract victims' waiting with Z3, replaying each optimum on the model.
 
-    Returns a :class:`~tenantry.adversaries.search.SearchResult` (search
-    ``z3``); with no evaluation and a note when the pattern is not
-    ``timed_arrivals`` or the setup's order policy is not in :data:`SUPPORTED`.
+    Args:
+        r: the search's :class:`~tenantry.adversaries.search.Runner` (search ``z3``), which
+            evaluates each schedule and keeps the best within the budget.
+
+    Returns:
+        ``r.result(note)``: a :class:`~tenantry.adversaries.search.SearchResult`; with no
+        evaluation and a note when the pattern is not ``timed_arrivals`` or the setup's order
+        policy is not in :data:`SUPPORTED`.
     """
     import z3
 
-    from .search import Runner
-
-    r = Runner("z3", setup, pattern, seed, budget, executor, progress, objective, scenario_seed, victims)
+    setup, pattern, seed, victims = r.setup, r.pattern, r.seed, r.victims
     if pattern != "timed_arrivals":
         return r.result(f"z3 searches timed_arrivals only, not {pattern}")
     if not supported(setup):

@@ -1,5 +1,5 @@
 """Benchmark: the model's step against the frozen copy of the step before issue 13
-(tests/frozen_step.py), and the fast replica (model/fast.py) where a run keeps no
+(tests/frozen_step.py), and the fast replica (runner/fast.py) where a run keeps no
 step records, every ratio measured in the same run.
 
 Run on demand (not a test):  python benchmarks/bench_fast.py [--quick] [--only simulate tenants running spread evaluations]
@@ -12,7 +12,7 @@ Run on demand (not a test):  python benchmarks/bench_fast.py [--quick] [--only s
   ../shared/seeds/001_*.txt when present) run in a subprocess, for the ratio
   the issue asks about;
 * step at N tenants: microseconds per ``step()`` on a saturated replica
-  (:func:`tenantry.adversaries.studies_load.saturated_state`), fcfs and vtc, at 3,
+  (:func:`tenantry.studies.load.saturated_state`), fcfs and vtc, at 3,
   100, 1,000 and 10,000 tenants;
 * step at R running: microseconds per step with 16, 128, 512 sequences decoding
   (3 tenants, every one backlogged);
@@ -44,12 +44,12 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 import frozen_step  # noqa: E402  (tests/frozen_step.py)
-from tenantry.adversaries.studies_load import saturated_state  # noqa: E402
-from tenantry.model import simulate as sim  # noqa: E402
+from tenantry.studies.load import saturated_state  # noqa: E402
+from tenantry.runner import simulate as sim  # noqa: E402
 from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig  # noqa: E402
-from tenantry.model.setups import apply_setup, seed001_config  # noqa: E402
+from tenantry.runner.setups import apply_setup, seed001_config  # noqa: E402
 from tenantry.model.step import step as new_step  # noqa: E402
-from tenantry.model.traces import seed001_workload  # noqa: E402
+from tenantry.runner.traces import seed001_workload  # noqa: E402
 from tenantry.model.workload import Request, Workload  # noqa: E402
 
 STEPS = {"new": new_step, "frozen": frozen_step.step}
@@ -60,7 +60,7 @@ FAST = {"fast": None, "new": False, "frozen": False}
 
 @contextlib.contextmanager
 def stepping_with(name: str):
-    """The driver (:mod:`tenantry.model.simulate`) steps with ``name``'s step function
+    """The driver (:mod:`tenantry.runner.simulate`) steps with ``name``'s step function
     for the duration (a benchmark-only swap; the model itself is never patched;
     ``fast`` steps with the model's)."""
     old = sim.step

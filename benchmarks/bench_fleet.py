@@ -6,9 +6,9 @@ For R = 1, 2, 4, 8 replicas of the adversary search's small replica (``vtc``
 setup), a synthetic three-tenant workload scaled with R (the same load per
 replica) is run
 
-* as a fleet (:func:`tenantry.model.fleet.run_fleet`, round robin; per-replica
+* as a fleet (:func:`tenantry.runner.fleet.run_fleet`, round robin; per-replica
   and fleet-level accounting), and
-* as R independent one-replica runs (:func:`tenantry.model.simulate.run_steps`),
+* as R independent one-replica runs (:func:`tenantry.runner.simulate.run_steps`),
   each on the requests the fleet routed to that replica,
 
 without history records.  The figure is the CPU time per replica step (a fleet
@@ -24,10 +24,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from tenantry.model.fleet import FleetConfig, run_fleet
-from tenantry.model.setups import build_config
-from tenantry.model.simulate import run_steps
+from tenantry.model.routers import FleetConfig
 from tenantry.model.workload import Request
+from tenantry.runner.fleet import run_fleet
+from tenantry.runner.setups import build_config
+from tenantry.runner.simulate import run_steps
 
 ROLES = [("a", "adversary"), ("b", "victim"), ("c", "victim")]
 

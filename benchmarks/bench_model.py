@@ -13,7 +13,7 @@ Run on demand (not a test):  python benchmarks/bench_model.py [--tenants 3 100 1
   step handed on (:class:`tenantry.model.policies.KeyMemo`): what every step
   of a steady run but the first sees.
 * step: ``step()`` on a saturated replica (the replica and the timings are
-  ``tenantry study accounting-cost``'s: :mod:`tenantry.adversaries.studies_load`) (max_num_seqs sequences decoding,
+  ``tenantry study accounting-cost``'s: :mod:`tenantry.studies.load`) (max_num_seqs sequences decoding,
   every tenant backlogged), steps/s and microseconds per step.
 """
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from tenantry.adversaries.studies_load import in_step_decision_us, saturated_state, step_us, warm_decision_us
 from tenantry.model.config import Config
 from tenantry.model.policies import ORDER, SelectView
+from tenantry.studies.load import in_step_decision_us, saturated_state, step_us, warm_decision_us
 
 POLICIES = ("fcfs", "round_robin", "vtc", "drr_tokens", "priority", "aging", "floors")
 

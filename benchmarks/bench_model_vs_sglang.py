@@ -12,7 +12,7 @@ batch.  The pool is large enough that nothing is retracted.
 
 * SGLang 0.5.23: one iteration of its non-overlap event loop,
   ``get_next_batch_to_run()`` + ``run_batch()`` + ``process_batch_result()``,
-  driven through :class:`tenantry.verify.sglang.SglangScheduler`; the time
+  driven through :class:`tenantry.engines.sglang.SglangScheduler`; the time
   spent inside the stand-in model worker (building the sampled-token tensor)
   is measured and subtracted, so what remains is SGLang's own scheduling and
   bookkeeping (the counterpart of vLLM's ``schedule()`` +
@@ -38,7 +38,7 @@ from bench_model_vs_vllm import PROMPT_TOKENS, TENANTS, model_us, token_budget  
 
 def sglang_us(n: int, steps: int) -> float:
     """Microseconds per decode iteration of SGLang's scheduler with n running requests."""
-    from tenantry.verify.sglang import SglangScheduler
+    from tenantry.engines.sglang import SglangScheduler
 
     output = 64 + steps + 64
     context = PROMPT_TOKENS + output + 64
@@ -85,7 +85,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    from tenantry.verify.sglang import sglang_available
+    from tenantry.engines.sglang import sglang_available
 
     ok, why = sglang_available()
     print(f"SGLang: {why}")

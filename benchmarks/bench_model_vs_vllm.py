@@ -12,16 +12,16 @@ batch.  The pool is large enough that nothing is preempted.  The columns:
 
 * vLLM 0.33: ``Scheduler.schedule()`` plus ``Scheduler.update_from_output()``
   (the two scheduler calls of ``EngineCore.step``), driven through
-  :class:`tenantry.verify.vllm.VllmScheduler`'s scheduler; the fabricated
+  :class:`tenantry.engines.vllm.VllmScheduler`'s scheduler; the fabricated
   model output of each step is built outside the timed region.
 * model fcfs, model vtc: :func:`tenantry.model.step.step` (pure: a new state
   every step), policy ``fcfs`` and ``vtc``.
-* fast fcfs, fast vtc: :class:`tenantry.model.fast.FastReplica` (the same steps
+* fast fcfs, fast vtc: :class:`tenantry.runner.fast.FastReplica` (the same steps
   computed in place, no step records), ``rep.step(StepInput())`` on the same
   configuration; it decodes lazily (a sequence is touched when it needs a KV
   block, not every step), so its cost is amortized over the timed steps.  After
   them the benchmark checks, untimed, that the N requests produced N tokens a
-  step between them.  When :func:`tenantry.model.fast.unsupported` rejects the
+  step between them.  When :func:`tenantry.runner.fast.unsupported` rejects the
   configuration, the columns read ``n/a`` and the reason is printed instead.
 
 Prints microseconds per step and per running request, and each column's cost
@@ -47,7 +47,7 @@ import types
 from pathlib import Path
 
 import tenantry.model.config as config_mod
-import tenantry.model.fast as fast_mod
+import tenantry.runner.fast as fast_mod
 import tenantry.model.state as state_mod
 import tenantry.model.step as step_mod
 import tenantry.model.workload as workload_mod
@@ -128,7 +128,7 @@ def fast_us(n: int, steps: int, policy: str) -> float:
 
 def vllm_us(n: int, steps: int) -> float:
     """Microseconds per decode step of vLLM's schedule() + update_from_output() with n running requests."""
-    from tenantry.verify.vllm import VllmScheduler, _token, _TAG_SAMPLE, _vllm
+    from tenantry.engines.vllm import VllmScheduler, _token, _TAG_SAMPLE, _vllm
 
     v = _vllm()
     blocks = n * (PROMPT_TOKENS + 4 * steps + 64) // 16 + 64
@@ -164,7 +164,7 @@ def main() -> None:
     ap.add_argument("--baseline", metavar="REV", default=None,
                     help="also time the model's step at this git revision, in the same run")
     args = ap.parse_args()
-    from tenantry.verify.vllm import vllm_available
+    from tenantry.engines.vllm import vllm_available
 
     ok, why = vllm_available()
     print(f"vLLM: {why}")

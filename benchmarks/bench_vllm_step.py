@@ -2,7 +2,7 @@
 
 Measures ``Scheduler.schedule()`` plus ``Scheduler.update_from_output()`` (the
 scheduler's whole share of an engine step; no model runs) with N requests all
-decoding, through :class:`tenantry.verify.vllm.VllmScheduler`.  The
+decoding, through :class:`tenantry.engines.vllm.VllmScheduler`.  The
 fabricated model output is built before the timer starts, so only vLLM's own
 code is timed; ``--adapter`` times the adapter's full ``step()`` instead
 (schedule, fabrication, update and the adapter's per-step report).
@@ -20,7 +20,7 @@ import argparse
 import sys
 import time
 
-from tenantry.verify.vllm import VllmScheduler, vllm_available
+from tenantry.engines.vllm import VllmScheduler, vllm_available
 
 PROMPT_TOKENS = 32
 

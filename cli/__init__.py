@@ -1,24 +1,10 @@
-"""tenantry: a formally checked reference model of a multi-tenant LLM inference
-scheduler, its invariants, Z3 proofs and adversarial workloads.
+"""The ``tenantry`` command line: :func:`main` dispatches to one module per subcommand.
 
-Packages, bottom to top (each imports only those before it; SPEC.md 10):
-
-* :mod:`tenantry.model`: the reference model (config and setups, state, the
-  step, policies, workloads and traces, histories, the driver loop);
-* :mod:`tenantry.spec`: the specification: SPEC.md, the history schema and
-  the invariant catalog (one implementation per invariant, one ``Finding``);
-* :mod:`tenantry.testing`: test machinery: Hypothesis strategies, the
-  stateful machine, the mutants and their hunt, the one shrinker;
-* :mod:`tenantry.proofs`: Z3 proofs with refuted twins;
-* :mod:`tenantry.adversaries`: abusive tenants, objectives, searches, the
-  ``check`` matrix;
-* :mod:`tenantry.verify`: checking a scheduler tenantry did not write: the
-  adapter protocol, the harness, history mode, the pytest plugin, vLLM;
-* :mod:`tenantry.commands` and :mod:`tenantry.cli`: the command line.
+``tenantry.cli.dispatch`` holds the dispatcher and the signal handling;
+:mod:`tenantry.cli.commands` holds the subcommands (flags and printing only:
+what a command runs lives in the package below it, docs/layout.md).
 """
 
-__version__ = "0.1.0"
+from .dispatch import main
 
-from ._moved import install as _install_aliases
-
-_install_aliases()
+__all__ = ["main"]

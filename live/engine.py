@@ -2,9 +2,9 @@
 
 The model's clock is the wall clock (monotonic) times the time scale, from the first
 request on.  A request is offered to the model at the instant it was received
-(:class:`LiveFeed`, the driver's :class:`~tenantry.model.simulate.Feed` open to arrivals
+(:class:`LiveFeed`, the driver's :class:`~tenantry.runner.simulate.Feed` open to arrivals
 as they come); a client that goes away is a cancellation at that instant.  The one driver
-loop (:func:`~tenantry.model.simulate.drive`) runs each step when the model's clock reaches
+loop (:func:`~tenantry.runner.simulate.drive`) runs each step when the model's clock reaches
 its start, and what the step produced is handed to the requests' streams when the clock
 reaches its end: a refusal at once (an HTTP 429), each output token (one per request per
 step), the finish.  When the model falls behind the wall clock (a step took longer to
@@ -23,12 +23,13 @@ import bisect
 import time
 from typing import Any
 
-from tenantry.model.config import Config
-from tenantry.model.fleet import Fleet, FleetConfig, FleetRecorder
-from tenantry.model.history import ADMISSION_REASONS, History
-from tenantry.model.setups import config_to_dict
-from tenantry.model.simulate import Feed, ModelReplica, Recorder, drive
+from tenantry.model.config import Config, config_to_dict
+from tenantry.model.events import ADMISSION_REASONS
+from tenantry.model.routers import FleetConfig
 from tenantry.model.workload import Request
+from tenantry.runner.fleet import Fleet, FleetRecorder
+from tenantry.runner.history import History
+from tenantry.runner.simulate import Feed, ModelReplica, Recorder, drive
 
 from .wire import WireError, WireRequest
 
@@ -37,8 +38,8 @@ POLL_S = 0.1
 
 
 class LiveFeed(Feed):
-    """A :class:`~tenantry.model.simulate.Feed` whose requests and cancellations come while
-    the model runs (:meth:`add`, :meth:`cancel`); :func:`~tenantry.model.simulate.drive`
+    """A :class:`~tenantry.runner.simulate.Feed` whose requests and cancellations come while
+    the model runs (:meth:`add`, :meth:`cancel`); :func:`~tenantry.runner.simulate.drive`
     waits for them while it is open, and ends once it is closed (:meth:`close`) and empty."""
 
     def __init__(self) -> None:

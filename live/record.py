@@ -2,7 +2,7 @@
 
 A :class:`Seen` per request holds only what its history record needs (times, counts, the
 refusal's status and body); :func:`live_history` turns a replay's into a
-:class:`~tenantry.model.history.History` with no step records: its header marks it a live
+:class:`~tenantry.runner.history.History` with no step records: its header marks it a live
 recording (``live``: URL, time scale, the identity fields sent, ...) and gives its ``end_s``.
 Times are workload seconds: wall seconds since the run's start (a monotonic clock) times the
 time scale.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from tenantry.model.history import History, RequestRecord
 from tenantry.model.workload import Request
+from tenantry.runner.history import History, RequestRecord
 
 #: Longest refusal body or failure text kept in a record (characters).
 DETAIL_CHARS = 2000
@@ -33,7 +33,7 @@ class Seen:
             replay keeps no per-token times).
         outcome: ``finished``, ``rejected``, ``cancelled`` or ``unfinished``; reason and
             retry_after_s: a refusal's; http_status: the answer's status;
-            failure: one of :data:`~tenantry.model.history.FAILURES`; detail: a refusal's
+            failure: one of :data:`~tenantry.runner.history.FAILURES`; detail: a refusal's
             body or what went wrong.
     """
 

@@ -19,8 +19,8 @@ import attrs
 from tenantry.adversaries.outdir import STOP_REQUESTED
 from tenantry.adversaries.patterns import Scenario, scenario_from_workload
 from tenantry.model.config import Config, ConfigError
-from tenantry.model.history import History
 from tenantry.model.workload import Workload
+from tenantry.runner.history import History
 from tenantry.spec.invariants_run import CheckedRun
 
 from .client import ReplayOptions, run_replay
@@ -40,7 +40,7 @@ def observable(metric: str) -> bool:
 def config_for(base: Config | None, roles: Iterable[tuple[str, str]]) -> Config:
     """``base`` with a default tenant added for each of ``roles`` it lacks, or the default
     replica for those tenants when there is no base."""
-    from tenantry.model.setups import config_with_tenants, default_config
+    from tenantry.runner.setups import config_with_tenants, default_config
 
     names = [n for n, _ in roles]
     return default_config(names) if base is None else config_with_tenants(base, names)
@@ -95,7 +95,7 @@ def cell_scenario(workload: Workload, cell: dict[str, Any], wl_path: Path) -> Sc
     """The scenario of a cell's workload file (roles from cell.json; the prefix probe's twin
     read from beside it, :func:`tenantry.adversaries.report.twin_file`)."""
     from tenantry.adversaries.report import twin_file
-    from tenantry.model.traces import read_workload_jsonl
+    from tenantry.runner.traces import read_workload_jsonl
 
     adv, vic = tuple(cell["adversaries"]), tuple(cell["victims"])
     sc = scenario_from_workload(workload, adv, victims=vic, pattern=cell["pattern"])

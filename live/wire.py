@@ -39,7 +39,7 @@ import attrs
 import numpy as np
 
 from tenantry.model.config import ConfigError
-from tenantry.model.history import REJECT_REASONS
+from tenantry.model.events import REJECT_REASONS
 from tenantry.model.workload import Request
 
 #: The Gateway API inference extension's flow-control fairness header (the endpoint picker
@@ -392,7 +392,7 @@ def refusal(status: int, message: str, reason: str | None = None, retry_after_s:
 
 def refusal_reason(body: str) -> tuple[str | None, float | None]:
     """(the model's reason, its ``retry_after_s``) named in a refusal's body, when it is one of
-    :data:`~tenantry.model.history.REJECT_REASONS` (``tenantry serve``'s), else (None, None)."""
+    :data:`~tenantry.model.events.REJECT_REASONS` (``tenantry serve``'s), else (None, None)."""
     try:
         err = json.loads(body).get("error")
     except (ValueError, AttributeError):

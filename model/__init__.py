@@ -1,6 +1,7 @@
-"""The reference model: configuration and setups (``config``, ``setups``), the
-state (``state``), the pure step (``step``), policies as small pure functions
-(``policies``), workloads and trace files (``workload``, ``traces``),
-histories (``history``) and the one driver loop (``simulate``).  SPEC.md
-sections 2 to 6.
+"""The reference model, exactly what SPEC.md specifies: configuration
+(``config``), the requests offered (``workload``), the state (``state``), what
+happens to a request (``events``), policies as small pure functions
+(``policies``), a fleet's configuration and routers (``routers``), and the pure
+step (``step``) with its phases (``running``, ``waiting``).  SPEC.md sections
+2 to 5.  What runs it and records it is :mod:`tenantry.runner`.
 """

@@ -530,3 +530,8 @@ class Config:
     def blocks_for(self, num_tokens: int) -> int:
         """KV blocks needed to hold ``num_tokens`` tokens: ceil(tokens / block_size_tokens)."""
         return -(-num_tokens // self.block_size_tokens)
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """The configuration as plain JSON-able data (for history headers)."""
+    return attrs.asdict(config, filter=lambda a, v: not a.name.startswith("_"))

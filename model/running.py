@@ -15,7 +15,7 @@ start of its mark step and brought up to date only when it must be treated alone
 
 from __future__ import annotations
 
-from .history import Event
+from .events import Event
 from .policies import VictimView
 from .state import Sequence, decoded, with_private_blocks
 

@@ -39,7 +39,7 @@ from operator import attrgetter, itemgetter
 import attrs
 
 from .config import Config
-from .history import EVENT_KINDS as HISTORY_EVENT_KINDS, Event
+from .events import EVENT_KINDS as HISTORY_EVENT_KINDS, Event
 from .policies import ORDER, VICTIM, KeyMemo, inherited_skips, step_duration_s
 from .running import RunningPhase
 from .state import KVPool, Running, Sequence, State, TenantState, frozen_tenants, prefix_keys, tenant_scratch
@@ -57,7 +57,7 @@ assert _TENANT_FIELDS[1:6] == _CHARGED_FIELDS, "Step._charge_step reads TenantSt
 _new_tuple = tuple.__new__
 
 #: Event kinds (SPEC.md 5.2): one flat table, the history's
-#: (:data:`tenantry.model.history.EVENT_KINDS`).  Every request ends in exactly
+#: (:data:`tenantry.model.events.EVENT_KINDS`).  Every request ends in exactly
 #: one of finished / rejected / cancelled (or is still in flight).
 EVENT_KINDS = HISTORY_EVENT_KINDS
 

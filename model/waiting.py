@@ -12,7 +12,7 @@ choices to the step's scratch state and is not used alone.
 from __future__ import annotations
 
 from .config import Config
-from .history import Event
+from .events import Event
 from .policies import (
     GuardView, PriorityView, SelectView, SkipView, drr_skip_pass, guard_reservation, plan_priority_preemption,
     skip_pass, slot_room, tier_skip_pass,

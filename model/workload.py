@@ -2,7 +2,7 @@
 
 A :class:`Request` is what a client sends; a :class:`Workload` is a tuple of
 them sorted by arrival time.  The readers for real traces and the project's own
-JSON Lines live in :mod:`tenantry.model.traces`.
+JSON Lines live in :mod:`tenantry.runner.traces`.
 """
 
 from __future__ import annotations
@@ -105,8 +105,8 @@ class Workload:
     :attr:`Request.cancel_s`).
 
     ``origin`` maps a request id to where it was read (``file:line``, set by
-    :func:`~tenantry.model.traces.read_workload_jsonl`), for errors found later
-    (:func:`~tenantry.model.simulate.check_workload`); not part of equality, and empty
+    :func:`~tenantry.runner.traces.read_workload_jsonl`), for errors found later
+    (:func:`~tenantry.runner.simulate.check_workload`); not part of equality, and empty
     for a workload built in code.
 
     Raises:

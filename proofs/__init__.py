@@ -8,7 +8,7 @@ Public surface::
     tenantry.proofs.core.run_proof / run_twin  # one at a time
     tenantry.proofs.tight.measure(T)           # the VTC gap a concrete workload reaches
     tenantry.proofs.concrete.build_state       # consistent concrete states for replays
-    tenantry prove [IDS] [--json]              # the command (tenantry.commands.prove)
+    tenantry prove [IDS] [--json]              # the command (tenantry.cli.commands.prove)
 
 One module per family: ``vtc``, ``drr``, ``priority`` (floors, aging),
 ``order`` (FCFS within a tenant and a tier, tier order), ``wait`` (bounded

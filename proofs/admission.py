@@ -47,8 +47,8 @@ import z3
 from z3 import And, Bool, If, Implies, Int, Not, Or, Real, Store
 
 from tenantry.model.config import AdmissionConfig, Config, CostConfig, OrderConfig, TenantConfig
-from tenantry.model.simulate import simulate
 from tenantry.model.workload import Request
+from tenantry.runner.simulate import simulate
 from tenantry.testing.mutants import BucketChargesRejected
 
 from . import evict

@@ -26,8 +26,8 @@ import z3
 from z3 import And, Int, Real, Store
 
 from tenantry.model.config import AdmissionConfig, Config, CostConfig, OrderConfig, TenantConfig
-from tenantry.model.simulate import simulate
 from tenantry.model.workload import Request
+from tenantry.runner.simulate import simulate
 
 from .checks import EPS, catalog_history, verdict
 from .concrete import run_workload

@@ -17,9 +17,9 @@ import attrs
 
 from tenantry.model.config import Config
 from tenantry.model.state import KVPool, Sequence, State, TenantState, initial_state
-from tenantry.model.simulate import Transition, run_steps
 from tenantry.model.step import Step, StepOutput, idle, step
 from tenantry.model.workload import Request, StepInput, Workload
+from tenantry.runner.simulate import Transition, run_steps
 
 
 @attrs.frozen
@@ -135,7 +135,7 @@ def run_workload(config: Config, workload: Workload | Iterable[Request], *, max_
                  state: State | None = None, variant: type[Step] | None = None) -> Iterator[Transition]:
     """Drive ``workload`` through the model step by step from ``state`` (default: the
     empty replica), with the model's one driver loop
-    (:func:`tenantry.model.simulate.run_steps`); at most ``max_steps`` steps.
+    (:func:`tenantry.runner.simulate.run_steps`); at most ``max_steps`` steps.
     ``variant``: a :class:`~tenantry.model.step.Step` subclass (a mutant of
     ``testing/mutants.py``) for a twin whose mechanism no configuration removes."""
     return run_steps(config, workload, max_steps=max_steps, state=state, variant=variant)

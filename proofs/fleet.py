@@ -10,8 +10,8 @@ outstanding requests, for any number R of replicas and any loads, because some
 replica is always within the bound (the router is total): for c >= 1 the
 least-loaded replica is.
 
-Encoding (``model/fleet.py``, :func:`~tenantry.model.fleet.route_prefix_affinity`,
-:func:`~tenantry.model.fleet.load_bound`): loads ``L[r] >= 0`` over a symbolic
+Encoding (``runner/fleet.py``, :func:`~tenantry.model.routers.route_prefix_affinity`,
+:func:`~tenantry.model.routers.load_bound`): loads ``L[r] >= 0`` over a symbolic
 replica domain, prefix sums ``P[0] = 0``, ``P[k + 1] = P[k] + L[k]``, ``m = P[R]``,
 and B the ceiling, ``B * R >= c * (m + 1) > (B - 1) * R``.  The totality is by
 induction on k over ``P[k] >= k * B`` when every replica is full (``L[r] >= B``):
@@ -41,7 +41,7 @@ FAMILY = "fleet"
 
 
 def ceil_bound(b: z3.ArithRef, c: z3.ArithRef, m: z3.ArithRef, r: z3.ArithRef) -> z3.BoolRef:
-    """``b = ceil(c * (m + 1) / r)`` for r >= 1 (:func:`tenantry.model.fleet.load_bound`)."""
+    """``b = ceil(c * (m + 1) / r)`` for r >= 1 (:func:`tenantry.model.routers.load_bound`)."""
     return And(b * r >= c * (m + 1), (b - 1) * r < c * (m + 1))
 
 
@@ -75,7 +75,8 @@ def twin_formula() -> tuple[z3.BoolRef, dict]:
 
 
 def twin_replay(model: z3.ModelRef, sym: dict) -> Replay:
-    from tenantry.model.fleet import FleetConfig, simulate_fleet
+    from tenantry.model.routers import FleetConfig
+    from tenantry.runner.fleet import simulate_fleet
     from tenantry.model.workload import Request
     from tenantry.spec.invariants_fleet import _read, h_load_bound
     from tenantry.testing.mutants import AffinityUnbounded, _fleet_replica
@@ -101,7 +102,7 @@ def limit_formula() -> tuple[z3.BoolRef, dict]:
 
 
 def limit_replay(model: z3.ModelRef, sym: dict) -> Replay:
-    from tenantry.model.fleet import RouteView, load_bound, route_prefix_affinity
+    from tenantry.model.routers import RouteView, load_bound, route_prefix_affinity
     from tenantry.model.workload import Request
 
     n, c, q = val(model, sym["R"]), Fraction(val(model, sym["c"])), val(model, sym["q"])
@@ -358,7 +359,8 @@ def _gap_twin_replay(model: z3.ModelRef, sym: dict) -> Replay:
     :func:`~tenantry.spec.invariants_fleet.fleet_service_counters`) must flag t0 against t1 at
     that step with the decoded gap (it may flag earlier rounds too: every round from the second
     breaks it); FLEET-VTC-GAP must hold on the same workload under fleet accounting."""
-    from tenantry.model.fleet import FleetConfig, simulate_fleet
+    from tenantry.model.routers import FleetConfig
+    from tenantry.runner.fleet import simulate_fleet
     from tenantry.model.workload import Request
     from tenantry.spec.invariants_fleet import _read, check_fleet_history, fleet_charge_bound, \
         fleet_service_counters, spread_findings
@@ -456,7 +458,8 @@ def _pool_refused_replay(model: z3.ModelRef, sym: dict) -> Replay:
     flag t0 against t1 first at fleet step k with the decoded gap and nothing else; the catalog
     must not claim FLEET-VTC-GAP on this fleet (replica 0 is not ample KV); and with replica 0's
     pool ample too the same workload must keep it, claimed."""
-    from tenantry.model.fleet import FleetConfig, simulate_fleet
+    from tenantry.model.routers import FleetConfig
+    from tenantry.runner.fleet import simulate_fleet
     from tenantry.model.workload import Request
     from tenantry.spec.invariants_fleet import _read, check_fleet_history, fleet_charge_bound, fleet_coverage, \
         h_fleet_vtc_gap

@@ -56,8 +56,8 @@ import z3
 from z3 import And, If, Implies, Int, Not, Store
 
 from tenantry.model.config import Config
-from tenantry.model.simulate import simulate
 from tenantry.model.workload import Request
+from tenantry.runner.simulate import simulate
 
 from .checks import catalog_state, verdict
 from .concrete import run_workload

@@ -69,8 +69,8 @@ from z3 import And, If, Implies, Int, Not, Or, Store
 
 from tenantry.model.config import Config
 from tenantry.model.policies import step_s_min
-from tenantry.model.simulate import simulate
 from tenantry.model.workload import Request
+from tenantry.runner.simulate import simulate
 
 from .checks import catalog_history, verdict
 from .concrete import run_workload

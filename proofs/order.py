@@ -50,8 +50,8 @@ import z3
 from z3 import And, If, Implies, Int, Not, Or, Real, Store
 
 from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig
-from tenantry.model.simulate import simulate
 from tenantry.model.workload import Request
+from tenantry.runner.simulate import simulate
 from tenantry.testing.mutants import TenantQueueLifo
 
 from .checks import catalog_history, verdict

@@ -53,8 +53,8 @@ import z3
 from z3 import And, If, Implies, Int, Lambda, Not, Or, Store
 
 from tenantry.model.config import Config, CostConfig, EvictionConfig, OrderConfig, TenantConfig
-from tenantry.model.simulate import simulate
 from tenantry.model.workload import Request
+from tenantry.runner.simulate import simulate
 from tenantry.testing.mutants import EvictsOneMore, EvictsWithoutNeed
 
 from .checks import catalog_history, verdict

@@ -28,9 +28,9 @@ import z3
 from z3 import And, Implies, Int, Not, Real
 
 from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig
-from tenantry.model.simulate import simulate
 from tenantry.model.step import step
 from tenantry.model.workload import Request, StepInput
+from tenantry.runner.simulate import simulate
 
 from . import vtc
 from .checks import EPS, catalog_history, catalog_state, verdict

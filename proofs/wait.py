@@ -44,7 +44,7 @@ import z3
 from z3 import And, If, Implies, Int, Not, Store
 
 from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig
-from tenantry.model.simulate import simulate
+from tenantry.runner.simulate import simulate
 from tenantry.model.policies import step_s_max  # noqa: F401  (re-exported: proofs.wait.step_s_max)
 from tenantry.model.workload import Request
 

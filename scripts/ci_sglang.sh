@@ -17,8 +17,8 @@ if ! bash "$here/install_sglang.sh"; then
   echo "ci_sglang: FAILED: scripts/install_sglang.sh did not install SGLang into $PYTHON" >&2
   exit 1
 fi
-if ! "$PYTHON" -c 'from tenantry.verify.sglang import sglang_available as a; ok, why = a(); print("ci_sglang:", why); raise SystemExit(0 if ok else 1)'; then
-  echo "ci_sglang: FAILED: SGLang installed but tenantry.verify.sglang cannot use it" >&2
+if ! "$PYTHON" -c 'from tenantry.engines.sglang import sglang_available as a; ok, why = a(); print("ci_sglang:", why); raise SystemExit(0 if ok else 1)'; then
+  echo "ci_sglang: FAILED: SGLang installed but tenantry.engines.sglang cannot use it" >&2
   exit 1
 fi
 echo "ci_sglang: ok in $(( $(date +%s) - start )) s"

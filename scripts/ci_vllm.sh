@@ -16,8 +16,8 @@ if ! bash "$here/install_vllm.sh"; then
   echo "ci_vllm: FAILED: scripts/install_vllm.sh did not install vLLM into $PYTHON" >&2
   exit 1
 fi
-if ! "$PYTHON" -c 'from tenantry.verify.vllm import vllm_available as a; ok, why = a(); print("ci_vllm:", why); raise SystemExit(0 if ok else 1)'; then
-  echo "ci_vllm: FAILED: vLLM installed but tenantry.verify.vllm cannot use it" >&2
+if ! "$PYTHON" -c 'from tenantry.engines.vllm import vllm_available as a; ok, why = a(); print("ci_vllm:", why); raise SystemExit(0 if ok else 1)'; then
+  echo "ci_vllm: FAILED: vLLM installed but tenantry.engines.vllm cannot use it" >&2
   exit 1
 fi
 echo "ci_vllm: ok in $(( $(date +%s) - start )) s"

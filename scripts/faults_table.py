@@ -28,7 +28,7 @@ For each entry it runs, from ``examples/``::
   invariant again (it re-runs the workload in a fresh process with another
   ``PYTHONHASHSEED`` too); for DETERMINISM the witness is also judged as the
   matrix judges it
-  (:meth:`tenantry.verify.run.TargetSystem.checked`: a fresh process with
+  (:meth:`tenantry.verify.system.TargetSystem.checked`: a fresh process with
   another ``PYTHONHASHSEED``); this script re-executes itself with
   ``PYTHONHASHSEED=2`` so that this check is the same on every run, while the
   verifications themselves run with the caller's environment, hash seed unset.
@@ -180,7 +180,7 @@ def checked(target: str, workload, expected: list[str], timeout_s: float, horizo
     the catalog, and at depth ``full``, when DETERMINISM is expected, tenantry's fresh-process re-run),
     every tenant a victim, in the workload's order (``weighted``: with the stateful extra's weights):
     what ``verify --target T --workload W [--weighted]`` runs."""
-    from tenantry.verify.run import TargetSystem
+    from tenantry.verify.system import TargetSystem
 
     depth = "full" if "DETERMINISM" in expected else "state"
     return TargetSystem(target, timeout_s=timeout_s, path=str(EXAMPLES), weighted=weighted).checked(
@@ -205,7 +205,7 @@ def invariants_on(target: str, workload, expected: list[str], timeout_s: float, 
 def pick_witness(e: dict, rep: dict, inv: str, timeout_s: float) -> tuple[object | None, str, bool]:
     """(a small workload showing ``inv``, where it came from, whether it runs with the stateful
     extra's weights) or (None, why there is none, False)."""
-    from tenantry.model.traces import read_workload_jsonl
+    from tenantry.runner.traces import read_workload_jsonl
     from tenantry.verify.suite import shrink_finding
 
     want = e["expected"]
@@ -251,7 +251,7 @@ def default_scenario(target: str, pattern: str):
     as the searches generate it (a pattern that reads limits gets the target's)."""
     from tenantry.adversaries.patterns import ADVERSARY, get_pattern, limits_of, make_scenario
     from tenantry.adversaries.victims import DEFAULT_VICTIMS
-    from tenantry.verify.run import TargetSystem
+    from tenantry.verify.system import TargetSystem
 
     limits = None
     if get_pattern(pattern).uses_limits:
@@ -262,7 +262,7 @@ def default_scenario(target: str, pattern: str):
 
 def replay(e: dict, inv: str, witness_path: Path, folder: Path, log: Path, weighted: bool = False) -> tuple[bool, str]:
     """Re-run the witness with the cells' replay command; (``inv`` reported again, detail)."""
-    from tenantry.model.traces import read_workload_jsonl
+    from tenantry.runner.traces import read_workload_jsonl
 
     order = tenant_order(read_workload_jsonl(witness_path), weighted)
     code, _ = run_verify(e["target"], folder, log, ["--workload", str(witness_path), "--horizon-s", str(HORIZON_S)]
@@ -272,8 +272,8 @@ def replay(e: dict, inv: str, witness_path: Path, folder: Path, log: Path, weigh
     if inv in got:
         return True, f"exit {code}, {', '.join(sorted(got))}"
     if inv == "DETERMINISM":  # the --workload replay compares two runs in one process: same hash seed
-        from tenantry.model.traces import read_workload_jsonl
-        from tenantry.verify.run import RERUN_HASH_SEEDS
+        from tenantry.runner.traces import read_workload_jsonl
+        from tenantry.verify.system import RERUN_HASH_SEEDS
 
         fresh = "DETERMINISM" in invariants_on(e["target"], read_workload_jsonl(witness_path), [inv], 10.0)
         return fresh, (f"the --workload replay compares two runs in one process ({', '.join(sorted(got)) or 'no finding'}); "
@@ -324,7 +324,7 @@ def witness_file(name: str, inv: str, expected: list[str]) -> str:
 def judged(target: str, inv: str, path: Path, horizon_s: float, weighted: bool = False) -> dict:
     """What ``tests/test_faults.py`` asserts of a stored witness: every invariant :func:`checked` finds on
     it (``raises``) and the steps of the findings of ``inv``, in order (``steps``; None: a whole-run one)."""
-    from tenantry.model.traces import read_workload_jsonl
+    from tenantry.runner.traces import read_workload_jsonl
 
     found = checked(target, read_workload_jsonl(path), [inv], 10.0 if inv != "ADAPTER-HANG" else 1.0, horizon_s,
                     weighted).findings
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     todo = entries(args.only)
     made = claim_out(out)
-    from tenantry.model.traces import write_workload_jsonl
+    from tenantry.runner.traces import write_workload_jsonl
 
     rows, t_all = [], time.monotonic()
     for i, e in enumerate(todo, 1):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install SGLang 0.5.23's scheduler, CPU-only, into the current Python
 # environment (whatever `$PYTHON -m pip` installs into; PYTHON defaults to
-# `python`, else `python3`), for tenantry.verify.sglang.
+# `python`, else `python3`), for tenantry.engines.sglang.
 #
 #   bash scripts/install_sglang.sh                 # the active venv's python
 #   PYTHON=/path/to/venv/bin/python bash scripts/install_sglang.sh
@@ -17,7 +17,7 @@
 # 0.18.0, sentencepiece 0.2.1, apache-tvm-ffi 0.1.11; fastapi 0.136.3).
 # triton is a hard import (about 1 GB; it imports without a GPU and no Triton
 # kernel runs: the paged allocator's CPU path is used).  torchvision is not
-# installed: no wheel imports beside this torch, and tenantry.verify.sglang
+# installed: no wheel imports beside this torch, and tenantry.engines.sglang
 # puts an import stub in its place (two multimodal config modules import it).
 #
 # Idempotent: only what is missing or at another version is installed; a run
@@ -197,7 +197,7 @@ say "smoke test: build SGLang's scheduler for a tiny local Llama and run one req
 import time
 t0 = time.time()
 try:
-    from tenantry.verify.sglang import SglangScheduler, sglang_available
+    from tenantry.engines.sglang import SglangScheduler, sglang_available
 except ImportError as e:  # tenantry not installed in this environment: import check only
     print(f"[install_sglang] tenantry not importable ({e}); checking the imports alone")
     import sglang.srt.managers.scheduler  # noqa: F401

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install vLLM 0.33.0's V1 scheduler, CPU-only, into the current Python
 # environment (whatever `$PYTHON -m pip` installs into; PYTHON defaults to
-# `python`, else `python3`), for tenantry.verify.vllm.
+# `python`, else `python3`), for tenantry.engines.vllm.
 #
 #   bash scripts/install_vllm.sh                 # the active venv's python
 #   PYTHON=/path/to/venv/bin/python bash scripts/install_vllm.sh

@@ -15,7 +15,7 @@ import argparse
 
 import attrs
 
-from tenantry.model.traces import read_mooncake_jsonl, write_workload_jsonl
+from tenantry.runner.traces import read_mooncake_jsonl, write_workload_jsonl
 
 
 def main(argv: list[str] | None = None) -> int:

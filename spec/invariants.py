@@ -26,20 +26,18 @@ import attrs
 from tenantry.model.config import (
     AdmissionConfig, Config, ConfigError, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
 )
-from tenantry.model.history import History, StepRecord, history_lines
-from tenantry.model.setups import config_from_dict
 from tenantry.model.state import State
 from tenantry.model.step import StepOutput
 from tenantry.model.workload import Request, StepInput, Workload
+from tenantry.runner.history import History, StepRecord, history_lines
+from tenantry.runner.setups import config_from_dict
 
-from . import invariants_claims as C
-from . import invariants_history as H
-from . import invariants_history_blocks as HB
-from . import invariants_history_evict as HE
-from . import invariants_history_fair as HF
-from . import invariants_policy as P
-from . import invariants_state as S
-from .invariants_core import CHECK_RAISED, Finding, Invariant, ample_kv, check_raised, caps_enforced, skip_budget_claimed, slot_caps_enforced
+from . import (
+    invariants_claims as C, invariants_history as H, invariants_history_blocks as HB, invariants_history_evict as HE, invariants_history_fair as HF, invariants_policy as P, invariants_state as S,
+)
+from .invariants_core import (
+    CHECK_RAISED, Finding, Invariant, ample_kv, caps_enforced, check_raised, skip_budget_claimed, slot_caps_enforced,
+)
 
 __all__ = ["CHECK_RAISED", "INVARIANTS", "CLAIMABLE", "HISTORY_NEEDS_STEPS", "Finding", "Invariant", "check_state", "check_history",
            "check_pair", "config_from_dict", "coverage", "missing", "relabel_contents", "unknown_without_steps"]
@@ -298,7 +296,7 @@ def check_state(config: Config, prev: State, state: State, output: StepOutput, i
         prev, state: the states before and after the step; output: its StepOutput;
         inputs: the step's arrivals and cancellations; ids: restrict to these ids;
         record, prev_record: the step's record and the one before it when the caller
-            made them (a :class:`~tenantry.model.simulate.Recorder`'s, with ``detail``): the
+            made them (a :class:`~tenantry.runner.simulate.Recorder`'s, with ``detail``): the
             state forms derived from record forms read them (else they are made here).
 
     Raises:

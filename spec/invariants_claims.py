@@ -11,7 +11,7 @@ the configuration and what the records say happened.
 
 from __future__ import annotations
 
-from tenantry.model.history import REJECT_REASONS
+from tenantry.model.events import REJECT_REASONS
 
 from .invariants_core import EPS, Finding, at_slot_cap, caps_enforced
 from .invariants_history import HistoryContext, _f

@@ -31,9 +31,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import attrs
 
 from tenantry.model.config import Config, ConfigError
-from tenantry.model.fleet import LOAD_BOUNDED, load_bound, service_timeline
-from tenantry.model.history import History, StepRecord
-from tenantry.model.setups import config_from_dict
+from tenantry.model.routers import LOAD_BOUNDED, load_bound
+from tenantry.runner.fleet import service_timeline
+from tenantry.runner.history import History, StepRecord
+from tenantry.runner.setups import config_from_dict
 
 from .invariants import check_state
 from .invariants_core import Finding, ample_kv, batch_token_capacity, check_raised, owed
@@ -247,7 +248,7 @@ def fleet_service_counters(history: History) -> list[dict[str, float]]:
     """Per fleet step, each tenant's normalised fleet service ``sum_r S_i^r / w_i``
     after it: the fleet counters without lifts, what per-replica accounting is judged
     on when FLEET-VTC-GAP's spread is asked of it (its refuted twin, SPEC.md 7.9); the
-    fleet's service as :func:`tenantry.model.fleet.service_timeline` reads it.
+    fleet's service as :func:`tenantry.runner.fleet.service_timeline` reads it.
 
     Raises:
         ConfigError: when ``history`` is not a fleet history.
@@ -386,7 +387,7 @@ class FleetStepContext:
     :class:`SpreadRelation` and the longest request routed so far (T of D_F).
 
     Args:
-        config: the :class:`~tenantry.model.fleet.FleetConfig` the fleet runs.
+        config: the :class:`~tenantry.model.routers.FleetConfig` the fleet runs.
     """
 
     def __init__(self, config: Any) -> None:
@@ -414,7 +415,7 @@ def _state_no_loss(ctx: FleetStepContext, before: Sequence[Any], tr: Any, fleet:
 def _state_load_bound(ctx: FleetStepContext, before: Sequence[Any], tr: Any, fleet: Any) -> list[Finding]:
     """ROUTE-LOAD-BOUND, state form: the loads the routing met, recomputed from the replicas'
     states before the step (running plus queued) and the requests routed earlier in it."""
-    from tenantry.model.fleet import outstanding
+    from tenantry.model.routers import outstanding
     load = [outstanding(st) for st in before]
     c, n, out = float(ctx.fleet.get("load_factor", 1.0)), len(load), []
     for rid, r in tr.record.routed:
@@ -464,7 +465,7 @@ def _state_vtc_gap(ctx: FleetStepContext, before: Sequence[Any], tr: Any, fleet:
 def check_fleet_step(ctx: FleetStepContext, before: Sequence[Any], tr: Any, fleet: Any) -> list[Finding]:
     """Judge one fleet step as it happens: the state form of every applicable fleet invariant
     (``before``: the replicas' states before the step; ``tr``: the fleet's
-    :class:`~tenantry.model.fleet.FleetTransition`; ``fleet``: the fleet after it).  Advances
+    :class:`~tenantry.runner.fleet.FleetTransition`; ``fleet``: the fleet after it).  Advances
     ``ctx`` (the spread's relation, T).  The per-replica state forms are the caller's
     (:func:`tenantry.spec.invariants.check_state` on each replica's transition)."""
     for t in tr.replicas:

@@ -4,7 +4,7 @@ ones (SPEC.md 7.1); the fairness ones are in :mod:`tenantry.spec.invariants_hist
 those of the KV pool and its blocks in :mod:`tenantry.spec.invariants_history_blocks`, those of
 admission and eviction in :mod:`tenantry.spec.invariants_history_evict`.
 
-They read only what :mod:`tenantry.model.history` records (request records and,
+They read only what :mod:`tenantry.runner.history` records (request records and,
 where present, per-step snapshots) plus the configuration the scheduler
 claims, so the same checks judge a scheduler tenantry did not write.  Each
 ``h_*(hctx: HistoryContext) -> list[Finding]``; a check that needs step
@@ -28,7 +28,8 @@ from typing import Callable
 import attrs
 
 from tenantry.model.config import Config
-from tenantry.model.history import ADMISSION_REASONS, History, RequestRecord
+from tenantry.model.events import ADMISSION_REASONS
+from tenantry.runner.history import History, RequestRecord
 
 from .invariants_core import Finding, at_slot_cap, hopeless, largest_charge, slot_caps
 from .replay import Replay, StepView
@@ -82,14 +83,6 @@ class HistoryContext:
     def views(self) -> list[StepView]:
         """The records' state after each step (:class:`~tenantry.spec.replay.StepView`)."""
         return self._walk[1]
-
-    @cached_property
-    def block_reads(self) -> list[tuple[int, int, int, object, tuple]]:
-        """Blocks held with content they do not hold
-        (:func:`~tenantry.spec.invariants_history_blocks.block_reads`)."""
-        from .invariants_history_blocks import block_reads
-
-        return block_reads(self)
 
     @property
     def start(self) -> StepView | None:
@@ -423,18 +416,3 @@ def h_work_conserving(h: HistoryContext) -> list[Finding]:
     no sharing) and exact computed tokens; the first such request is reported
     (:func:`s_work_conserving`)."""
     return each_step(h, s_work_conserving)[:1]
-
-
-#: Record forms that moved out of this module, still importable from here: name -> module.
-_MOVED = {**dict.fromkeys(("block_reads", "h_salt_isolation", "h_kv_conserve", "h_kv_cap", "s_kv_conserve", "s_kv_cap"),
-                          "invariants_history_blocks"),
-          **dict.fromkeys(("h_token_bucket", "h_token_limit", "h_evict_cooldown", "h_evict_bounded", "h_evict_min_free",
-                           "h_victim"), "invariants_history_evict")}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__package__}.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

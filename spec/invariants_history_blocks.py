@@ -10,7 +10,7 @@ configuration; where it judges step by step, its judgement of one step is
 
 from __future__ import annotations
 
-from tenantry.model.history import RequestRecord
+from tenantry.runner.history import RequestRecord
 
 from .invariants_core import Finding, caps_enforced
 from .invariants_history import HistoryContext, _f, each_step
@@ -88,7 +88,7 @@ def h_kv_conserve(h: HistoryContext) -> list[Finding]:
     SALT-ISOLATION)."""
     cfg, out = h.config, h.anomalies("KV-CONSERVE") + each_step(h, s_kv_conserve)
     salts = {t.name: (t.salt if cfg.prefix_cache == "salted" else None) for t in cfg.tenants}
-    for k, rid, j, bid, w in h.block_reads:
+    for k, rid, j, bid, w in block_reads(h):
         r = h.requests[rid]
         if w[0] == salts.get(r.tenant):  # same namespace, other content: the request reads KV that is not its own
             if w[3] == rid:  # its own other position (or its earlier content): no other party to name
@@ -141,6 +141,14 @@ def _content_keys(r: RequestRecord, n: int) -> list:
 
 
 def block_reads(h: HistoryContext) -> list[tuple[int, int, int, object, tuple]]:
+    """:func:`_block_reads` of ``h``, computed once per context (KV-CONSERVE and SALT-ISOLATION share it)."""
+    got = h.__dict__.get("_block_reads")
+    if got is None:
+        got = h.__dict__["_block_reads"] = _block_reads(h)
+    return got
+
+
+def _block_reads(h: HistoryContext) -> list[tuple[int, int, int, object, tuple]]:
     """Blocks held with content they do not hold: (step, request id, position, block id,
     writer) for every block a running request holds at a computed position whose last
     writer was another salt or other content (the first such per request).  A block's
@@ -214,7 +222,7 @@ def h_salt_isolation(h: HistoryContext) -> list[Finding]:
     block last written under another salt (:func:`block_reads`)."""
     salt = {t.name: t.salt for t in h.config.tenants}
     out = []
-    for k, rid, j, bid, w in h.block_reads:
+    for k, rid, j, bid, w in block_reads(h):
         r = h.requests[rid]
         if w[0] != salt.get(r.tenant):
             out.append(_f("SALT-ISOLATION", k, f"request {rid} (tenant {r.tenant}) holds block {bid!r} at position {j}, "

@@ -10,7 +10,7 @@ configuration; where it judges step by step, its judgement of one step is
 
 from __future__ import annotations
 
-from tenantry.model.history import StepEvent
+from tenantry.runner.history import StepEvent
 
 from .invariants_core import EPS, Finding
 from .invariants_history import HistoryContext, _f, each_step

@@ -1,7 +1,7 @@
 """Run the reference model with the invariant catalog checked: the one checked run.
 
 :func:`run_checked` is the model's driver loop
-(:func:`tenantry.model.simulate.run_steps`) with the catalog's state forms after
+(:func:`tenantry.runner.simulate.run_steps`) with the catalog's state forms after
 every step, its history forms on the recorded history and, at depth ``full``,
 its two-run forms.  Every caller that asks "did an invariant break on this
 workload?" (the stateful tests, the mutant hunt, ``tenantry check``'s
@@ -15,10 +15,10 @@ from typing import Iterable, Sequence
 import attrs
 
 from tenantry.model.config import Config
-from tenantry.model.history import History
-from tenantry.model.simulate import Recorder, config_to_dict, run_steps, simulate
 from tenantry.model.step import Step
 from tenantry.model.workload import Request, Workload, as_workload
+from tenantry.runner.history import History
+from tenantry.runner.simulate import Recorder, config_to_dict, run_steps, simulate
 
 from .invariants import INVARIANTS, check_history, check_pair, check_state, relabel_contents
 from .invariants_core import Finding, dedup
@@ -107,7 +107,7 @@ def run_checked(config: Config, workload: Workload | Iterable[Request], *, ids: 
     Args:
         depth: one of :data:`DEPTHS`.
         horizon_s, max_steps: where the run stops (seconds, steps), as in
-            :func:`~tenantry.model.simulate.simulate`.
+            :func:`~tenantry.runner.simulate.simulate`.
         variant: a :class:`~tenantry.model.step.Step` subclass to run instead
             of the model (a mutant).
         observers: tenants whose records NONINTERFERENCE compares (at depth
@@ -155,7 +155,7 @@ def run_checked(config: Config, workload: Workload | Iterable[Request], *, ids: 
 def run_fleet_checked(fleet, workload: Workload | Iterable[Request], *, ids: Iterable[str] | None = None,
                       depth: str = "state", horizon_s: float | None = None, max_steps: int | None = 2000,
                       step_variant: type[Step] | None = None) -> CheckedRun:
-    """Simulate ``workload`` on a fleet (:class:`~tenantry.model.fleet.FleetConfig`) and check
+    """Simulate ``workload`` on a fleet (:class:`~tenantry.model.routers.FleetConfig`) and check
     the per-replica invariants ``ids`` on every replica plus every applicable fleet invariant
     (SPEC.md 7.9), the way ``tenantry verify --history`` judges a fleet history
     (:func:`~tenantry.spec.invariants_fleet.check_fleet_history`) and the stateful machine
@@ -175,7 +175,7 @@ def run_fleet_checked(fleet, workload: Workload | Iterable[Request], *, ids: Ite
         KeyError: on an unknown invariant id.
         ConfigError: if a request names a tenant the configuration lacks.
     """
-    from tenantry.model.fleet import FleetRecorder, run_fleet, simulate_fleet
+    from tenantry.runner.fleet import FleetRecorder, run_fleet, simulate_fleet
     from tenantry.model.state import initial_state
 
     from .invariants_fleet import (FLEET_INVARIANTS, FleetStepContext, check_fleet_history, check_fleet_transition,

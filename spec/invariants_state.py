@@ -9,7 +9,7 @@ SPEC.md section 7 require, so a broken model (a mutant) cannot vouch for itself.
 **One definition per invariant.**  Where an invariant's record form judges step
 by step, its state form is that judgement run on the step (:func:`from_record`):
 the step is recorded as the model's recorder records it
-(:func:`~tenantry.model.simulate.snapshot`, with its blocks per request), and
+(:func:`~tenantry.runner.simulate.snapshot`, with its blocks per request), and
 the records' walk (:class:`~tenantry.spec.replay.Replay`) starts from the
 requests as the state before the step holds them (:class:`StepHistory`), so the
 record form sees the one step it would see in a history, with the state before
@@ -36,11 +36,12 @@ from typing import Callable, NamedTuple
 import attrs
 
 from tenantry.model.config import Config
-from tenantry.model.history import ADMISSION_REASONS, TERMINAL, History, StepRecord
-from tenantry.model.simulate import snapshot
+from tenantry.model.events import ADMISSION_REASONS, TERMINAL
 from tenantry.model.state import Sequence, State
 from tenantry.model.step import StepOutput
 from tenantry.model.workload import StepInput
+from tenantry.runner.history import History, StepRecord
+from tenantry.runner.simulate import snapshot
 
 from .invariants_core import Finding, hopeless, largest_charge
 from .invariants_history import HistoryContext, StepJudge
@@ -52,7 +53,7 @@ class StepContext:
     """One transition of the model: ``prev --inputs--> state``, with ``output``.
 
     ``recorded``: the step's record when the caller already made it (a recorder's,
-    :func:`~tenantry.model.simulate.snapshot` with ``detail``); else it is made here
+    :func:`~tenantry.runner.simulate.snapshot` with ``detail``); else it is made here
     when a state form derived from a record form needs it (:attr:`record`).
     ``recorded_prev``: the record of the step before (the snapshot of ``prev``), when
     the caller has it; else ``prev``'s snapshot stands for it."""
@@ -136,7 +137,7 @@ class StepContext:
 
 class StepRequest(NamedTuple):
     """What the record forms read of a request's record in one step: its static fields
-    (a :class:`~tenantry.model.history.RequestRecord`'s, under the same names; its outcome
+    (a :class:`~tenantry.runner.history.RequestRecord`'s, under the same names; its outcome
     is not known in one step)."""
 
     request_id: int

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 import attrs
 
 from tenantry.model.config import Config
-from tenantry.model.history import History, RequestRecord, StepRecord
+from tenantry.runner.history import History, RequestRecord, StepRecord
 
 from .replay_events import derive_events
 

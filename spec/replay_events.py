@@ -4,7 +4,7 @@ when the steps do not say what happened in them (SPEC.md 6)."""
 
 from __future__ import annotations
 
-from tenantry.model.history import History, StepEvent
+from tenantry.runner.history import History, StepEvent
 
 
 def derive_events(history: History) -> dict[int, tuple[StepEvent, ...]]:

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
 
 from tenantry.model.workload import Workload
-from tenantry.model.simulate import run_steps
+from tenantry.runner.simulate import run_steps
 from tenantry.spec.invariants import check_pair, check_state, relabel_contents
 from tenantry.spec.invariants_run import run_checked
 

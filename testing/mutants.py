@@ -624,7 +624,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
 
 from typing import Callable  # noqa: E402
 
-from tenantry.model.fleet import Fleet, FleetConfig  # noqa: E402
+from tenantry.runner.fleet import Fleet
+from tenantry.model.routers import FleetConfig
 from tenantry.model.workload import Request  # noqa: E402
 
 
@@ -660,7 +661,7 @@ class FleetNoLift(Fleet):
 @attrs.frozen
 class FleetMutant:
     """One broken fleet: its name, the fleet invariants that must catch it, what is broken,
-    the :class:`~tenantry.model.fleet.Fleet` subclass, and the fleet and workload that
+    the :class:`~tenantry.runner.fleet.Fleet` subclass, and the fleet and workload that
     expose it (``fleet()`` and ``workload()``, deterministic)."""
 
     name: str

@@ -1,7 +1,7 @@
 """The stateful machine: tenants act, a replica steps, every step is judged.
 
 One Hypothesis :class:`~hypothesis.stateful.RuleBasedStateMachine` for every
-replica the driver loop can feed (:class:`tenantry.model.simulate.Replica`):
+replica the driver loop can feed (:class:`tenantry.runner.simulate.Replica`):
 the reference model (:class:`ModelMachine`, judged by the catalog's state
 forms after every step and its history forms at the end), a fleet of it behind a
 router (:class:`FleetMachine`: the same rules drive the fleet; every replica's state
@@ -29,12 +29,15 @@ from hypothesis import event, strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, precondition, rule
 
 from tenantry.model.config import Config
-from tenantry.model.fleet import Fleet, FleetConfig, FleetRecorder
-from tenantry.model.simulate import ModelReplica, Recorder, Replica, config_to_dict
+from tenantry.model.routers import FleetConfig
 from tenantry.model.workload import Request, StepInput, Workload
+from tenantry.runner.fleet import Fleet, FleetRecorder
+from tenantry.runner.simulate import ModelReplica, Recorder, Replica, config_to_dict
 from tenantry.spec.invariants import INVARIANTS, check_history, check_state
 from tenantry.spec.invariants_core import Finding
-from tenantry.spec.invariants_fleet import FLEET_INVARIANTS, FleetStepContext, check_fleet_history, check_fleet_transition
+from tenantry.spec.invariants_fleet import (
+    FLEET_INVARIANTS, FleetStepContext, check_fleet_history, check_fleet_transition,
+)
 
 #: Steps the teardown runs at most to let every request end.
 DRAIN_STEPS = 2000
@@ -249,7 +252,7 @@ class FleetMachine(ReplicaMachine):
     FLEET-VTC-GAP's premise and its proved invariant); at the end the fleet history by
     :func:`~tenantry.spec.invariants_fleet.check_fleet_history` (each replica's part by every
     history form, and the fleet invariants).  :attr:`variant` (a fleet mutant, a
-    :class:`~tenantry.model.fleet.Fleet` subclass) and :attr:`step_variant` (a replica mutant)
+    :class:`~tenantry.runner.fleet.Fleet` subclass) and :attr:`step_variant` (a replica mutant)
     run when set."""
 
     #: A strategy of :class:`FleetConfig` (set by :func:`fleet_machine`).

@@ -137,7 +137,7 @@ def fleets(draw, accounting: str | None = None):
     explicit affinity subsets, and either accounting (or ``accounting``).  Fleet accounting runs
     ``vtc``; half of those fleets are plain (no cap, no strict tiers, every pool ample), so that
     FLEET-VTC-GAP is claimed."""
-    from tenantry.model.fleet import ACCOUNTING, ROUTERS, FleetConfig
+    from tenantry.model.routers import ACCOUNTING, ROUTERS, FleetConfig
 
     acc = accounting or draw(st.sampled_from(ACCOUNTING))
     base = draw(configs("vtc" if acc == "fleet" else None))

@@ -78,6 +78,28 @@ def wait_for(cond, within_s: float = 60.0, poll_s: float = 0.05) -> None:
         time.sleep(poll_s)
 
 
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (from /proc; [] when it has none or is gone)."""
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def gone(pid: int, within_s: float = 5.0) -> bool:
+    """Whether process ``pid`` ends (or is a zombie) within ``within_s`` seconds."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < within_s:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return True  # a zombie waiting for its (new) parent: it has stopped
+        time.sleep(0.05)
+    return False
+
+
 # A real vLLM server for live tests (tests/vllm_server.py): the session fixture
 # `vllm_server`; every test using it is marked `vllm_server`, and the files
 # named *vllm_server* run on one pytest-xdist worker (below): one server per run.

@@ -11,7 +11,7 @@
   :mod:`~tenantry.verify.suite`: verdicts on one workload, the adversary
   matrix, the suite as pytest items;
 * :mod:`~tenantry.verify.plugin`: the pytest plugin;
-* :mod:`~tenantry.verify.vllm`: vLLM's V1 scheduler on the CPU, behind the protocol.
+* :mod:`~tenantry.engines.vllm`: vLLM's V1 scheduler on the CPU, behind the protocol.
 
 Nothing heavy is imported here.
 """

@@ -1,7 +1,7 @@
 """Step mode: drive a scheduler under test through its adapter and record every step.
 
 The :class:`Harness` is a replica of the one driver loop
-(:func:`tenantry.model.simulate.drive`): it owns the clock (the cost model of
+(:func:`tenantry.runner.simulate.drive`): it owns the clock (the cost model of
 the claimed config), the workload's secrets (output lengths) and token
 production; the scheduler only decides.  Each step it delivers arrivals and
 cancellations, asks for a plan, executes what can be executed, hands back the
@@ -43,19 +43,19 @@ from typing import Any, Callable, Iterable
 import attrs
 
 from tenantry.model.config import Config, TenantConfig
-from tenantry.model.history import History, RequestRecord, StepEvent, StepRecord
 from tenantry.model.policies import step_duration_s
-from tenantry.model.setups import config_with_tenants
-from tenantry.model.simulate import drive
 from tenantry.model.state import initial_state
 from tenantry.model.step import idle, step as model_step
 from tenantry.model.workload import Request, StepInput, Workload
+from tenantry.runner.history import History, RequestRecord, StepEvent, StepRecord
+from tenantry.runner.setups import config_with_tenants
+from tenantry.runner.simulate import drive
 from tenantry.spec.invariants_core import Finding
 
 from .calls import Caller, CallFailure, given
 from .offline import history_header
-from .protocol import (Claims, Plan, PlanError, StepResults, adapter_problem, answer, finding, normalise_plan,
-                       per_tenant, plan_key)
+from .protocol import Claims, Plan, PlanError, StepResults, answer, finding, normalise_plan, per_tenant, plan_key
+from .target import adapter_problem
 
 #: Seconds the factory may take (at least): building a scheduler may import a
 #: large package (vLLM takes 10-20 s on a loaded 2-core machine).
@@ -262,7 +262,7 @@ class Harness:
     def run(self, workload: Workload | Iterable[Request], *, horizon_s: float | None = None,
             max_steps: int | None = 100_000) -> None:
         """Run a workload (cancellations included) to its end, the horizon or the
-        step limit, through the one driver loop :func:`~tenantry.model.simulate.drive`."""
+        step limit, through the one driver loop :func:`~tenantry.runner.simulate.drive`."""
         for _ in drive(self, workload, horizon_s=horizon_s, max_steps=max_steps):
             pass
         self.finish()

@@ -1,6 +1,6 @@
 """History mode: judge a recorded history offline (a batch-mode scheduler's
 output, a real server's logs converted to the schema of
-:mod:`tenantry.model.history`).
+:mod:`tenantry.runner.history`).
 
 :func:`verify_history` applies the invariant catalog's record forms (safety
 always, the rest when claimed) to the history, deduplicates what they find,
@@ -13,11 +13,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Iterable
 
-from tenantry.model.config import Config
-from tenantry.model.history import History, RequestRecord, StepEvent, StepRecord
-from tenantry.model.setups import config_to_dict
+from tenantry.model.config import Config, config_to_dict
 from tenantry.model.workload import Request
-
+from tenantry.runner.history import History, RequestRecord, StepEvent, StepRecord
 from tenantry.spec.invariants_core import Finding
 
 from .protocol import Claims
@@ -173,7 +171,7 @@ class Recording:
                 and not computed in this step).
             queued: per tenant, requests waiting in its queue after the step.
             answers: the step's arrivals in order: (id, None) queued, or (id, reason)
-                refused at admission (a reason of :data:`~tenantry.model.history.REJECT_REASONS`).
+                refused at admission (a reason of :data:`~tenantry.model.events.REJECT_REASONS`).
             scheduled: ids entering the batch in this step (first or again).
             held: KV blocks each running request holds after the step; None: the blocks
                 of its computed tokens.

@@ -273,7 +273,7 @@ def _target(session: Any, target: str, opts: dict[str, Any]) -> TenantryTarget:
     cannot be checked, an unknown pattern: :class:`~tenantry.model.config.ConfigError`)."""
     from tenantry.adversaries.patterns import PATTERNS
 
-    from .protocol import load_factory
+    from .target import load_factory
     from .run import preflight
     from .suite import STATEFUL_TENANTS
 

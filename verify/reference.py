@@ -2,7 +2,7 @@
 
 :class:`ReferenceAdapter` wraps :func:`tenantry.model.step.step` so the
 harness can drive it like any other scheduler: a self-test of the harness (its
-history must equal :func:`~tenantry.model.simulate.simulate`'s, step for
+history must equal :func:`~tenantry.runner.simulate.simulate`'s, step for
 step) and a baseline for the reports.  :func:`model_plan` turns one model
 step into the :class:`~tenantry.verify.protocol.Plan` a scheduler would have
 returned; the harness uses it for the lockstep comparison when an adapter

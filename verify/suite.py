@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from tenantry.model.workload import Workload
-from tenantry.testing.shrink import first_failing, shrink
-
 from tenantry.spec.invariants_core import Finding
+from tenantry.testing.shrink import first_failing, shrink
 
 from .harness import Harness
 from .run import verify_workload
@@ -94,7 +93,7 @@ def write_replay(out_dir: Path | str, name: str, target: str, workload: Workload
     ``--target-path``, repeated in the command so that it imports the target as the run did;
     ``adversaries``, ``tiered``, ``weighted``: the run's adversary tenants (``--adversaries``,
     before ``tenants``), tiers and weights (:func:`~tenantry.verify.run.scenario_tenants`)."""
-    from tenantry.model.traces import write_workload_jsonl
+    from tenantry.runner.traces import write_workload_jsonl
 
     out = Path(out_dir)
     path = out / f"{name}.jsonl"

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tenantry.model.config import ConfigError
-from tenantry.model.traces import read_workload_jsonl
+from tenantry.runner.traces import read_workload_jsonl
 
 from .args import Names, budget, executor, non_negative_int, positive_int
 
@@ -38,7 +38,7 @@ HELP = "Run every abusive-tenant pattern and search against every built-in polic
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from tenantry.model.setups import SETUPS
+    from tenantry.runner.setups import SETUPS
     from tenantry.adversaries.check import matrix_cells
 
     n = len(matrix_cells(list(SETUPS), None))
@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
-    from tenantry.model.setups import SETUPS
+    from tenantry.runner.setups import SETUPS
     from tenantry.adversaries.patterns import PATTERNS
     from tenantry.adversaries.check import FLEET_PATTERNS
 
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     from tenantry.adversaries.outdir import check_out
     from tenantry.adversaries.patterns import PATTERNS, get_pattern
     from tenantry.adversaries.report import LEGEND, cell_lines, matrix_text
-    from tenantry.model.setups import SETUPS, get_setup
+    from tenantry.runner.setups import SETUPS, get_setup
     from tenantry.adversaries.search import Budget, SEARCHES
 
     if args.list:

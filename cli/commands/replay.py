@@ -95,7 +95,7 @@ def _source(args: argparse.Namespace):
     from tenantry.adversaries.patterns import ADVERSARY, get_pattern, limits_of, make_scenario
     from tenantry.adversaries.victims import DEFAULT_VICTIMS
     from tenantry.live.scoring import cell_beside, cell_scenario
-    from tenantry.model.setups import apply_setup, build_config, get_setup, load_config_toml
+    from tenantry.runner.setups import apply_setup, build_config, get_setup, load_config_toml
     from .simulate import TRACE_OPTIONS, load_workload
 
     base = load_config_toml(args.config) if args.config else None
@@ -133,7 +133,7 @@ def _config(args: argparse.Namespace, base, names):
     """The configuration the client reads (tiers, salts, block size, costs, SLOs)."""
     from tenantry.adversaries.patterns import ADVERSARY
     from tenantry.live.scoring import config_for
-    from tenantry.model.setups import apply_setup, build_config
+    from tenantry.runner.setups import apply_setup, build_config
 
     if args.policy and base is None:
         return build_config(args.policy, [(n, "adversary" if n == ADVERSARY else "victim") for n in names])
@@ -206,9 +206,9 @@ def run(args: argparse.Namespace) -> int:
     from tenantry.live.client import LiveError, ReplayOptions, Replay, check_options, endpoints, header_of, \
         preflight, signals_stop
     from tenantry.live.record import live_history
-    from tenantry.model.history import write_history
-    from tenantry.model.setups import config_to_dict
-    from tenantry.model.simulate import tenant_table
+    from tenantry.runner.history import write_history
+    from tenantry.model.config import config_to_dict
+    from tenantry.runner.simulate import tenant_table
     from .simulate import format_table
 
     if args.no_baseline and args.plots:

@@ -56,8 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _system(args: argparse.Namespace):
     """(label, Config or FleetConfig) of the flags."""
     from tenantry.adversaries.victims import DEFAULT_VICTIMS
-    from tenantry.model.fleet import load_fleet_toml
-    from tenantry.model.setups import SETUPS, apply_setup, build_config, build_fleet, get_setup, load_config_toml
+    from tenantry.runner.fleet import load_fleet_toml
+    from tenantry.runner.setups import SETUPS, apply_setup, build_config, build_fleet, get_setup, load_config_toml
 
     if args.config and (args.tenants or args.adversaries):
         raise ConfigError("--tenants", " ".join(args.tenants or args.adversaries), "the --config file names its "
@@ -87,7 +87,7 @@ def _system(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from tenantry.adversaries.outdir import Interrupted, check_output_file
     from tenantry.live import INSTALL_HINT, MissingExtra, require_extra
-    from tenantry.model.fleet import FleetConfig
+    from tenantry.model.routers import FleetConfig
 
     try:
         require_extra()
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from tenantry.live.engine import Engine
     from tenantry.live.server import App, bind, serve
     from tenantry.live.wire import DEFAULT_VOCAB, WireOptions
-    from tenantry.model.history import write_history
+    from tenantry.runner.history import write_history
 
     if args.history is not None:
         check_output_file(args.history, "--history", inputs=[args.config])

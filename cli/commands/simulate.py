@@ -19,13 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from tenantry.model.config import ConfigError, readable_number
-from tenantry.model.setups import SETUPS, apply_setup, default_config, get_setup, load_config_toml, seed001_config
-from tenantry.model.history import write_history
-from tenantry.model.simulate import simulate, tenant_table
-from tenantry.model.traces import azure_two_tenant_workload, read_azure_csv, read_burstgpt_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart
-from tenantry.model.workload import Workload
-from tenantry.model.fleet import ACCOUNTING, ROUTERS, FleetConfig, load_fleet_toml, prefix_hit_rate, simulate_fleet
+from tenantry.runner.history import write_history
+from tenantry.runner.setups import SETUPS, apply_setup, default_config, get_setup, load_config_toml, seed001_config
+from tenantry.runner.simulate import simulate, tenant_table
+from tenantry.runner.traces import (
+    azure_two_tenant_workload, read_azure_csv, read_burstgpt_csv, read_mooncake_jsonl, read_workload_jsonl, seed001_workload, compose, TracePart,
+)
 from tenantry.adversaries.objectives import service_gap
+from tenantry.model.routers import ACCOUNTING, ROUTERS, FleetConfig
+from tenantry.model.workload import Workload
+from tenantry.runner.fleet import load_fleet_toml, prefix_hit_rate, simulate_fleet
+
 from .args import non_negative_int, positive_float, positive_int
 
 HELP = "Run the reference model on a workload and print a per-policy, per-tenant table."
@@ -42,7 +46,7 @@ MAX_TENANT_ROWS = 20
 
 
 def worst_served(trows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    """The ``n`` worst-served tenants of one policy's :func:`~tenantry.model.simulate.tenant_table`
+    """The ``n`` worst-served tenants of one policy's :func:`~tenantry.runner.simulate.tenant_table`
     rows, worst first: the lowest share finished in time, then the highest TTFT p99 (never, or no
     admitted request, counts as the highest), then the most refused; ties in table order."""
     def key(ir: tuple[int, dict[str, Any]]) -> tuple:
@@ -226,8 +230,8 @@ def format_fleet_table(rows: list[dict[str, Any]]) -> str:
 
 
 def replica_count(text: str) -> int:
-    """``--replicas``: a whole number from 1 to :data:`~tenantry.model.fleet.MAX_REPLICAS`."""
-    from tenantry.model.fleet import MAX_REPLICAS
+    """``--replicas``: a whole number from 1 to :data:`~tenantry.model.routers.MAX_REPLICAS`."""
+    from tenantry.model.routers import MAX_REPLICAS
 
     n = positive_int(text)
     if n > MAX_REPLICAS:

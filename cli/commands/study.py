@@ -1,6 +1,6 @@
 """``tenantry study NAME``: answer one of the seed documents' open questions with the model.
 
-Runs the study (:mod:`tenantry.adversaries.studies`), writes a report folder
+Runs the study (:mod:`tenantry.studies`), writes a report folder
 (``--out``, default ``study-<name>/``; replaced only when it is a tenantry
 study report, never by a quick run over a full one: see
 :mod:`tenantry.adversaries.outdir`) with ``report.md``, one CSV per table and
@@ -16,8 +16,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from tenantry.studies import STUDIES, get_study, write_study
+
 from .args import non_negative_int
-from tenantry.adversaries.studies import STUDIES, get_study, write_study
 
 HELP = ("Run a study (seed-001, accounting-cost, thrash, batch-size, abuse): a report folder with tables (CSV), "
         "plots (PNG) and the answer.")

@@ -40,10 +40,11 @@ from typing import Any
 
 import attrs
 
-from .args import Names, budget, executor, non_negative_int, positive_float, positive_int
 from tenantry.model.config import ConfigError
-from tenantry.model.files import atomic_write_text
-from tenantry.model.history import read_history
+from tenantry.runner.files import atomic_write_text
+from tenantry.runner.history import read_history
+
+from .args import Names, budget, executor, non_negative_int, positive_float, positive_int
 
 HELP = "Check a scheduler tenantry did not write: a recorded history, or a module:factory adapter in step mode."
 
@@ -154,7 +155,7 @@ def _out(args: argparse.Namespace) -> tuple[Path, bool]:
 def _history_tenants(path: str, history: Any, config: Any, config_path: str | None) -> None:
     """Refuse a history whose records name tenants the configuration does not, or a --config that does
     not match the header's tenants (one line naming the file)."""
-    from tenantry.model.files import json_lines
+    from tenantry.runner.files import json_lines
 
     header_cfg = history.header.get("config") if isinstance(history.header.get("config"), dict) else None
     header_tenants = (header_cfg or {}).get("tenants")
@@ -208,7 +209,7 @@ def _replica_history(args: argparse.Namespace, history: Any, tmp: Any) -> list:
 
     config = None
     if args.config:
-        from tenantry.model.setups import load_config_toml
+        from tenantry.runner.setups import load_config_toml
 
         config = load_config_toml(args.config)
     if config is None and "config" not in history.header:
@@ -325,8 +326,8 @@ def _cell_json(c: Any, replay: str | None) -> dict[str, Any]:
 
 
 def _target(args: argparse.Namespace) -> Any:
-    """The :class:`~tenantry.verify.run.TargetSystem` the options name."""
-    from tenantry.verify.run import TargetSystem
+    """The :class:`~tenantry.verify.system.TargetSystem` the options name."""
+    from tenantry.verify.system import TargetSystem
 
     return TargetSystem(args.target, tiered=args.tiered, timeout_s=args.timeout_s, path=args.target_path,
                         weighted=args.weighted)
@@ -336,8 +337,8 @@ def run_target(args: argparse.Namespace) -> int:
     """Target mode (see the module docstring): one workload, or the adversary matrix."""
     from tenantry.adversaries.outdir import check_out, report_folder
     from tenantry.adversaries.patterns import PATTERNS, get_pattern
-    from tenantry.model.traces import read_workload_jsonl
-    from tenantry.verify.protocol import load_factory
+    from tenantry.runner.traces import read_workload_jsonl
+    from tenantry.verify.target import load_factory
     from tenantry.verify.run import bind, scenario_tenants, verify_workload
 
     out, default = _out(args)
@@ -436,7 +437,7 @@ def _cell_metrics(args: argparse.Namespace, scenario: Any, cell: dict[str, Any] 
     from tenantry.adversaries.evaluate import scored
     from tenantry.adversaries.patterns import scenario_from_workload
     from tenantry.adversaries.report import twin_file
-    from tenantry.model.traces import read_workload_jsonl
+    from tenantry.runner.traces import read_workload_jsonl
     from tenantry.spec.invariants_run import CheckedRun
     from .check import _against_record
 
@@ -460,7 +461,7 @@ def run_target_matrix(args: argparse.Namespace, out: Path, default: bool, patter
     """The adversary matrix on the target: ``tenantry check``'s engine (searches over each
     pattern's parameters, the worst workload replayed with every check, shrinking, the
     same report layout) with the target as its one system
-    (:class:`tenantry.verify.run.TargetSystem`).  Returns the exit status, or None when a
+    (:class:`tenantry.verify.system.TargetSystem`).  Returns the exit status, or None when a
     worker process died under the scheduler (one line printed; nothing written)."""
     import time
     from concurrent.futures import BrokenExecutor
