@@ -551,7 +551,7 @@ def excerpt_path(name: str) -> Path:
     """
     if name not in ("code", "conv"):
         raise ConfigError("name", name, "packaged excerpts are 'code' and 'conv'")
-    return Path(str(importlib.resources.files("tenantry.model") / "data" / f"azure_{name}_excerpt.csv"))
+    return Path(str(importlib.resources.files("tenantry.runner") / "data" / f"azure_{name}_excerpt.csv"))
 
 
 def azure_two_tenant_workload(*, speedup: float = 1.0, max_rows: int | None = None,

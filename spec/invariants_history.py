@@ -35,7 +35,6 @@ from .invariants_core import Finding, at_slot_cap, hopeless, largest_charge, slo
 from .replay import Replay, StepView
 
 
-
 @attrs.frozen
 class HistoryContext:
     """A history plus the configuration it is judged against, and what its records imply
@@ -43,6 +42,9 @@ class HistoryContext:
 
     history: History
     config: Config
+    #: What a record form computes once and shares with another, by name (the blocks' writers:
+    #: :func:`~tenantry.spec.invariants_history_blocks.block_reads`).
+    memo: dict = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @cached_property
     def steps(self):

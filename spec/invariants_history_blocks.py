@@ -142,9 +142,9 @@ def _content_keys(r: RequestRecord, n: int) -> list:
 
 def block_reads(h: HistoryContext) -> list[tuple[int, int, int, object, tuple]]:
     """:func:`_block_reads` of ``h``, computed once per context (KV-CONSERVE and SALT-ISOLATION share it)."""
-    got = h.__dict__.get("_block_reads")
+    got = h.memo.get("block_reads")
     if got is None:
-        got = h.__dict__["_block_reads"] = _block_reads(h)
+        got = h.memo["block_reads"] = _block_reads(h)
     return got
 
 
