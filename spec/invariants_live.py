@@ -29,6 +29,10 @@ model's and agrees with what the client knows: the request, the claimed configur
 requests it had open), NONINTERFERENCE (the prefix-cache timing probe: first-token latency
 must not tell whether another tenant sent a prefix; :func:`probe_auc`).  :func:`measures`
 gives the figures behind them for a report.
+
+(Past 500 lines: the five live forms, the registry's reasons and the measures are one
+concern, what a client can judge; splitting the probe out would split its label rule from
+the form that reads it.)
 """
 
 from __future__ import annotations
