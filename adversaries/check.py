@@ -157,8 +157,12 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
              searches: Sequence[str] = DEFAULT_SEARCHES, shrink_evaluations: int = DEFAULT_SHRINK,
              plots: bool = False, progress: bool = False, victims: str = "excerpt",
              replay_root: str | os.PathLike | None = None, spread_seeds: int = SPREAD_SEEDS,
-             gate: _Gate | None = None, depth: str = "full") -> dict[str, Any]:
+             gate: _Gate | None = None, depth: str = "full",
+             search_on: "str | System | None" = None) -> dict[str, Any]:
     """Search, replay, shrink and write one cell; returns its record (JSON-able).
+
+    ``search_on``: the system the searches run on (default ``setup``): the worst workload found
+    there is then run on ``setup`` (a live server's cell searched on a model setup).
 
     Once a search finds that the system hangs (ADAPTER-HANG), the cell's later searches are
     skipped (their record says so): each would first wait out the per-call timeout.
@@ -177,8 +181,9 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
     """
     pat = get_pattern(pattern)
     name_ = label(setup)
-    names = searches_for(setup, pattern, searches)
-    share = budget.split(len(names))
+    searcher = setup if search_on is None else search_on
+    names = searches_for(searcher, pattern, searches)
+    share = budget.split(max(1, len(names)))  # no search (a live cell of default workloads): unused
     results: list[SearchResult] = []
     for name in names:
         hung = next((r.search for r in results if "ADAPTER-HANG" in r.broken), None)
@@ -186,7 +191,7 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
             results.append(SearchResult(name, name_, pattern, sub_seed(seed, name_, pattern, name), None, 0,
                                         note=f"skipped: the system hung (ADAPTER-HANG) in the {hung} search"))
             continue
-        results.append(run_search(name, setup, pattern, seed=sub_seed(seed, name_, pattern, name), budget=share,
+        results.append(run_search(name, searcher, pattern, seed=sub_seed(seed, name_, pattern, name), budget=share,
                                   executor=executor, progress=progress, scenario_seed=seed, victims=victims))
     found = [r for r in results if r.best is not None]
     best = max(found, key=lambda r: r.best.score) if found else None  # max keeps the first of equals
@@ -196,8 +201,8 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
     findings = [f.to_json() for f in ev.findings]
     sources: list[tuple[Scenario, History | None]] = [(scenario, hist) for _ in findings]
     seen = {f.invariant for f in ev.findings}
-    for r in results:  # what broke during the search and did not show on the replayed worst workload
-        for inv, (idx, f, cand) in r.broken.items():
+    for r in results if search_on is None else ():  # what broke during the search and did not show on the
+        for inv, (idx, f, cand) in r.broken.items():  # replayed worst workload (of this system's searches)
             if inv not in seen:
                 seen.add(inv)
                 findings.append({**f.to_json(), "search": r.search, "candidate": idx})
@@ -216,6 +221,7 @@ def run_cell(setup: "str | System", pattern: str, *, seed: int, budget: Budget, 
         "finding": finding, "threshold": pat.finding, "spread": spread, "verdict": verdict,
         "expected_hurt": expected, "expectation_met": (finding if expected else None),
         "search": best.search if best else None, "params": params,
+        **({"searched_on": label(search_on)} if search_on is not None else {}),
         "metrics": dict(ev.metrics), "findings": findings, "unchecked": list(ev.unchecked),
         "coverage": dict(ev.coverage), "steps": len(hist.steps),
         "evaluations": sum(r.evaluations for r in results) + len(spread) - 1,
@@ -579,7 +585,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
               log: Callable[[str], None] | None = None, total_budget: Budget | None = None,
               spread_seeds: int = SPREAD_SEEDS, out_is_default: bool = False, kind: str = "check",
               replay_depth: str = "full", resume: bool = False,
-              announce: Callable[[int], None] | None = None) -> dict[str, Any]:
+              announce: Callable[[int], None] | None = None,
+              search_on: "str | System | None" = None) -> dict[str, Any]:
     """Run the matrix.
 
     Args:
@@ -611,6 +618,9 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             interrupted run's clock from when its last kept cell ended.
         announce: called with the number of finished cells resumed once ``out`` is taken (before
             any work: a refusal comes before it).
+        search_on: the system every cell's searches run on (default: the cell's own); the worst
+            workload found there is run on the cell's system (``tenantry replay URL --matrix
+            --searched-on SETUP``).
 
     Returns:
         {"summary": ..., "cells": {(setup, pattern): record}, "claimed_broken": bool,
@@ -652,6 +662,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
         fp = fingerprint(kind, systems, explicit_patterns and list(patterns), keys, seed=seed, budget=budget,
                           total_budget=total_budget, searches=searches, shrink=shrink_evaluations, plots=plots,
                           extras=extras, victims=victims, spread_seeds=spread_seeds, depth=replay_depth)
+        if search_on is not None:
+            fp["searched on"] = label(search_on)
         outp = stage.enter_context(report_folder(outp, kind, default=out_is_default, size=len(keys), fingerprint=fp,
                                                  resume=resume))
         if resume:
@@ -694,7 +706,8 @@ def run_check(*, setups: Sequence[str] | None = None, patterns: Sequence[str] | 
             s, p = key
             rec = run_cell(by_label[s], p, seed=seed, budget=b, executor=ex, out=outp, searches=searches,
                            shrink_evaluations=shrink_n, plots=plots == "all", progress=False, victims=victims,
-                           replay_root=root, spread_seeds=spread_seeds, gate=gate, depth=replay_depth)
+                           replay_root=root, spread_seeds=spread_seeds, gate=gate, depth=replay_depth,
+                           search_on=search_on)
             cell_s = time.monotonic() - now
             with start_lock:
                 spent["seconds"] += cell_s

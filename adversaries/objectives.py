@@ -28,6 +28,7 @@ import numpy as np
 
 from tenantry.runner.fleet import moments, service_timeline, summed, tenant_weights
 from tenantry.runner.history import History, RequestRecord
+from tenantry.spec.invariants_live import roc_auc  # the one AUC (Mann-Whitney), also the live probe's
 
 #: Victim TTFT service-level objective for goodput (seconds).
 TTFT_SLO_S = 1.0
@@ -345,18 +346,6 @@ def kv_share(history: History, adversaries: Iterable[str]) -> float:
     bs = summed(last, "block_seconds")
     total = sum(bs.values())
     return sum(x for t, x in bs.items() if t in set(adversaries)) / total if total > 0 else 0.0
-
-
-def roc_auc(positives: Sequence[float], negatives: Sequence[float]) -> float:
-    """P(score of a positive > score of a negative), ties counted 1/2 (Mann-Whitney U / (n1 n2)).
-
-    0.5 when either side is empty.
-    """
-    if not len(positives) or not len(negatives):
-        return 0.5
-    p = np.asarray(positives, dtype=float)[:, None]
-    n = np.asarray(negatives, dtype=float)[None, :]
-    return float(((p > n).sum() + 0.5 * (p == n).sum()) / (p.size * n.size))
 
 
 def probe_auc(hist: History, twin: History, adversaries: Iterable[str], cached_before: Mapping[int, bool]) -> float:

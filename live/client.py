@@ -254,7 +254,7 @@ class Replay:
         seen.sent_s = self.now_s()
         try:
             async with client.stream("POST", self.completions, json=body, headers=headers) as resp:
-                seen.http_status = resp.status_code
+                seen.answered_s, seen.http_status = self.now_s(), resp.status_code
                 if resp.status_code != 200:
                     await self._refused(resp, seen)
                     return

@@ -28,7 +28,8 @@ class Seen:
     """What the client saw of one request (mutable while the request is in flight).
 
     Attributes:
-        sent_s, first_token_s, finish_s: workload seconds, or None.
+        sent_s, answered_s, first_token_s, finish_s: workload seconds, or None (answered_s:
+            when the answer's status and headers came).
         tokens: output tokens received; token_times: when each arrived (None when the
             replay keeps no per-token times).
         outcome: ``finished``, ``rejected``, ``cancelled`` or ``unfinished``; reason and
@@ -37,11 +38,11 @@ class Seen:
             body or what went wrong.
     """
 
-    __slots__ = ("sent_s", "first_token_s", "finish_s", "tokens", "token_times", "outcome", "reason",
+    __slots__ = ("sent_s", "answered_s", "first_token_s", "finish_s", "tokens", "token_times", "outcome", "reason",
                  "retry_after_s", "http_status", "failure", "detail")
 
     def __init__(self, token_times: bool = True) -> None:
-        self.sent_s = self.first_token_s = self.finish_s = None
+        self.sent_s = self.answered_s = self.first_token_s = self.finish_s = None
         self.tokens = 0
         self.token_times: list[float] | None = [] if token_times else None
         self.outcome = "unfinished"
@@ -79,6 +80,7 @@ class Seen:
             output_tokens=r.output_tokens, outcome=self.outcome, reason=self.reason,
             retry_after_s=_t(self.retry_after_s), first_token_s=_t(self.first_token_s), finish_s=_t(finish),
             tokens_generated=self.tokens, prefix_ids=r.prefix_ids, sent_s=_t(self.sent_s),
+            answered_s=_t(self.answered_s),
             token_times=tuple(self.token_times or ()), http_status=self.http_status, failure=self.failure,
             detail=self.detail,
         )

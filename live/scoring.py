@@ -51,22 +51,49 @@ class LiveSystem:
     """A server at a URL, as a system (its configuration: what the replay was told of it).
 
     Attributes:
-        name: its label (the URL).  options: how to replay.  base: the configuration given
+        name: its label (the URL).  replay: how to replay.  base: the configuration given
             (``--config`` / ``--policy``), or None.
     """
 
     name: str
-    options: ReplayOptions
+    replay: ReplayOptions
     base: Config | None = attrs.field(default=None, eq=False, hash=False)
 
     def config(self, roles: Iterable[tuple[str, str]]) -> Config:
         return config_for(self.base, roles)
 
+    def describe(self) -> str:
+        """One line: the server and how it is replayed."""
+        return (f"a live server at {self.name} (model {self.replay.wire.model}), replayed at time scale "
+                f"{self.replay.time_scale:g}")
+
+    def options(self) -> dict[str, Any]:
+        """The command-line options this system stands for (``tenantry replay``'s flags), as a
+        resumed matrix run must match them."""
+        o, w = self.replay, self.replay.wire
+        return {"URL": self.name, "--time-scale": o.time_scale, "--max-in-flight": o.max_in_flight,
+                "--timeout-s": o.timeout_s, "--priority": w.tiers is not None, "--cache-salt": w.salts is not None,
+                "--block-size": w.block_size_tokens, "--vocab": [w.vocab_lo, w.vocab_hi],
+                "--prompt-seed": w.prompt_seed, "--tenant-header": w.tenant_header,
+                "--no-fairness-header": not w.fairness_header, "--model": w.model}
+
+    def replay_command(self, cell: Path, horizon_s: float, roles: Iterable[tuple[str, str]] = (),
+                       name: str = "workload", replay_out: Path | None = None) -> str:
+        """The command that replays a cell's workload against the server again (the cell.json
+        beside it gives the roles and the pattern; the baseline runs too)."""
+        import shlex
+
+        o, w = self.replay, self.replay.wire
+        return (f"tenantry replay {shlex.quote(self.name)} --workload {shlex.quote(str(cell / f'{name}.jsonl'))} "
+                f"--horizon {horizon_s:g} --time-scale {o.time_scale:g} --block-size {w.block_size_tokens}"
+                + (" --priority" if w.tiers is not None else "") + (" --cache-salt tenant" if w.salts is not None
+                                                                     else " --cache-salt off"))
+
     def checked(self, workload: Workload, horizon_s: float, depth: str, roles: Sequence[tuple[str, str]]) -> CheckedRun:
         return CheckedRun(self.plain(workload, horizon_s, roles), ())
 
     def plain(self, workload: Workload, horizon_s: float, roles: Sequence[tuple[str, str]]) -> History:
-        opts = attrs.evolve(self.options, horizon_s=horizon_s)
+        opts = attrs.evolve(self.replay, horizon_s=horizon_s)
         rep = run_replay(workload, opts, stop=STOP_REQUESTED.is_set)
         if rep.stopped:
             raise KeyboardInterrupt
@@ -104,3 +131,23 @@ def cell_scenario(workload: Workload, cell: dict[str, Any], wl_path: Path) -> Sc
         sc = sc.with_workload(sc.workload, scenario_from_workload(read_workload_jsonl(twin), adv, victims=vic,
                                                                   pattern=cell["pattern"]))
     return sc
+
+
+def live_patterns(patterns: Iterable[str] | None) -> list[str]:
+    """The patterns a live matrix runs: ``patterns`` (each must have an objective a client
+    measures), or every pattern whose objective a client measures (:func:`observable`).
+
+    Raises:
+        ConfigError: naming a pattern that is unknown or whose objective reads the server's steps."""
+    from tenantry.adversaries.patterns import PATTERNS, get_pattern
+
+    if patterns is None:
+        return [p for p, pat in PATTERNS.items() if observable(pat.objective)]
+    out = []
+    for p in patterns:
+        pat = get_pattern(p)
+        if not observable(pat.objective):
+            raise ConfigError("--patterns", p, f"its objective {pat.objective} reads the server's step records, which "
+                              "a client does not see (a live matrix runs: " + ", ".join(live_patterns(None)) + ")")
+        out.append(p)
+    return out

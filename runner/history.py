@@ -93,6 +93,8 @@ class RequestRecord:
 
     Optional, of a live recording (``tenantry replay``, SPEC.md 12.2; absent elsewhere):
         sent_s: when the client sent it (``arrival_s`` plus the client's lag).
+        answered_s: when the server's answer (its status and headers) reached the client: the
+            server had the request then (None: no answer).
         token_times: when each output token reached the client, in order (one per token
             generated: the first is ``first_token_s``).
         http_status: the status of the server's answer (None: no answer).
@@ -119,6 +121,7 @@ class RequestRecord:
     prefix_ids: tuple[int, ...] = attrs.field(default=(), converter=tuple)
     replica: int | None = None
     sent_s: float | None = None
+    answered_s: float | None = None
     token_times: tuple[float, ...] = attrs.field(default=(), converter=tuple)
     http_status: int | None = None
     failure: str | None = None
@@ -265,7 +268,7 @@ class History:
 #: Optional fields left out of a line when they hold their default (format 2's additions).
 _OPTIONAL = {
     StepRecord: ("events", "used_blocks", "held", "block_ids", "reserved", "reserved_reason", "replica"),
-    RequestRecord: ("prefix_ids", "replica", "sent_s", "token_times", "http_status", "failure", "detail"),
+    RequestRecord: ("prefix_ids", "replica", "sent_s", "answered_s", "token_times", "http_status", "failure", "detail"),
     StepEvent: ("reason", "retry_after_s", "tokens", "blocks"),
 }
 
@@ -475,7 +478,8 @@ _COUNTS = {
 #: KV-CONSERVE judges them; the reader must carry what the harness recorded.
 _INTS = {StepRecord: ("free_blocks", "used_blocks")}
 _TIMES = {
-    RequestRecord: ("arrival_s", "retry_after_s", "first_scheduled_s", "first_token_s", "finish_s", "sent_s"),
+    RequestRecord: ("arrival_s", "retry_after_s", "first_scheduled_s", "first_token_s", "finish_s", "sent_s",
+                    "answered_s"),
     StepRecord: ("start_s", "duration_s"),
     FleetStepRecord: ("start_s", "duration_s"),
 }

@@ -32,9 +32,14 @@ from tenantry.model.workload import Request, StepInput, Workload
 from tenantry.runner.history import History, StepRecord, history_lines
 from tenantry.runner.setups import config_from_dict
 
-from . import (
-    invariants_claims as C, invariants_history as H, invariants_history_blocks as HB, invariants_history_evict as HE, invariants_history_fair as HF, invariants_policy as P, invariants_state as S,
-)
+from . import invariants_claims as C
+from . import invariants_history as H
+from . import invariants_history_blocks as HB
+from . import invariants_history_evict as HE
+from . import invariants_history_fair as HF
+from . import invariants_live as L
+from . import invariants_policy as P
+from . import invariants_state as S
 from .invariants_core import (
     CHECK_RAISED, Finding, Invariant, ample_kv, caps_enforced, check_raised, skip_budget_claimed, slot_caps_enforced,
 )
@@ -240,7 +245,10 @@ def unknown_without_steps(history: History, claims: Any = None) -> list[str]:
 
 
 def missing(inv: Invariant, history: History, config: Config) -> str | None:
-    """What ``history`` lacks for ``inv``'s history form, as a reason; None if nothing."""
+    """What ``history`` lacks for ``inv``'s history form (a live recording's: its live form,
+    SPEC.md 7.10), as a reason; None if nothing."""
+    if L.is_live(history):
+        return L.live_missing(inv.id, inv.needs, history)
     steps = history.steps
     shareable = config.prefix_cache != "off" and any(r.prefix_ids for r in history.requests)
     for need in inv.needs:
@@ -268,9 +276,12 @@ def coverage(history: History, claims: Any = None, ids: Iterable[str] | None = N
     what the history lacks, no history form).  Every id of the registry appears."""
     config, claimed = _claims(history, claims)
     chosen = INVARIANTS if ids is None else {i: INVARIANTS[i] for i in ids}
+    live = L.is_live(history)
     out = {}
     for i, inv in chosen.items():
-        if inv.check_history is None:
+        if live and i not in L.LIVE_FORMS:  # what a client cannot see, whatever is claimed
+            out[i] = "skipped: " + missing(inv, history, config)
+        elif not live and inv.check_history is None:
             out[i] = "no history form (" + ("two-run property" if inv.check_pair else
                                             f"state form only: {inv.state_only}") + ")"
         elif not inv.applies(config):
@@ -335,16 +346,18 @@ def check_history(history: History, claims: Any = None, ids: Iterable[str] | Non
     """
     config, claimed = _claims(history, claims)
     hctx = H.HistoryContext(history, config)
+    live = L.is_live(history)
     out: list[Finding] = []
     for inv in _select(config, ids):
-        if inv.check_history is None:
+        form = L.LIVE_FORMS.get(inv.id) if live else inv.check_history  # a live recording: its live form
+        if form is None:
             continue
         if claimed is not None and not inv.always and inv.id not in claimed:
             continue
         if missing(inv, history, config) is not None:
             continue
         try:
-            out += inv.check_history(hctx)
+            out += form(hctx)
         except Exception as e:  # one check that raises must not end the run: a finding
             out.append(check_raised(inv.id, e))
     return out

@@ -18,9 +18,11 @@ from pathlib import Path
 
 from tenantry.model.config import ConfigError
 
-from .args import non_negative_int, positive_float, positive_int
+from .args import Names, budget, non_negative_int, positive_float, positive_int
 
 HELP = "Replay a workload against an OpenAI-compatible server and record what it did as a history."
+#: --matrix's default report folder, and its model evaluations per pattern with --searched-on.
+MATRIX_OUT, MATRIX_BUDGET = "replay-matrix", 16
 
 
 def vocab(text: str) -> tuple[int, int]:
@@ -88,6 +90,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(an existing file is replaced only when it is a tenantry history)")
     p.add_argument("--plots", type=Path, default=None, metavar="DIR",
                    help="with a pattern or a cell: the victims' TTFT CDF plot (as tenantry check draws) in DIR")
+    m = p.add_argument_group("the abuse matrix of the server (--matrix)")
+    m.add_argument("--matrix", action="store_true",
+                   help="run the adversary patterns one after the other against the URL (each with the victims "
+                        "alone for the baseline) and print the victims' hurt per pattern, with a report folder")
+    m.add_argument("--patterns", nargs="+", action=Names, default=None, metavar="NAME",
+                   help="--matrix: these patterns (default: every pattern whose objective a client measures)")
+    m.add_argument("--searched-on", default=None, metavar="SETUP",
+                   help="--matrix: search each pattern's workload on this model setup first (tenantry check's "
+                        "searches, --budget), then replay the worst one found (default: each pattern's default)")
+    m.add_argument("--budget", type=budget, default=None,
+                   help=f"--matrix --searched-on: evaluations on the model per pattern (default {MATRIX_BUDGET})")
+    m.add_argument("--workers", type=positive_int, default=None,
+                   help="--matrix --searched-on: processes for the searches on the model (default: CPU count)")
+    m.add_argument("--out", default=None, metavar="DIR",
+                   help=f"--matrix: report folder (default {MATRIX_OUT}; replaced only when it is such a report)")
+    m.add_argument("--resume", action="store_true", help="--matrix: finish the interrupted run of --out")
 
 
 def _source(args: argparse.Namespace):
@@ -211,6 +229,11 @@ def run(args: argparse.Namespace) -> int:
     from tenantry.runner.simulate import tenant_table
     from .simulate import format_table
 
+    if args.matrix:
+        return run_matrix(args)
+    for flag in ("patterns", "searched_on", "budget", "workers", "out", "resume"):
+        if getattr(args, flag) not in (None, False):
+            raise ConfigError("--" + flag.replace("_", "-"), getattr(args, flag), "applies to --matrix only")
     if args.no_baseline and args.plots:
         raise ConfigError("--plots", str(args.plots), "draws the victims with and without the adversary: drop "
                           "--no-baseline")
@@ -309,3 +332,85 @@ def _objective(args: argparse.Namespace, scenario, hist, opts, config) -> None:
         with report_folder(args.plots, "plots", flag="--plots", inputs=[args.history]) as tmp:
             write_plots(pngs, tmp)
         print(f"plots: {args.plots}/ttft_cdf.png (service and KV plots need the server's steps)", file=sys.stderr)
+
+
+def run_matrix(args: argparse.Namespace) -> int:
+    """``--matrix``: the abuse matrix of the server at the URL (tenantry check's matrix code with
+    :class:`~tenantry.live.scoring.LiveSystem`): every pattern one after the other, its default
+    workload (or the worst found on ``--searched-on`` SETUP), the victims alone for the baseline,
+    a report folder; prints the victims' hurt per pattern."""
+    import asyncio
+    import os
+
+    import attrs
+
+    from tenantry.adversaries.check import run_check
+    from tenantry.adversaries.patterns import ADVERSARY, PATTERNS
+    from tenantry.adversaries.check import DEFAULT_SEARCHES
+    from tenantry.adversaries.search import Budget
+    from tenantry.adversaries.victims import DEFAULT_VICTIMS
+    from tenantry.live.client import LiveError, ReplayOptions, check_options, preflight
+    from tenantry.live.scoring import LiveSystem, config_for, live_patterns
+    from tenantry.runner.setups import get_setup, load_config_toml
+
+    for flag, v in (("--workload", args.workload), ("--pattern", args.pattern), ("--azure", args.azure),
+                    ("--mooncake", args.mooncake), ("--azure-pair", args.azure_pair or None),
+                    ("--burstgpt", args.burstgpt), ("--history", args.history), ("--plots", args.plots),
+                    ("--horizon", args.horizon), ("--no-baseline", args.no_baseline or None)):
+        if v is not None:
+            raise ConfigError(flag, str(v), "does not apply to --matrix (each pattern brings its workload, horizon "
+                              "and baseline; the report folder is --out)")
+    if args.budget is not None and args.searched_on is None:
+        b = args.budget
+        raise ConfigError("--budget", ",".join(x for x in (str(b.evaluations or ""), f"{b.seconds:g}s" if b.seconds
+                                                           else "") if x),
+                          "applies to --searched-on (the default workloads need no search)")
+    if args.searched_on is not None:
+        if get_setup(args.searched_on).fleet is not None:
+            raise ConfigError("--searched-on", args.searched_on, "a fleet setup: search on a one-replica setup")
+    patterns = live_patterns(args.patterns)
+    base = load_config_toml(args.config) if args.config else None
+    roles = [(ADVERSARY, "adversary")] + [(v.name, "victim") for v in DEFAULT_VICTIMS]
+    config = _config(args, base, [n for n, _ in roles])
+    opts = ReplayOptions(url=args.url, wire=_wire(args, config, args.model or "tenantry"), time_scale=args.time_scale,
+                         max_in_flight=args.max_in_flight, timeout_s=args.timeout_s, token_times=False)
+    check_options(opts)
+    try:
+        model, _ = asyncio.run(preflight(opts))
+    except LiveError as e:
+        print(f"tenantry: error: {e}", file=sys.stderr)
+        return 2
+    opts = attrs.evolve(opts, wire=attrs.evolve(opts.wire, model=args.model or model))
+    system = LiveSystem(args.url, opts, base=config_for(config, roles))
+    out = Path(args.out or MATRIX_OUT)
+    searches = DEFAULT_SEARCHES if args.searched_on else ()
+    print(f"replay --matrix: {len(patterns)} patterns one after the other against {args.url} (model "
+          f"{opts.wire.model}, time scale {args.time_scale:g})" + (
+              f", workloads searched on {args.searched_on}" if args.searched_on else ", default workloads"),
+          file=sys.stderr)
+    res = run_check(setups=[system], patterns=patterns, seed=args.seed or 0,
+                    budget=args.budget or Budget.parse(str(MATRIX_BUDGET)), searches=searches, out=out,
+                    workers=(args.workers or os.cpu_count()) if args.searched_on else 1, cell_threads=1,
+                    shrink_evaluations=0, plots="none", extras=False, spread_seeds=0, kind="replay",
+                    replay_depth="history", resume=args.resume, out_is_default=args.out is None,
+                    search_on=args.searched_on)
+    print(matrix_table(res["cells"].values()))
+    hurt = [c["pattern"] for c in res["cells"].values() if c["finding"]]
+    print(f"\n{len(res['cells'])} patterns in {res['wall_s']:.0f} s; victims hurt by: {', '.join(hurt) or 'none'}; "
+          f"report: {out / 'report.md'}")
+    return 0
+
+
+def matrix_table(cells) -> str:
+    """Per pattern: its objective and value against its hurt level, and the victims' p99 TTFT
+    (seconds, and inflation over the victims alone)."""
+    heads = ["pattern", "objective", "value", "hurt at", "victims", "victim TTFT p99", "inflation"]
+    rows = []
+    for c in cells:
+        m = c["metrics"]
+        rows.append([c["pattern"], c["objective"], f"{c['score']:.3g}", f"{c['threshold']:g}",
+                     "hurt" if c["finding"] else "not hurt", f"{m['victim_ttft_p99_s']:.3f}s",
+                     f"{m['ttft_p99_inflation']:.3g}x"])
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
+    line = lambda r: "  ".join(x.ljust(w) if i < 2 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths)))
+    return "\n".join([line(heads), "-" * len(line(heads))] + [line(r) for r in rows])

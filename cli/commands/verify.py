@@ -249,10 +249,32 @@ def _replica_history(args: argparse.Namespace, history: Any, tmp: Any) -> list:
             print(f"tenantry verify: {args.history}: {i} is claimed but does not apply to the configuration "
                   f"(SPEC.md {INVARIANTS[i].spec}): not judged", file=sys.stderr)
     summary = f"{len(history.steps)} steps, {len(history.requests)} requests, {len(found)} findings"
+    fields: dict[str, Any] = {"claimed": list(claimed), "steps": len(history.steps), "requests": len(history.requests)}
+    from tenantry.spec.invariants_live import is_live, measures
+
+    if is_live(history):  # a client's recording (SPEC.md 7.10): the figures behind the live forms
+        fields["live"] = measures(history, cfg)
+        summary = f"a live recording of {history.header['live'].get('url', 'a server')}: {summary}"
     _history_report(args, tmp, found, cov, summary,
-                    f"{summary}; claimed: {', '.join(claimed) or 'nothing beyond safety'}.",
-                    {"claimed": list(claimed), "steps": len(history.steps), "requests": len(history.requests)})
+                    f"{summary}; claimed: {', '.join(claimed) or 'nothing beyond safety'}.", fields)
     return found
+
+
+def live_lines(m: dict[str, Any]) -> list[str]:
+    """The figures of :func:`tenantry.spec.invariants_live.measures`, one line each."""
+    lines = ["measured from outside (a live recording, SPEC.md 7.10):"]
+    if m["max_wait_s"]:
+        lines.append("  longest wait, send to first token: " + ", ".join(
+            f"{t} {w:.3g} s" for t, w in m["max_wait_s"].items()))
+    for pair, g in m["service_gap"].items():
+        lines.append(f"  service gap while both waited, {pair}: {g['gap']:.6g} weighted tokens, VTC bound "
+                     f"{g['bound']:.6g} (ratio {g['ratio']:.3g}; {g['from_s']:.3f} s to {g['to_s']:.3f} s)")
+    for t, p in m["probe"].items():
+        lines.append(f"  prefix probe of {t}: AUC {p['auc']:.3f} ({p['positives']} prompts whose prefix another tenant "
+                     f"had sent, {p['negatives']} with a new prefix; z {p['z']:.3g})")
+    lines.append(f"  lost (stream failed): {m['lost']}; refusals: " + (", ".join(
+        f"{k} {v}" for k, v in sorted(m["refusals"].items())) or "none"))
+    return lines
 
 
 def _history_report(args: argparse.Namespace, tmp: Any, found: list, cov: dict[str, str], summary: str,
@@ -264,6 +286,9 @@ def _history_report(args: argparse.Namespace, tmp: Any, found: list, cov: dict[s
     lines = [f.render() for f in shown] + _more_lines(counts, PRINT_PER_INVARIANT)
     for line in lines:
         print(line)
+    measured = live_lines(fields["live"]) if "live" in fields else []
+    for line in measured:
+        print(line)
     checked = [i for i, why in cov.items() if why.startswith("checked")]
     skipped = {i: why for i, why in cov.items() if why.startswith("skipped")}
     print(f"checked: {', '.join(checked) or 'nothing'}" + "".join(
@@ -273,6 +298,8 @@ def _history_report(args: argparse.Namespace, tmp: Any, found: list, cov: dict[s
               **_findings_json(found)}
     md = [f"# tenantry verify --history {args.history}", "", md_summary, ""]
     md += [f"- {line}" for line in lines]
+    if measured:
+        md += ["", "## Measured from outside", ""] + [f"- {line.strip()}" for line in measured[1:]]
     md += ["", "## What was checked", ""] + [f"- {i}: {why}" for i, why in cov.items()]
     atomic_write_text(tmp / "report.json", [json.dumps(report, sort_keys=True, indent=1, allow_nan=False)])
     atomic_write_text(tmp / "report.md", md)
