@@ -39,8 +39,8 @@ def abuse_study(quick: bool = False, seed: int = 0, source: Any = None,
             raise ConfigError("--from", str(source), f"not a tenantry check report ({type(e).__name__})") from None
         origin = f"the matrix in {path}"
     else:
-        from .check import run_check
-        from .search import Budget
+        from tenantry.adversaries.check import run_check
+        from tenantry.adversaries.search import Budget
 
         setups, patterns = ABUSE_QUICK if quick else (None, None)
         log("running the matrix (tenantry check, no report)")

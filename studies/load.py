@@ -66,7 +66,7 @@ def thrash_study(quick: bool = False, seed: int = 0, source: Any = None,
     """
     from tenantry.runner.traces import _SHARED, azure_two_tenant_workload, read_burstgpt_csv, read_mooncake_jsonl
 
-    from .objectives import eviction_stats
+    from tenantry.adversaries.objectives import eviction_stats
 
     loads = THRASH_LOADS_QUICK if quick else THRASH_LOADS
     rows_cap = 400 if quick else THRASH_ROWS
@@ -93,8 +93,8 @@ def thrash_study(quick: bool = False, seed: int = 0, source: Any = None,
                     rows.append((trace, load, replica, setup, len(wl), mean, most, wasted,
                                  sum(1 for r in h.requests if r.outcome == "rejected"),
                                  len(done) / len(wl), sum(r.prompt_tokens + r.output_tokens for r in done) / window))
-    from .check import run_check
-    from .search import Budget
+    from tenantry.adversaries.check import run_check
+    from tenantry.adversaries.search import Budget
 
     log("eviction_thrash pattern (a small matrix run)")
     res = run_check(setups=("no_hysteresis", "hysteresis"), patterns=("eviction_thrash",), seed=seed,
@@ -336,7 +336,7 @@ def batch_size_study(quick: bool = False, seed: int = 9, source: Any = None,
     from tenantry.runner.setups import default_config, load_config_toml
     from tenantry.runner.traces import _SHARED, TracePart, azure_two_tenant_workload, compose, read_mooncake_jsonl
 
-    from .objectives import outside_slo
+    from tenantry.adversaries.objectives import outside_slo
 
     seqs = BATCH_SEQS_QUICK if quick else BATCH_SEQS
     budgets = BATCH_BUDGETS_QUICK if quick else BATCH_BUDGETS

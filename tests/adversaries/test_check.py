@@ -374,7 +374,7 @@ def test_bad_flag_values_are_one_line_usage_errors(argv, words, capsys):
 ])
 def test_pattern_and_setup_lists_take_spaces_or_commas(argv, dest, want):
     """``check --pattern`` and ``verify --patterns`` (each takes the other spelling) read the same lists."""
-    from tenantry.cli import build_parser
+    from tenantry.cli.dispatch import build_parser
 
     assert getattr(build_parser().parse_args(argv), dest) == want
 

@@ -115,7 +115,7 @@ def test_a_hunt_does_not_depend_on_what_the_process_imported(tmp_path, monkeypat
     import contextlib
     import importlib
 
-    from tenantry.cli import build_parser
+    from tenantry.cli.dispatch import build_parser
     from tenantry.testing.strategies import without_local_constants
 
     mutant = MUTANTS["skip_budget_ignored_block_seconds"]
