@@ -13,7 +13,6 @@ The step function never branches on a policy name: it looks the policy up here.
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import Callable, Collection, Iterable, Mapping, Sequence as Seq
 
@@ -41,8 +40,6 @@ class SelectView:
             accounting does not hold yet (``drr_block_seconds``).
         backlogged: every backlogged tenant, blocked or not (None: derive
             from the queues).
-        keys: a :class:`KeyMemo` the step keeps across the picks of one step
-            (None: no memo, a full scan per pick).
         step_index: the step being planned: a tenant's head is its first
             request ready at this step (a preempted one in its cooldown is passed over).
     """
@@ -55,124 +52,22 @@ class SelectView:
     tier_counters: Seq[float]
     provisional: Mapping[int, float]
     backlogged: Collection[int] | None = None
-    keys: "KeyMemo | None" = None
     step_index: int = 0
-
-
-class KeyMemo:
-    """Memo of order-policy sort keys, with a heap of them per group.
-
-    The step marks a tenant ``dirty`` whenever its record changes; the next
-    pick recomputes only the dirty candidates' keys, so after the first pick
-    a decision costs O(changed tenants + log tenants) (times the number of
-    groups, e.g. tiers under ``floors``).  Valid for keys that depend on the
-    tenant's own record and on values fixed for the step (a tenant whose key
-    stops being valid must be marked dirty), with a candidate set that only
-    shrinks within a step: a candidate left out of a step (blocked) keeps no
-    heap entry and is marked dirty, so it is keyed again when it is a
-    candidate again.
-
-    The memo may outlive its step (:meth:`across_steps`): the step hands it to
-    the state it builds when its keys depend on nothing but the tenant's record
-    (:data:`STEP_INVARIANT_KEYS`) and the step index through a head in its
-    eviction cooldown; the tenants keyed with such a head (``volatile``) are
-    marked dirty when the next step takes the memo (:meth:`new_step`).  So
-    across steps too a decision costs what changed, not a scan of every tenant.
-
-    Attributes:
-        keys: tenant -> its current key; heaps: group -> heap of (key, tenant)
-            (entries whose key is no longer current are dropped when met);
-        dirty: tenants to key again when they are candidates; fresh: nothing
-            keyed yet; key, group: the key and group functions the keys are of;
-        volatile: tenants keyed while their first queued request was in its cooldown.
-    """
-
-    __slots__ = ("keys", "heaps", "dirty", "fresh", "key", "group", "volatile")
-
-    def __init__(self) -> None:
-        self.keys: dict[int, tuple] = {}
-        self.heaps: dict[object, list[tuple[tuple, int]]] = {}
-        self.dirty: set[int] = set()
-        self.fresh = True
-        self.key = self.group = None
-        self.volatile: set[int] = set()
-
-    def invalidate(self, i: int) -> None:
-        """Tenant i's record changed: its key must be recomputed."""
-        self.keys.pop(i, None)
-        self.dirty.add(i)
-
-    def across_steps(self) -> bool:
-        """Its keys stay valid into the next step (see the class docstring)."""
-        return not self.fresh and self.key in STEP_INVARIANT_KEYS
-
-    def new_step(self) -> None:
-        """The next step takes the memo: the keys that read the step index are stale."""
-        for i in self.volatile:
-            self.invalidate(i)
-        self.volatile.clear()
-
-
-def _key_into(memo: KeyMemo, view: SelectView, key, gof, i: int) -> None:
-    """Key candidate i into ``memo`` (pushed onto its group's heap), noting it volatile
-    when its first request is cooling down."""
-    memo.keys[i] = k = key(view, i)
-    heapq.heappush(memo.heaps.setdefault(gof(view, i), []), (k, i))
-    if view.tenants[i].queue[0].ready_step > view.step_index:
-        memo.volatile.add(i)
 
 
 def _group_min(view: SelectView, key: Callable[[SelectView, int], tuple],
                group: Callable[[SelectView, int], object] | None = None) -> dict[object, int]:
     """For each group of candidates (one group when ``group`` is None), the
-    candidate with the least ``key(view, i)``.  Keys are unique (they end with
-    the head's ``arrival_seq``).  Memoised in ``view.keys`` when given."""
-    cands = view.candidates
+    candidate with the least ``key(view, i)``: one scan of the candidates.  Keys
+    are unique (they end with the head's ``arrival_seq``), so the order of the
+    candidates never matters."""
     gof = _no_group if group is None else group
-    memo = view.keys
-    if memo is None:
-        best: dict[object, tuple[tuple, int]] = {}
-        for i in cands:
-            g, k = gof(view, i), key(view, i)
-            if g not in best or k < best[g][0]:
-                best[g] = (k, i)
-        return {g: i for g, (k, i) in best.items()}
-    if memo.fresh or memo.key is not key or memo.group is not group:
-        memo.__init__()
-        memo.fresh, memo.key, memo.group = False, key, group
-        keys, heaps, ts, k_now = memo.keys, memo.heaps, view.tenants, view.step_index
-        for i in cands:  # _key_into for every candidate, inlined (the first pick keys them all)
-            keys[i] = k = key(view, i)
-            heaps.setdefault(gof(view, i), []).append((k, i))
-            if ts[i].queue[0].ready_step > k_now:
-                memo.volatile.add(i)
-        for h in heaps.values():
-            heapq.heapify(h)
-    elif memo.dirty:
-        kept, backlogged = set(), view.backlogged
-        for i in memo.dirty:
-            if i in cands:
-                _key_into(memo, view, key, gof, i)
-            elif backlogged is None or i in backlogged:
-                kept.add(i)  # backlogged but blocked in this step: keyed when it is a candidate again
-        memo.dirty = kept
-        for g, h in memo.heaps.items():
-            if len(h) > 2 * len(memo.keys) + 64:  # mostly entries no longer current: rebuild
-                h[:] = {e for e in h if memo.keys.get(e[1]) == e[0]}
-                heapq.heapify(h)
-    out = {}
-    keys = memo.keys
-    for g, heap in memo.heaps.items():
-        while heap:
-            k, i = heap[0]
-            if keys.get(i) == k:
-                if i in cands:
-                    out[g] = i
-                    break
-                del keys[i]  # current but not a candidate in this step: keyed again when it is one
-                memo.dirty.add(i)
-            heapq.heappop(heap)
-    return out
+    best: dict[object, tuple[tuple, int]] = {}
+    for i in view.candidates:
+        g, k = gof(view, i), key(view, i)
+        if g not in best or k < best[g][0]:
+            best[g] = (k, i)
+    return {g: i for g, (k, i) in best.items()}
 
 
 def _no_group(view: SelectView, i: int) -> None:
@@ -188,10 +83,7 @@ def _head(view: SelectView, i: int) -> Sequence:
     """Tenant i's head: its first request ready at this step (what it would put in the
     batch), or its first request when none is ready (the tenant is then skipped)."""
     q = view.tenants[i].queue
-    k = view.step_index
-    if q[0].ready_step <= k:
-        return q[0]
-    return next((s for s in q if s.ready_step <= k), q[0])
+    return next((s for s in q if s.ready_step <= view.step_index), q[0])
 
 
 def key_fcfs(view: SelectView, i: int) -> tuple:
@@ -207,20 +99,10 @@ def select_round_robin(view: SelectView) -> int | None:
     """Request round robin: the first candidate at or after ``rr_next``, cyclically.
 
     One request per tenant per turn, whatever its size: the naive baseline.
-
-    Cost: with m candidates in a set and m * m > tenants, the indices r, r + 1,
-    ... are tried, at most m of them (O(tenants / m) expected when the
-    candidates are spread); otherwise, or when those hold none, one pass over
-    the candidates, O(m).  The pick is the same either way.
     """
     if not view.candidates:
         return None
-    r, cands, n = view.rr_next, view.candidates, len(view.tenants)
-    m = len(cands)
-    if isinstance(cands, (set, frozenset)) and m * m > n:  # many candidates: one is near r
-        for i in range(r, min(r + m, n)):
-            if i in cands:
-                return i
+    r, cands = view.rr_next, view.candidates
     after = [i for i in cands if i >= r]
     return min(after) if after else min(cands)
 
@@ -298,8 +180,8 @@ def key_aging(view: SelectView, i: int) -> tuple:
     """``tier + aging_rate_per_s * arrival_s`` of the head, then its ``arrival_seq``: the
     head's effective tier at ``t_s`` (``tier - aging_rate_per_s * (t_s - arrival_s)``)
     plus ``aging_rate_per_s * t_s``, the same for every tenant, so it orders tenants as
-    the effective tier does (exactly so in real arithmetic, SPEC.md 4.3) and does not
-    read the clock: a memo of these keys outlives its step."""
+    the effective tier does (exactly so in real arithmetic, SPEC.md 4.3); it does not
+    read the clock, so equal effective tiers tie exactly and go to the older head."""
     h = _head(view, i)
     return (view.config.tenants[i].tier + view.config.order.aging_rate_per_s * h.request.arrival_s, h.arrival_seq)
 
@@ -315,13 +197,6 @@ def select_aging(view: SelectView) -> int | None:
 
 def _tier_of(view: SelectView, i: int) -> int:
     return view.config.tenants[i].tier
-
-
-#: Key functions whose keys depend only on the tenant's record, the configuration and the
-#: step index through a head in cooldown (``key_drr`` also on the step's provisional charges,
-#: which the step marks dirty before it hands the memo on): a :class:`KeyMemo` of these
-#: may outlive its step.
-STEP_INVARIANT_KEYS = frozenset({key_fcfs, key_vtc, key_drr, key_priority, key_aging})
 
 
 def select_floors(view: SelectView) -> int | None:

@@ -434,11 +434,6 @@ class State:
             queue, as the step that built this state left them, so the next step
             need not scan every tenant; None (the default, and after
             ``attrs.evolve``) until computed.  Not compared, not given to ``__init__``.
-        order_keys: another cache, not a field: the order policy's memoised keys
-            (:class:`~tenantry.model.policies.KeyMemo`) as the step that built this state
-            left them, in a one-item list ``[(config, memo)]``; the first step from this
-            state takes it (``list.pop``, so only one does; any other step keys afresh).
-            None by default and after ``attrs.evolve``.  Not compared, not given to ``__init__``.
     """
 
     step_index: int
@@ -456,7 +451,6 @@ class State:
     tier_skips: tuple[int, ...] = ()
     last_left_tier_skips: int = 0
     backlog: frozenset[int] | None = attrs.field(default=None, init=False, eq=False, repr=False)
-    order_keys: list | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     def backlogged(self) -> frozenset[int]:
         """Indices of the tenants with a non-empty queue (cached: :attr:`backlog`)."""

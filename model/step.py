@@ -40,7 +40,7 @@ import attrs
 
 from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS, Event
-from .policies import ORDER, VICTIM, KeyMemo, inherited_skips, step_duration_s
+from .policies import ORDER, VICTIM, inherited_skips, step_duration_s
 from .running import RunningPhase
 from .state import KVPool, Running, Sequence, State, TenantState, frozen_tenants, prefix_keys, tenant_scratch
 from .waiting import WaitingPhase
@@ -244,7 +244,6 @@ class Step(RunningPhase, WaitingPhase):
         self.capped: set[int] = set()  # tenants whose head their own KV or slot cap refused in this step
         self.backlogged: set[int] = set(st.backlogged())
         self._min_counter: float | None = None
-        self._keys = self._take_keys(st)  # order-policy sort keys, memoised
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
         self.last_left_skips = st.last_left_skips
         self._tier_skips_on = cfg.order.guard_skips is not None and cfg.order.policy == "floors"
@@ -252,20 +251,6 @@ class Step(RunningPhase, WaitingPhase):
         self.last_left_tier_skips = st.last_left_tier_skips
 
     # --- small helpers ---------------------------------------------------------
-
-    def _take_keys(self, st: State) -> KeyMemo:
-        """The key memo the step that built ``st`` handed on (taken: a second step from
-        ``st`` keys afresh), or a new one; what a step picks never depends on which."""
-        carried = st.order_keys
-        if carried:
-            try:
-                cfg, memo = carried.pop()
-            except IndexError:  # another step took it meanwhile
-                return KeyMemo()
-            if cfg is self.cfg:
-                memo.new_step()
-                return memo
-        return KeyMemo()
 
     def _kv_write(self) -> None:
         if not self._kv_copied:
@@ -285,7 +270,6 @@ class Step(RunningPhase, WaitingPhase):
         ``counter_changed``: whether its queue / counter may differ from the old record's)."""
         self.tenants[i] = t
         self.touched.add(i)
-        self._keys.invalidate(i)
         if queue_changed:
             if t.queue:
                 self.backlogged.add(i)
@@ -688,11 +672,6 @@ class Step(RunningPhase, WaitingPhase):
             last_left_tier_skips=self.last_left_tier_skips,
         )
         object.__setattr__(new, "backlog", frozenset(self.backlogged))  # kept by _set, so the next step need not scan
-        memo = self._keys
-        if memo.across_steps():  # the next step from `new` need not key every tenant again
-            for i in self.provisional:  # keyed with this step's provisional charges
-                memo.invalidate(i)
-            object.__setattr__(new, "order_keys", [(self.cfg, memo)])
         out = StepOutput(
             step_index=self.k,
             start_s=self.t,

@@ -45,8 +45,7 @@ class WaitingPhase:
         avail = set(self.backlogged)  # backlogged and not blocked in this step
         while avail and len(self.running) < cfg.max_num_seqs and self.budget > 0:
             cands = strict_tier_candidates(cfg, avail) if cfg.order.strict_tiers else avail
-            memo = cands is avail  # the key memo needs a candidate set that only shrinks (KeyMemo)
-            view = self._view(cands, memo)
+            view = self._view(cands)
             i = policy.select(view)
             if i is None and policy.refill is not None:
                 refilled = ()
@@ -58,7 +57,7 @@ class WaitingPhase:
                     self._set(j, deficit=d)
                 for g in refilled:
                     self._set(g, skips=self.tenants[g].skips + 1)
-                i = policy.select(self._view(cands, memo))
+                i = policy.select(self._view(cands))
             if i is None:
                 if cands is avail:
                     return
@@ -135,9 +134,10 @@ class WaitingPhase:
         self.reserved_reason = "skips"
         return True, ()
 
-    def _view(self, cands: set[int], memo: bool = True) -> SelectView:
+    def _view(self, cands: set[int]) -> SelectView:
+        """What the order policy sees when it picks among ``cands``."""
         return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional,
-                          self.backlogged, self._keys if memo else None, self.k)
+                          self.backlogged, self.k)
 
     def _admit_head(self, i: int) -> bool:
         """Move tenant i's first ready sequence into the batch; False if none is ready or it does not fit."""
