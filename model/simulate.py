@@ -18,7 +18,7 @@ from .config import Config, ConfigError
 from .fast import FastReplica, unsupported
 from .history import History, RequestRecord, StepEvent, StepRecord
 from .setups import config_to_dict
-from .state import State, block_ids, free_blocks, initial_state, running_holdings, running_ids
+from .state import State, block_ids, free_blocks, initial_state, running_ids
 from .step import Step, StepOutput, idle, step
 from .workload import Request, StepInput, Workload, as_workload
 
@@ -175,9 +175,9 @@ def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False
         names = tenant_names(config)
     held = ids = None
     if detail:
-        held = {s.request_id: s.blocks_held for s in running_holdings(state)}
+        held = {s.request_id: s.blocks_held for s in state.running}
         if config.prefix_cache != "off":
-            ids = {s.request_id: _block_ids(s, memo) for s in running_holdings(state)}
+            ids = {s.request_id: _block_ids(s, memo) for s in state.running}
             done = {e.request_id for e in out.events if e.kind == "finished"}
             ids.update((s.request_id, _block_ids(s, memo)) for s in out.finished if s.request_id in done)
             ids = ids or None  # and the blocks of requests finishing in the step, as they finished

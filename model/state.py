@@ -24,8 +24,7 @@ from .workload import Request
 class Sequence(NamedTuple):
     """A request once admitted: waiting in its tenant's queue, or running.
 
-    An immutable named tuple (cheap to copy with ``_replace`` on the hot path:
-    the step function builds a new one for every sequence in every batch).
+    An immutable named tuple: the step builds a changed copy with ``_replace``.
 
     The KV it holds is ``shared_keys`` (prefix-cache blocks, in order, a prefix
     of ``prefix_keys``) plus ``private_blocks``; together they are
@@ -89,138 +88,9 @@ class Sequence(NamedTuple):
         return self.first_scheduled_s is None
 
 
-_new_tuple = tuple.__new__
-
-
-def advanced(s: Sequence, computed_tokens: int, output_done: int, shared_keys: tuple[int, ...],
-             private_blocks: int, predicted_charge: int, first_token_s: float | None) -> Sequence:
-    """``s`` with its progress fields replaced: the step's hot path, equivalent to
-    ``s._replace(computed_tokens=..., ...)`` but several times cheaper."""
-    (request, tenant, arrival_seq, admitted_step, prefix_keys, _c, _o, _sk, _pb, preemptions, wasted_tokens,
-     ready_step, charged_prompt_tokens, _pc, first_scheduled_s, _ft, cached_tokens) = s
-    return _new_tuple(Sequence, (
-        request, tenant, arrival_seq, admitted_step, prefix_keys, computed_tokens, output_done, shared_keys,
-        private_blocks, preemptions, wasted_tokens, ready_step, charged_prompt_tokens, predicted_charge,
-        first_scheduled_s, first_token_s, cached_tokens))
-
-
-class _AsTuple:
-    """For a read-only sequence that stands for a tuple (:meth:`as_tuple`): it hashes, prints
-    and pickles as that tuple (a pickled one comes back as the plain tuple)."""
-
-    def as_tuple(self) -> tuple:  # pragma: no cover - each class gives its own
-        raise NotImplementedError
-
-    def __hash__(self) -> int:
-        return hash(self.as_tuple())
-
-    def __repr__(self) -> str:
-        return repr(self.as_tuple())
-
-    def __reduce__(self):
-        return (tuple, (self.as_tuple(),))
-
-
-class Running(_AsTuple, _SequenceABC):
-    """The running sequences in batch order, with decode progress accounted lazily
-    (SPEC.md 3): a read-only sequence of :class:`Sequence`, equal (and hashing
-    equal) to the tuple of its sequences, which is what every reader sees.
-
-    A sequence in steady decode (its prompt computed, a token sampled, nothing
-    to register in the prefix cache, no predicted charge left) advances by
-    exactly one computed and one generated token in every step until it either
-    needs a new KV block or finishes.  Such a sequence is stored as it was at
-    the start of step ``marks[rid]``; at the start of step ``step_index`` it has
-    advanced ``step_index - marks[rid]`` tokens.  ``due`` maps a step index to
-    the lazy sequences whose next block or last token falls in it: the step
-    brings those (and only those) up to date before it runs them, so a step
-    costs what changed rather than what runs (:mod:`tenantry.model.step`).
-
-    Built by the step; never mutated after.  Pickles (and copies) as the plain
-    tuple of its sequences.
-
-    Attributes:
-        seqs: request id -> sequence (as of its mark when lazy), in batch order.
-        marks: request id -> step index at whose start ``seqs[rid]`` was exact,
-            for the lazily decoding sequences only.
-        due: step index -> request ids of lazy sequences to bring up to date at
-            the start of that step (an id may be listed after it stopped being
-            lazy; bringing a sequence up to date early is always correct).
-        step_index: the step at whose start the sequences are read.
-    """
-
-    __slots__ = ("seqs", "marks", "due", "step_index", "_tuple")
-
-    def __init__(self, seqs: dict, marks: dict, due: dict, step_index: int) -> None:
-        self.seqs, self.marks, self.due, self.step_index = seqs, marks, due, step_index
-        self._tuple: tuple[Sequence, ...] | None = None
-
-    def current(self, rid: int) -> Sequence:
-        """Sequence ``rid`` brought up to date (KeyError if it is not running)."""
-        s = self.seqs[rid]
-        mark = self.marks.get(rid)
-        return s if mark is None else decoded(s, self.step_index - mark)
-
-    def as_tuple(self) -> tuple[Sequence, ...]:
-        """Every running sequence, up to date, in batch order (computed once)."""
-        t = self._tuple
-        if t is None:
-            t = tuple(map(self.current, self.seqs))
-            self._tuple = t
-        return t
-
-    def request_ids(self) -> tuple[int, ...]:
-        """The running request ids in batch order (no sequence is brought up to date)."""
-        return tuple(self.seqs)
-
-    def __len__(self) -> int:
-        return len(self.seqs)
-
-    def __getitem__(self, i):
-        return self.as_tuple()[i]
-
-    def __iter__(self) -> Iterator[Sequence]:
-        return iter(self.as_tuple())
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, Running):
-            other = other.as_tuple()
-        if isinstance(other, tuple):
-            return self.as_tuple() == other
-        return NotImplemented
-
-    __hash__ = _AsTuple.__hash__  # a class that defines __eq__ loses the inherited __hash__
-
-
-def decoded(s: Sequence, steps: int) -> Sequence:
-    """``s`` after ``steps`` steps of steady decode (one computed and one generated
-    token each; KV blocks, cache keys and charges unchanged)."""
-    if steps == 0:
-        return s
-    return advanced(s, s.computed_tokens + steps, s.output_done + steps, s.shared_keys, s.private_blocks,
-                    s.predicted_charge, s.first_token_s)
-
-
-def running_holdings(state: "State") -> Iterator[Sequence]:
-    """Every running sequence in batch order, exact in its KV fields (``shared_keys``,
-    ``private_blocks``, hence ``blocks_held`` and :func:`block_ids`) and its identity,
-    but, for a lazy one, with ``computed_tokens`` and ``output_done`` as of its mark:
-    what reading the KV held needs, without bringing each sequence up to date."""
-    r = state.running
-    return iter(r.seqs.values()) if isinstance(r, Running) else iter(r)
-
-
 def running_ids(state: "State") -> tuple[int, ...]:
     """The request ids running in ``state``, in batch order."""
-    r = state.running
-    if isinstance(r, Running):
-        return r.request_ids()
-    return tuple(s.request.request_id for s in r)
-
-
-def with_private_blocks(s: Sequence, private_blocks: int) -> Sequence:
-    """``s`` holding ``private_blocks`` private KV blocks (``s._replace(private_blocks=...)``, cheaper)."""
-    return _new_tuple(Sequence, (*s[:8], private_blocks, *s[9:]))
+    return tuple(s.request.request_id for s in state.running)
 
 
 class TenantState(NamedTuple):
@@ -263,6 +133,23 @@ class TenantState(NamedTuple):
     def backlogged(self) -> bool:
         """Has queued work (SPEC.md 3: 'backlogged' means a non-empty queue)."""
         return bool(self.queue)
+
+
+class _AsTuple:
+    """For a read-only sequence that stands for a tuple (:meth:`as_tuple`): it hashes, prints
+    and pickles as that tuple (a pickled one comes back as the plain tuple)."""
+
+    def as_tuple(self) -> tuple:  # pragma: no cover - each class gives its own
+        raise NotImplementedError
+
+    def __hash__(self) -> int:
+        return hash(self.as_tuple())
+
+    def __repr__(self) -> str:
+        return repr(self.as_tuple())
+
+    def __reduce__(self):
+        return (tuple, (self.as_tuple(),))
 
 
 #: Records per chunk of a :class:`TenantTable` (a power of two: an index splits by shift and mask).
@@ -413,9 +300,7 @@ class State:
         tenants: per-tenant records, indexed like ``Config.tenants``: a tuple, or (as the
             step builds it from ``Step.TABLE_MIN_TENANTS`` tenants on) a :class:`TenantTable`,
             which reads as that tuple and copies only the records a step changes.
-        running: running sequences in the order they entered the batch: a
-            tuple, or (as the step builds it) a :class:`Running`, which reads as
-            that tuple and keeps decode progress lazily.
+        running: running sequences in the order they entered the batch.
         kv: the KV pool.
         next_arrival_seq: next global admission number.
         rr_next: round robin's next tenant index.
@@ -440,7 +325,7 @@ class State:
     t_s: float
     last_step_s: float
     tenants: "tuple[TenantState, ...] | TenantTable"
-    running: "tuple[Sequence, ...] | Running" = ()
+    running: tuple[Sequence, ...] = ()
     kv: KVPool = attrs.field(factory=KVPool)
     next_arrival_seq: int = 0
     rr_next: int = 0

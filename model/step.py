@@ -2,10 +2,9 @@
 
 ``step(config, state, inputs) -> (state', output)`` is pure: it reads the old
 state, never mutates it, and returns a new state plus what happened in the
-step.  A step is, in order (each phase one method of :class:`Step`; phase 3 and
-the lazy decode ledger are inherited from :class:`~tenantry.model.running.RunningPhase`
-in ``model/running.py``, phase 4 from :class:`~tenantry.model.waiting.WaitingPhase`
-in ``model/waiting.py``):
+step.  A step is, in order (each phase one method of :class:`Step`; phase 3 is
+inherited from :class:`~tenantry.model.running.RunningPhase` in ``model/running.py``,
+phase 4 from :class:`~tenantry.model.waiting.WaitingPhase` in ``model/waiting.py``):
 
 1. cancellations  - the client cancels requests (queued or running);
 2. arrivals       - each arriving request is admitted to its tenant's queue
@@ -33,8 +32,6 @@ on it.
 from __future__ import annotations
 
 import math
-from collections import Counter
-from operator import attrgetter, itemgetter
 
 import attrs
 
@@ -42,13 +39,10 @@ from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS, Event
 from .policies import ORDER, VICTIM, inherited_skips, step_duration_s
 from .running import RunningPhase
-from .state import KVPool, Running, Sequence, State, TenantState, frozen_tenants, prefix_keys, tenant_scratch
+from .state import KVPool, Sequence, State, TenantState, frozen_tenants, prefix_keys, tenant_scratch
 from .waiting import WaitingPhase
 from .workload import Request, StepInput
 
-_tenant_of = itemgetter(1)  # Sequence.tenant
-_computed_of = itemgetter(5)  # Sequence.computed_tokens
-_request_id_of = attrgetter("request.request_id")  # Sequence.request_id, without the property call
 _TENANT_FIELDS = TenantState._fields
 _TENANT_FIELD_SET = frozenset(_TENANT_FIELDS)
 #: The record fields a step's charge writes (:meth:`Step._charge_step`), at positions 1 to 5.
@@ -167,48 +161,20 @@ class Step(RunningPhase, WaitingPhase):
     new :class:`State` and the :class:`StepOutput`.  The old state is never
     written.  A subclass is a variant of the model (see the module docstring).
 
-    Decode progress is lazy (SPEC.md 3 and 5): ``running`` maps each running request
-    id to its sequence, and for the ids in ``lazy`` (sequences in steady decode)
-    that sequence is as it was at the start of step ``lazy[rid]``; ``due`` lists
-    them by the step at which their next KV block or last token falls.  The step
-    brings a lazy sequence up to date (:meth:`_materialize`) only when it must
-    treat it alone: its last token is due, its next block needs an eviction, it
-    is cancelled, or victims are compared.  A lazy sequence whose next block is
-    due and fits gets it without being brought up to date; every other one gets
-    one token in the batch and is counted per tenant, not read.
-
     Attributes:
         ORDER, VICTIM: the policy tables this step looks policies up in
             (:data:`tenantry.model.policies.ORDER` / ``VICTIM``; a variant
             may replace entries in a copy).
-        running, lazy, due: the running sequences by request id in batch order,
-            the lazy ones' marks, the due index (as :class:`~tenantry.model.state.Running`).
-        LAZY: whether decode progress is kept lazily; False for a variant that
-            overrides a method reading running sequences (:data:`LAZY_READERS`),
-            which then sees every sequence up to date, as it did before.
+        running: the running sequences by request id, in batch order.
+        planned: request id -> tokens it gets in this step, in batch order.
     """
 
     ORDER = ORDER
     VICTIM = VICTIM
-    LAZY = True
-    #: Fewest running sequences at which a step keeps decode progress lazily: below it
-    #: the ledger's bookkeeping costs more than the sequences it spares (every lazy
-    #: sequence is brought up to date at the start of such a step, and none becomes lazy).
-    LAZY_MIN_RUNNING = 16
     #: Fewest tenants at which a step keeps the per-tenant records in a
     #: :class:`~tenantry.model.state.TenantTable` and copies only the records it changes;
     #: below it the step copies the tuple (cheaper there than the table's indirection).
     TABLE_MIN_TENANTS = 1024
-    #: Methods that read running sequences: a variant overriding one runs with
-    #: every sequence up to date (``LAZY`` False), so its override sees what the
-    #: model's own method would.
-    LAZY_READERS = ("cancel", "schedule_running", "execute", "result", "_make_room", "_evict", "_release",
-                    "_drop", "_register", "_preempt_for_priority", "_freeable", "_materialize",
-                    "_materialize_all", "_lazify", "_due_at")
-
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.LAZY = cls.LAZY and all(getattr(cls, m) is getattr(Step, m) for m in Step.LAZY_READERS)
 
     def __init__(self, cfg: Config, st: State) -> None:
         self.cfg, self.st = cfg, st
@@ -216,15 +182,7 @@ class Step(RunningPhase, WaitingPhase):
         self.t = st.t_s
         self.policy = self.ORDER[cfg.order.policy]
         self.tenants: list[TenantState] = tenant_scratch(st.tenants, self.TABLE_MIN_TENANTS)  # or a table's edits
-        r = st.running
-        if self.LAZY and isinstance(r, Running) and r.step_index == self.k and (
-                len(r) >= self.LAZY_MIN_RUNNING or not r.marks):
-            self.running: dict[int, Sequence] = dict(r.seqs)  # lazy ones as of their mark
-            self.lazy: dict[int, int] = dict(r.marks)
-            self.due: dict[int, tuple[int, ...]] = dict(r.due)
-        else:
-            self.running = dict(zip(map(_request_id_of, r), r))
-            self.lazy, self.due = {}, {}
+        self.running: dict[int, Sequence] = {s.request_id: s for s in st.running}
         self.used = st.kv.used_blocks
         self.refs, self.retained, self.key_salt = st.kv.refs, st.kv.retained, st.kv.key_salt
         self._kv_copied = False
@@ -438,7 +396,6 @@ class Step(RunningPhase, WaitingPhase):
 
     def cancel(self, rid: int) -> None:
         """The client cancels request rid: it leaves its queue or the batch, releasing every block."""
-        self._materialize(rid)
         s = self.running.pop(rid, None)
         if s is not None:
             self._release(s)
@@ -525,72 +482,43 @@ class Step(RunningPhase, WaitingPhase):
     def execute(self) -> None:
         """The batch runs: tokens advance, outputs are produced, the accounting is charged."""
         cfg, o = self.cfg, self.cfg.order
-        running, planned, tenants, lazy = self.running, self.planned, self.tenants, self.lazy
-        batched = sum(planned.values())
-        kv_tokens = batched + sum(map(_computed_of, map(running.__getitem__, planned)))
-        if lazy:  # the lazy sequences are all planned one token but the ones the budget left out
-            lazy_planned = planned.keys() & lazy.keys()
-            # each has computed k - mark tokens more than its stored record says
-            kv_tokens += len(lazy_planned) * self.k - sum(map(lazy.__getitem__, lazy_planned))
-            if len(planned) - len(lazy_planned) <= 8:
-                order = list(planned)
-                todo = [(rid, planned[rid]) for rid in sorted(planned.keys() - lazy_planned, key=order.index)]
-            else:
-                todo = [(rid, n) for rid, n in planned.items() if rid not in lazy]
-        else:
-            lazy_planned, todo = (), planned.items()
+        batched = sum(self.planned.values())
+        kv_tokens = sum(self.running[rid].computed_tokens + n for rid, n in self.planned.items())
         dur = step_duration_s(cfg, batched, kv_tokens)
         self.duration_s = dur
         end = self.t + dur
         # Block-seconds for every tenant holding blocks during the step (charged below), in batch order.
-        held = {i: tenants[i].blocks * dur for i in dict.fromkeys(map(_tenant_of, running.values()))}
+        held = {s.tenant: self.tenants[s.tenant].blocks * dur for s in self.running.values()}
         produced: dict[int, list[int]] = {}  # tenant -> [tokens produced, tokens to charge to the counter]
-        if lazy_planned:
-            for i, c in Counter(map(_tenant_of, map(running.__getitem__, lazy_planned))).items():
-                produced[i] = [c, c]  # a lazy sequence has no predicted charge left: every token counts
-        if len(lazy_planned) < len(lazy):  # left out by the token budget: one step behind from now on
-            for rid in lazy.keys() - lazy_planned:
-                lazy[rid] += 1
-        lazify = self._lazify if self.LAZY and len(running) >= self.LAZY_MIN_RUNNING else None
-        events = self.events
-        for rid, n in todo:
-            (request, tenant, arrival_seq, admitted_step, prefix_keys, computed, output_done, shared, private,
-             preemptions, wasted_tokens, ready_step, charged_prompt_tokens, predicted, first_scheduled_s, first,
-             cached_tokens) = running[rid]
-            computed += n
-            if prefix_keys:
-                shared, private = self._register(running[rid], computed, shared, private)
-            if computed == request.prompt_tokens + output_done:  # every known token computed: sample one
+        for rid, n in self.planned.items():
+            s = self.running[rid]
+            computed = s.computed_tokens + n
+            shared, private = s.shared_keys, s.private_blocks
+            if s.prefix_keys:
+                shared, private = self._register(s, computed, shared, private)
+            output_done, predicted, first = s.output_done, s.predicted_charge, s.first_token_s
+            if computed == s.request.prompt_tokens + output_done:  # every known token computed: sample one
                 output_done += 1
                 if first is None:
                     first = end
-                    events.append(Event("first_token", rid, tenant, end))
-                acc = produced.get(tenant)
-                if acc is None:
-                    acc = produced[tenant] = [0, 0]
+                    self.events.append(Event("first_token", rid, s.tenant, end))
+                acc = produced.setdefault(s.tenant, [0, 0])
                 acc[0] += 1
                 if predicted <= 0:
                     acc[1] += 1
                 else:
-                    predicted -= 1
-            s = _new_tuple(Sequence, (  # advanced(s, ...) inlined: the hot path
-                request, tenant, arrival_seq, admitted_step, prefix_keys, computed, output_done, shared, private,
-                preemptions, wasted_tokens, ready_step, charged_prompt_tokens, predicted, first_scheduled_s, first,
-                cached_tokens))
-            if output_done == request.output_tokens:
-                del running[rid]
+                    predicted -= 1  # a token charged ahead (vtc_predict) is not charged again
+            s = s._replace(computed_tokens=computed, output_done=output_done, shared_keys=shared,
+                           private_blocks=private, predicted_charge=predicted, first_token_s=first)
+            if output_done == s.request.output_tokens:
+                del self.running[rid]
                 self._release(s)
                 self._drop(s, "finished")
             else:
-                running[rid] = s
-                if lazify is not None and computed == request.prompt_tokens + output_done - 1 and predicted <= 0 \
-                        and first is not None and (len(shared) >= len(prefix_keys) or private <= 0):
-                    lazify(rid, s)  # steady decode: one token a step from now on
-        for i, bs in held.items():
-            tokens, counted = produced.pop(i, (0, 0))
-            self._charge_step(i, bs, tokens, counted)
-        for i, (tokens, counted) in produced.items():  # finished sequences of tenants now holding nothing
-            self._charge_step(i, 0.0, tokens, counted)
+                self.running[rid] = s
+        for i, block_s in held.items():  # every tenant that produced a token held blocks: it is in held
+            tokens, counted = produced.get(i, (0, 0))
+            self._charge_step(i, block_s, tokens, counted)
         # Idle tenants lose their DRR deficit (no banked credit).
         if o.drr_reset_when_idle:
             for i in self.touched:
@@ -660,7 +588,7 @@ class Step(RunningPhase, WaitingPhase):
             t_s=self.t + self.duration_s,
             last_step_s=self.duration_s,
             tenants=frozen_tenants(self.tenants),
-            running=Running(self.running, self.lazy, self.due, self.k + 1),
+            running=tuple(self.running.values()),
             kv=kv,
             next_arrival_seq=self.next_seq,
             rr_next=self.rr_next,

@@ -88,7 +88,6 @@ class WaitingPhase:
         ready = [(i, q) for i in self.backlogged for q in self.tenants[i].queue if q.ready_step <= self.k]
         if not ready:
             return
-        self._materialize_all()
         view = PriorityView(self.cfg, self.tenants, ready, tuple(self.running.values()),
                             {rid: self._freeable(s) for rid, s in self.running.items()},
                             self.cfg.num_blocks - self.used)
