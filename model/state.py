@@ -11,8 +11,6 @@ step copies them before any change.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence as _SequenceABC
-from itertools import chain
 from typing import Iterator, NamedTuple
 
 import attrs
@@ -135,141 +133,6 @@ class TenantState(NamedTuple):
         return bool(self.queue)
 
 
-class _AsTuple:
-    """For a read-only sequence that stands for a tuple (:meth:`as_tuple`): it hashes, prints
-    and pickles as that tuple (a pickled one comes back as the plain tuple)."""
-
-    def as_tuple(self) -> tuple:  # pragma: no cover - each class gives its own
-        raise NotImplementedError
-
-    def __hash__(self) -> int:
-        return hash(self.as_tuple())
-
-    def __repr__(self) -> str:
-        return repr(self.as_tuple())
-
-    def __reduce__(self):
-        return (tuple, (self.as_tuple(),))
-
-
-#: Records per chunk of a :class:`TenantTable` (a power of two: an index splits by shift and mask).
-_CHUNK_BITS = 6  # also written as literals in TenantEdits.__getitem__
-_CHUNK = 1 << _CHUNK_BITS
-_MASK = _CHUNK - 1
-
-
-class TenantTable(_AsTuple, _SequenceABC):
-    """Per-tenant records (:class:`TenantState`) as a persistent vector: a read-only
-    sequence equal (and hashing equal) to the tuple of its records, which is what every
-    reader sees, stored as chunks of 64 so that a step that changes k tenants copies k
-    chunks and the list of chunks (:meth:`TenantEdits.persistent`) instead of every record.
-
-    The step keeps the records of a replica of at least ``Step.TABLE_MIN_TENANTS`` (1,024)
-    tenants in one (SPEC.md 3; below that copying the tuple is cheaper).  Built by the step, never
-    mutated after; pickles (and copies) as the plain tuple.
-
-    Attributes:
-        chunks: tuple of tuples of records, each of 64 but the last.
-        n: number of records.
-    """
-
-    __slots__ = ("chunks", "n", "_tuple")
-
-    def __init__(self, chunks: tuple[tuple[TenantState, ...], ...], n: int) -> None:
-        self.chunks, self.n = chunks, n
-        self._tuple: tuple[TenantState, ...] | None = None
-
-    @classmethod
-    def of(cls, records) -> "TenantTable":
-        """The table of ``records`` (any sequence of :class:`TenantState`)."""
-        t = tuple(records)
-        return cls(tuple(t[j:j + _CHUNK] for j in range(0, len(t), _CHUNK)), len(t))
-
-    def as_tuple(self) -> tuple[TenantState, ...]:
-        """Every record, in tenant order (built once, on first need: equality, hashing, slices)."""
-        t = self._tuple
-        if t is None:
-            t = self._tuple = tuple(chain.from_iterable(self.chunks))
-        return t
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i):
-        if i.__class__ is int and 0 <= i < self.n:
-            return self.chunks[i >> _CHUNK_BITS][i & _MASK]
-        return self.as_tuple()[i]
-
-    def __iter__(self) -> Iterator[TenantState]:
-        return chain.from_iterable(self.chunks)
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, TenantTable):
-            return self.n == other.n and self.chunks == other.chunks
-        if isinstance(other, tuple):
-            return self.as_tuple() == other
-        return NotImplemented
-
-    __hash__ = _AsTuple.__hash__  # a class that defines __eq__ loses the inherited __hash__
-
-
-class TenantEdits:
-    """A step's scratch copy of a :class:`TenantTable`: reads as the list of the records
-    (``edits[i]``, ``len``, iteration), takes ``edits[i] = record``, and keeps only the
-    records written; :meth:`persistent` gives the new table.  Indices are the tenants'
-    (0 to n - 1)."""
-
-    __slots__ = ("chunks", "n", "changed")
-
-    def __init__(self, table: TenantTable) -> None:
-        self.chunks, self.n = table.chunks, table.n
-        self.changed: dict[int, TenantState] = {}
-
-    def __getitem__(self, i: int) -> TenantState:
-        t = self.changed.get(i)
-        return self.chunks[i >> 6][i & 63] if t is None else t  # _CHUNK_BITS, _MASK (the hot path: literals)
-
-    def __setitem__(self, i: int, record: TenantState) -> None:
-        if not (i.__class__ is int and 0 <= i < self.n):
-            raise IndexError(f"tenant index {i!r} out of range 0..{self.n - 1}")
-        self.changed[i] = record
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __iter__(self) -> Iterator[TenantState]:
-        it = chain.from_iterable(self.chunks)
-        return map(self.changed.get, range(self.n), it) if self.changed else it
-
-    def persistent(self) -> TenantTable:
-        """The table with the records written: the chunks holding them are copied, the rest shared."""
-        if not self.changed:
-            return TenantTable(self.chunks, self.n)
-        chunks = list(self.chunks)
-        by_chunk: dict[int, list[int]] = {}
-        for i in self.changed:
-            by_chunk.setdefault(i >> _CHUNK_BITS, []).append(i)
-        for c, ids in by_chunk.items():
-            chunk = list(chunks[c])
-            for i in ids:
-                chunk[i & _MASK] = self.changed[i]
-            chunks[c] = tuple(chunk)
-        return TenantTable(tuple(chunks), self.n)
-
-
-def tenant_scratch(tenants, min_table: int) -> "list[TenantState] | TenantEdits":
-    """A step's writable copy of a state's per-tenant records: a list, or from ``min_table``
-    tenants on (:attr:`tenantry.model.step.Step.TABLE_MIN_TENANTS`) the edits of a :class:`TenantTable`."""
-    if len(tenants) < min_table:
-        return list(tenants)
-    return TenantEdits(tenants if isinstance(tenants, TenantTable) else TenantTable.of(tenants))
-
-
-def frozen_tenants(scratch) -> "tuple[TenantState, ...] | TenantTable":
-    """The per-tenant records of the state a step builds from its scratch copy (:func:`tenant_scratch`)."""
-    return scratch.persistent() if isinstance(scratch, TenantEdits) else tuple(scratch)
-
-
 @attrs.frozen(slots=True)
 class KVPool:
     """The KV block pool.
@@ -297,9 +160,7 @@ class State:
         t_s: time the next step starts (seconds).
         last_step_s: duration of the previous step (seconds; before the first,
             the empty step's, :attr:`~tenantry.model.config.CostConfig.empty_step_s`).
-        tenants: per-tenant records, indexed like ``Config.tenants``: a tuple, or (as the
-            step builds it from ``Step.TABLE_MIN_TENANTS`` tenants on) a :class:`TenantTable`,
-            which reads as that tuple and copies only the records a step changes.
+        tenants: per-tenant records, indexed like ``Config.tenants``.
         running: running sequences in the order they entered the batch.
         kv: the KV pool.
         next_arrival_seq: next global admission number.
@@ -324,7 +185,7 @@ class State:
     step_index: int
     t_s: float
     last_step_s: float
-    tenants: "tuple[TenantState, ...] | TenantTable"
+    tenants: tuple[TenantState, ...]
     running: tuple[Sequence, ...] = ()
     kv: KVPool = attrs.field(factory=KVPool)
     next_arrival_seq: int = 0

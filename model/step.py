@@ -39,7 +39,7 @@ from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS, Event
 from .policies import ORDER, VICTIM, inherited_skips, step_duration_s
 from .running import RunningPhase
-from .state import KVPool, Sequence, State, TenantState, frozen_tenants, prefix_keys, tenant_scratch
+from .state import KVPool, Sequence, State, TenantState, prefix_keys
 from .waiting import WaitingPhase
 from .workload import Request, StepInput
 
@@ -171,17 +171,13 @@ class Step(RunningPhase, WaitingPhase):
 
     ORDER = ORDER
     VICTIM = VICTIM
-    #: Fewest tenants at which a step keeps the per-tenant records in a
-    #: :class:`~tenantry.model.state.TenantTable` and copies only the records it changes;
-    #: below it the step copies the tuple (cheaper there than the table's indirection).
-    TABLE_MIN_TENANTS = 1024
 
     def __init__(self, cfg: Config, st: State) -> None:
         self.cfg, self.st = cfg, st
         self.k = st.step_index
         self.t = st.t_s
         self.policy = self.ORDER[cfg.order.policy]
-        self.tenants: list[TenantState] = tenant_scratch(st.tenants, self.TABLE_MIN_TENANTS)  # or a table's edits
+        self.tenants: list[TenantState] = list(st.tenants)
         self.running: dict[int, Sequence] = {s.request_id: s for s in st.running}
         self.used = st.kv.used_blocks
         self.refs, self.retained, self.key_salt = st.kv.refs, st.kv.retained, st.kv.key_salt
@@ -587,7 +583,7 @@ class Step(RunningPhase, WaitingPhase):
             step_index=self.k + 1,
             t_s=self.t + self.duration_s,
             last_step_s=self.duration_s,
-            tenants=frozen_tenants(self.tenants),
+            tenants=tuple(self.tenants),
             running=tuple(self.running.values()),
             kv=kv,
             next_arrival_seq=self.next_seq,

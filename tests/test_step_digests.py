@@ -13,7 +13,8 @@ skip counts), in a form that owes nothing to the history's format.
 
 Runs: the seed-001 default workload (seed 9) to 10 s under every one-replica setup, the
 packaged Azure pair excerpt (60 rows, 30 s) under every one-replica setup, each adversary
-pattern's default check-cell scenario (8 s) on one setup in turn, and two fleet cells; and
+pattern's default check-cell scenario (8 s) on one setup in turn, two fleet cells, 1,124
+tenants under vtc and round robin; and
 ``tenantry check`` on six cells, its matrix's cells reduced to what the runs decide.
 
 A behaviour fix changes digests on purpose: regenerate them with
@@ -107,6 +108,21 @@ def fleet_trace_digest(setup: str, pattern: str) -> str:
     return tr.digest()
 
 
+def many_tenants(policy: str) -> tuple[Config, Workload]:
+    """1,124 tenants of weights 1-3 under ``policy``, 600 requests spread over them in 2.4 s
+    (the step once kept the records of 1,024 tenants or more in a table of its own)."""
+    from tenantry.model.config import CostConfig, OrderConfig, TenantConfig
+    from tenantry.model.workload import Request
+
+    n = 1124
+    cfg = Config(tenants=[TenantConfig(f"t{i}", weight=1.0 + i % 3) for i in range(n)], num_blocks=4_000,
+                 max_num_seqs=32, token_budget=512, order=OrderConfig(policy=policy),
+                 cost=CostConfig(mode="unit", unit_step_s=0.01))
+    wl = Workload(tuple(Request(j, f"t{(j * 37) % n}", round(j * 0.004, 6), 32 + j % 50, 4 + j % 20)
+                        for j in range(600)))
+    return cfg, wl
+
+
 def _patterns() -> list[str]:
     from tenantry.adversaries.patterns import PATTERNS
 
@@ -115,7 +131,7 @@ def _patterns() -> list[str]:
 
 def run_digest(name: str) -> str:
     """The digest of run ``name`` (``seed001/<setup>``, ``azure/<setup>``, ``cell/<pattern>``,
-    ``fleet/<setup>/<pattern>``)."""
+    ``fleet/<setup>/<pattern>``, ``many/<policy>``)."""
     kind, _, rest = name.partition("/")
     if kind == "seed001":
         from tenantry.model.traces import seed001_workload
@@ -136,12 +152,16 @@ def run_digest(name: str) -> str:
         return trace_digest(build_config(setup, sc.roles), sc.workload, min(sc.horizon_s, 8.0))
     if kind == "fleet":
         return fleet_trace_digest(*rest.split("/"))
+    if kind == "many":
+        cfg, wl = many_tenants(rest)
+        return trace_digest(cfg, wl, 4.0)
     raise ValueError(f"unknown run {name!r}")
 
 
 def run_names() -> list[str]:
     return ([f"seed001/{s}" for s in ONE_REPLICA] + [f"azure/{s}" for s in ONE_REPLICA]
-            + [f"cell/{p}" for p in _patterns()] + [f"fleet/{s}/{p}" for s, p in FLEET_CELLS])
+            + [f"cell/{p}" for p in _patterns()] + [f"fleet/{s}/{p}" for s, p in FLEET_CELLS]
+            + ["many/vtc", "many/round_robin"])
 
 
 def _stored() -> dict[str, str]:
