@@ -175,11 +175,6 @@ class State:
             takes it with the counter).
         tier_skips, last_left_tier_skips: the same per tier under ``floors`` with a
             skip budget (empty otherwise: read as zeros).
-        backlog: not a field of the state but a cache derived from ``tenants``
-            (:meth:`backlogged`): the indices of the tenants with a non-empty
-            queue, as the step that built this state left them, so the next step
-            need not scan every tenant; None (the default, and after
-            ``attrs.evolve``) until computed.  Not compared, not given to ``__init__``.
     """
 
     step_index: int
@@ -196,15 +191,10 @@ class State:
     last_left_skips: int = 0
     tier_skips: tuple[int, ...] = ()
     last_left_tier_skips: int = 0
-    backlog: frozenset[int] | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     def backlogged(self) -> frozenset[int]:
-        """Indices of the tenants with a non-empty queue (cached: :attr:`backlog`)."""
-        b = self.backlog
-        if b is None:
-            b = frozenset(i for i, t in enumerate(self.tenants) if t.queue)
-            object.__setattr__(self, "backlog", b)
-        return b
+        """Indices of the backlogged tenants: those with a non-empty queue."""
+        return frozenset(i for i, t in enumerate(self.tenants) if t.queue)
 
     def sequences(self) -> Iterator[Sequence]:
         """Every admitted sequence: running first, then each tenant's queue."""

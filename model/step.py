@@ -93,13 +93,7 @@ def idle(config: Config, state: State, until_s: float) -> State:
     """
     if until_s < state.t_s:
         raise ValueError(f"idle until_s={until_s!r} is before the clock t_s={state.t_s!r}")
-    new = State(step_index=state.step_index, t_s=until_s, last_step_s=state.last_step_s, tenants=state.tenants,
-                running=state.running, kv=state.kv, next_arrival_seq=state.next_arrival_seq, rr_next=state.rr_next,
-                tier_counters=state.tier_counters, last_left_counter=state.last_left_counter,
-                last_left_tier_counter=state.last_left_tier_counter, last_left_skips=state.last_left_skips,
-                tier_skips=state.tier_skips, last_left_tier_skips=state.last_left_tier_skips)  # attrs.evolve, faster
-    object.__setattr__(new, "backlog", state.backlog)  # the tenants are the same
-    return new
+    return attrs.evolve(state, t_s=until_s)
 
 
 def step(config: Config, state: State, inputs: StepInput = StepInput(),
@@ -180,8 +174,7 @@ class Step(RunningPhase, WaitingPhase):
         self.tenants: list[TenantState] = list(st.tenants)
         self.running: dict[int, Sequence] = {s.request_id: s for s in st.running}
         self.used = st.kv.used_blocks
-        self.refs, self.retained, self.key_salt = st.kv.refs, st.kv.retained, st.kv.key_salt
-        self._kv_copied = False
+        self.refs, self.retained, self.key_salt = dict(st.kv.refs), dict(st.kv.retained), dict(st.kv.key_salt)
         self.next_seq = st.next_arrival_seq
         self.rr_next = st.rr_next
         self.tier_counters = list(st.tier_counters)
@@ -190,14 +183,12 @@ class Step(RunningPhase, WaitingPhase):
         self.preempted: list[int] = []
         self.events: list[Event] = []
         self.gone: list[Sequence] = []
-        self.touched: set[int] = set()
         self.provisional: dict[int, float] = {}
         self.duration_s = 0.0
         self.reserved: int | None = None
         self.reserved_reason: str | None = None
         self.capped: set[int] = set()  # tenants whose head their own KV or slot cap refused in this step
-        self.backlogged: set[int] = set(st.backlogged())
-        self._min_counter: float | None = None
+        self.backlogged: set[int] = set(st.backlogged())  # kept by _set as queues change
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
         self.last_left_skips = st.last_left_skips
         self._tier_skips_on = cfg.order.guard_skips is not None and cfg.order.policy == "floors"
@@ -206,14 +197,8 @@ class Step(RunningPhase, WaitingPhase):
 
     # --- small helpers ---------------------------------------------------------
 
-    def _kv_write(self) -> None:
-        if not self._kv_copied:
-            self.refs, self.retained, self.key_salt = dict(self.refs), dict(self.retained), dict(self.key_salt)
-            self._kv_copied = True
-
     def _set(self, i: int, **changes) -> TenantState:
-        """Replace fields of tenant i's record, keeping the backlog set and the
-        cached least counter (see :meth:`_on_backlogged`) in step."""
+        """Replace fields of tenant i's record, keeping the backlog set in step."""
         if not changes.keys() <= _TENANT_FIELD_SET:
             raise TypeError(f"TenantState has no field {sorted(set(changes) - _TENANT_FIELD_SET)}")
         t = _new_tuple(TenantState, map(changes.get, _TENANT_FIELDS, self.tenants[i]))  # a cheap _replace
@@ -223,15 +208,11 @@ class Step(RunningPhase, WaitingPhase):
         """Tenant i's record becomes ``t`` (:meth:`_set`'s bookkeeping; ``queue_changed`` /
         ``counter_changed``: whether its queue / counter may differ from the old record's)."""
         self.tenants[i] = t
-        self.touched.add(i)
         if queue_changed:
             if t.queue:
                 self.backlogged.add(i)
-            elif i in self.backlogged:
+            else:
                 self.backlogged.discard(i)
-                self._min_counter = None
-        if counter_changed and i in self.backlogged:
-            self._min_counter = None
         return t
 
     def _refill(self, i: int) -> TenantState:
@@ -275,18 +256,14 @@ class Step(RunningPhase, WaitingPhase):
         cancellation, which only raises l, so a canceller cannot lower its own lift (without
         it a tenant idle while another was served alone banks credit, and the
         service gap of Theorem 4.4 is unbounded: SPEC.md 7.2); the same for i's
-        tier counter over the other backlogged tiers (``floors``).  The minimum is cached for the step and
-        dropped whenever a backlogged tenant's counter changes or a tenant
-        leaves the backlog; a join cannot lower it, since the joiner is lifted.
+        tier counter over the other backlogged tiers (``floors``).
         """
         skips_lift = self.cfg.order.guard_skips is not None and self.policy.refill is None  # DRR keeps its count
         if not self.cfg.order.lift:
             if skips_lift:
                 self._set(i, skips=0)
             return
-        lo = self._min_counter
-        if lo is None:
-            lo = min((self.tenants[j].counter for j in self.backlogged if j != i), default=None)
+        lo = min((self.tenants[j].counter for j in self.backlogged if j != i), default=None)
         alone = lo is None
         if alone:
             lo = self.last_left
@@ -294,7 +271,6 @@ class Step(RunningPhase, WaitingPhase):
         if c < lo:
             self._set(i, counter=lo)
             c = lo
-        self._min_counter = c if alone else lo
         if skips_lift:
             self._inherit_skips(i, c, alone)
         tiers = self.cfg.tenants
@@ -326,7 +302,6 @@ class Step(RunningPhase, WaitingPhase):
         """Free the blocks of sequence s; returns how many became free."""
         freed = s.private_blocks
         if s.shared_keys:
-            self._kv_write()
             for key in s.shared_keys:
                 n = self.refs[key] - 1
                 if n == 0:
@@ -348,7 +323,6 @@ class Step(RunningPhase, WaitingPhase):
         uncached = self.cfg.num_blocks - self.used - len(self.retained)
         excess = new_blocks - uncached
         if excess > 0:
-            self._kv_write()
             for key in list(self.retained)[:excess]:
                 del self.retained[key]
                 self.key_salt.pop(key, None)
@@ -517,8 +491,7 @@ class Step(RunningPhase, WaitingPhase):
             self._charge_step(i, block_s, tokens, counted)
         # Idle tenants lose their DRR deficit (no banked credit).
         if o.drr_reset_when_idle:
-            for i in self.touched:
-                t = self.tenants[i]
+            for i, t in enumerate(self.tenants):
                 if not t.queue and t.running == 0 and t.deficit != 0.0:
                     self._set(i, deficit=0.0)
 
@@ -528,7 +501,6 @@ class Step(RunningPhase, WaitingPhase):
         full = min(computed // self.cfg.block_size_tokens, len(s.prefix_keys))
         if full <= len(shared) or private <= 0:
             return shared, private
-        self._kv_write()
         add = []
         for key in s.prefix_keys[len(shared):full]:
             if key in self.refs or key in self.retained or private - len(add) <= 0:
@@ -576,16 +548,13 @@ class Step(RunningPhase, WaitingPhase):
     # --- result ---------------------------------------------------------------------
 
     def result(self) -> tuple[State, StepOutput]:
-        kv = self.st.kv
-        if self._kv_copied or self.used != kv.used_blocks:
-            kv = KVPool(used_blocks=self.used, refs=self.refs, retained=self.retained, key_salt=self.key_salt)
         new = State(
             step_index=self.k + 1,
             t_s=self.t + self.duration_s,
             last_step_s=self.duration_s,
             tenants=tuple(self.tenants),
             running=tuple(self.running.values()),
-            kv=kv,
+            kv=KVPool(used_blocks=self.used, refs=self.refs, retained=self.retained, key_salt=self.key_salt),
             next_arrival_seq=self.next_seq,
             rr_next=self.rr_next,
             tier_counters=tuple(self.tier_counters),
@@ -595,7 +564,6 @@ class Step(RunningPhase, WaitingPhase):
             tier_skips=tuple(self.tier_skips) if self._tier_skips_on else self.st.tier_skips,
             last_left_tier_skips=self.last_left_tier_skips,
         )
-        object.__setattr__(new, "backlog", frozenset(self.backlogged))  # kept by _set, so the next step need not scan
         out = StepOutput(
             step_index=self.k,
             start_s=self.t,

@@ -163,7 +163,6 @@ class WaitingPhase:
         if private + revived > cfg.num_blocks - self.used:
             return False
         if hit:
-            self._kv_write()
             for key in hit:
                 if key in self.refs:
                     self.refs[key] += 1
