@@ -43,12 +43,6 @@ from .state import KVPool, Sequence, State, TenantState, prefix_keys
 from .waiting import WaitingPhase
 from .workload import Request, StepInput
 
-_TENANT_FIELDS = TenantState._fields
-_TENANT_FIELD_SET = frozenset(_TENANT_FIELDS)
-#: The record fields a step's charge writes (:meth:`Step._charge_step`), at positions 1 to 5.
-_CHARGED_FIELDS = ("counter", "deficit", "service", "block_seconds", "bucket_tokens")
-assert _TENANT_FIELDS[1:6] == _CHARGED_FIELDS, "Step._charge_step reads TenantState fields 1-5 by position"
-_new_tuple = tuple.__new__
 
 #: Event kinds (SPEC.md 5.2): one flat table, the history's
 #: (:data:`tenantry.model.history.EVENT_KINDS`).  Every request ends in exactly
@@ -198,21 +192,14 @@ class Step(RunningPhase, WaitingPhase):
     # --- small helpers ---------------------------------------------------------
 
     def _set(self, i: int, **changes) -> TenantState:
-        """Replace fields of tenant i's record, keeping the backlog set in step."""
-        if not changes.keys() <= _TENANT_FIELD_SET:
-            raise TypeError(f"TenantState has no field {sorted(set(changes) - _TENANT_FIELD_SET)}")
-        t = _new_tuple(TenantState, map(changes.get, _TENANT_FIELDS, self.tenants[i]))  # a cheap _replace
-        return self._put(i, t, "queue" in changes, "counter" in changes)
-
-    def _put(self, i: int, t: TenantState, queue_changed: bool, counter_changed: bool) -> TenantState:
-        """Tenant i's record becomes ``t`` (:meth:`_set`'s bookkeeping; ``queue_changed`` /
-        ``counter_changed``: whether its queue / counter may differ from the old record's)."""
+        """Replace fields of tenant i's record (``TenantState._replace``; ValueError on an
+        unknown field), keeping the set of backlogged tenants in step; returns the new record."""
+        t = self.tenants[i]._replace(**changes)
         self.tenants[i] = t
-        if queue_changed:
-            if t.queue:
-                self.backlogged.add(i)
-            else:
-                self.backlogged.discard(i)
+        if t.queue:
+            self.backlogged.add(i)
+        else:
+            self.backlogged.discard(i)
         return t
 
     def _refill(self, i: int) -> TenantState:
@@ -526,22 +513,20 @@ class Step(RunningPhase, WaitingPhase):
         else:
             charge_bucket = False
         t = self.tenants[i]
-        counter, deficit, service, block_seconds, bucket_tokens = t[1:6]  # see _CHARGED_FIELDS
         cost = o.w_out * tokens
-        block_seconds = block_seconds + block_s
         unit = self.policy.deficit_unit
+        changes = {"block_seconds": t.block_seconds + block_s}
         if tokens:
-            service = service + cost
+            changes["service"] = t.service + cost
             if unit == "tokens":
-                deficit = deficit - cost
+                changes["deficit"] = t.deficit - cost
             if charge_bucket:
-                bucket_tokens = bucket_tokens - tokens
+                changes["bucket_tokens"] = t.bucket_tokens - tokens
         if unit == "block_seconds" and block_s:
-            deficit = deficit - block_s
+            changes["deficit"] = t.deficit - block_s
         if counted:
-            counter = counter + o.w_out * counted / tc.weight
-        self._put(i, _new_tuple(TenantState, (  # what _set(i, ...) would build, at once; the other fields kept
-            t[0], counter, deficit, service, block_seconds, bucket_tokens, *t[6:])), False, bool(counted))
+            changes["counter"] = t.counter + o.w_out * counted / tc.weight
+        self._set(i, **changes)
         if tokens:
             self.tier_counters[tc.tier] += cost / o.tier_floors[min(tc.tier, len(o.tier_floors) - 1)]
 
