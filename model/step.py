@@ -37,7 +37,8 @@ import attrs
 
 from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS, Event
-from .policies import ORDER, VICTIM, inherited_skips, step_duration_s
+from .guards import inherited_skips
+from .policies import ORDER, VICTIM, step_duration_s
 from .running import RunningPhase
 from .state import KVPool, Sequence, State, TenantState, prefix_keys
 from .waiting import WaitingPhase
@@ -271,7 +272,7 @@ class Step(RunningPhase, WaitingPhase):
 
     def _inherit_skips(self, i: int, c: float, alone: bool) -> None:
         """Tenant i joined the backlog with (lifted) counter c: its skip count
-        (:func:`~tenantry.model.policies.inherited_skips` over the other backlogged
+        (:func:`~tenantry.model.guards.inherited_skips` over the other backlogged
         tenants, or those emptied by cancellation in this step, or the last leaver)."""
         ts = self.tenants
         pairs = [] if alone else [(ts[j].counter, ts[j].skips) for j in self.backlogged if j != i]
