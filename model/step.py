@@ -2,8 +2,9 @@
 
 ``step(config, state, inputs) -> (state', output)`` is pure: it reads the old
 state, never mutates it, and returns a new state plus what happened in the
-step.  A step is, in order (each phase one method of :class:`Step`; phase 3 is
-inherited from :class:`~tenantry.model.running.RunningPhase` in ``model/running.py``,
+step.  A step is, in order (each phase one method of :class:`Step`; phase 2 is
+inherited from :class:`~tenantry.model.admission.AdmissionPhase` in ``model/admission.py``,
+phase 3 from :class:`~tenantry.model.running.RunningPhase` in ``model/running.py``,
 phase 4 from :class:`~tenantry.model.waiting.WaitingPhase` in ``model/waiting.py``):
 
 1. cancellations  - the client cancels requests (queued or running);
@@ -31,18 +32,17 @@ on it.
 
 from __future__ import annotations
 
-import math
-
 import attrs
 
+from .admission import AdmissionPhase
 from .config import Config
 from .history import EVENT_KINDS as HISTORY_EVENT_KINDS, Event
 from .guards import inherited_skips
 from .policies import ORDER, VICTIM, step_duration_s
 from .running import RunningPhase
-from .state import KVPool, Sequence, State, TenantState, prefix_keys
+from .state import KVPool, Sequence, State, TenantState
 from .waiting import WaitingPhase
-from .workload import Request, StepInput
+from .workload import StepInput
 
 
 #: Event kinds (SPEC.md 5.2): one flat table, the history's
@@ -120,28 +120,7 @@ def step(config: Config, state: State, inputs: StepInput = StepInput(),
 
 
 
-def queued_blocks(cfg: Config, tenants: list[TenantState], tier: int) -> int:
-    """KV blocks (``blocks_for(prompt + output)`` each) of the never-scheduled requests
-    queued by tenants of tiers 0..``tier``: the queued work a ``kv_watermark_queued``
-    watermark counts (SPEC.md 4.2; the seeds' gateway lab counts the same)."""
-    return sum(cfg.blocks_for(q.request.total_tokens)
-               for tc, t in zip(cfg.tenants, tenants) if tc.tier <= tier
-               for q in t.queue if q.never_scheduled)
-
-
-def estimated_wait_s(cfg: Config, tenants: list[TenantState], tier: int) -> float:
-    """Estimated queue wait (seconds) of a tier-``tier`` arrival: the service tokens
-    (``w_in`` x prompt + ``w_out`` x output, output = the request's max tokens) of the
-    never-scheduled requests queued by that tier's tenants, over
-    ``admission.wait_service_rate_tokens_per_s`` (SPEC.md 4.2)."""
-    o = cfg.order
-    pending = sum(o.w_in * q.request.prompt_tokens + o.w_out * q.request.output_tokens
-                  for tc, t in zip(cfg.tenants, tenants) if tc.tier == tier
-                  for q in t.queue if q.never_scheduled)
-    return pending / cfg.admission.wait_service_rate_tokens_per_s
-
-
-class Step(RunningPhase, WaitingPhase):
+class Step(AdmissionPhase, RunningPhase, WaitingPhase):
     """One step in progress: a mutable scratch copy of the state, and the phases.
 
     Built from the state before the step; the phase methods (:meth:`cancel`,
@@ -216,23 +195,8 @@ class Step(RunningPhase, WaitingPhase):
             changes["bucket_requests"] = min(tc.request_burst, t.bucket_requests + tc.request_rate_per_s * dt)
         return self._set(i, **changes)
 
-    def _queued_blocks(self, tier: int) -> int:
-        """:func:`queued_blocks` of this step's state (a method, so a mutant can replace it)."""
-        return queued_blocks(self.cfg, self.tenants, tier)
-
-    def _estimated_wait_s(self, tier: int) -> float:
-        """:func:`estimated_wait_s` of this step's state (a method, so a mutant can replace it)."""
-        return estimated_wait_s(self.cfg, self.tenants, tier)
-
     def _cap(self, i: int) -> int | None:
         return self.cfg.tenants[i].kv_block_cap if self.cfg.admission.kv_cap else None
-
-    def _prefix_keys(self, r: Request, salt: str | None) -> tuple[int, ...]:
-        """Prefix-cache keys of r's cacheable blocks under ``salt`` (:func:`~tenantry.model.state.prefix_keys`)."""
-        return prefix_keys(self.cfg, r, salt)
-
-    def _reject(self, r: Request, i: int, reason: str, retry_after_s: float | None, t_s: float) -> None:
-        self.events.append(Event("rejected", r.request_id, i, t_s, reason=reason, retry_after_s=retry_after_s))
 
     def _on_backlogged(self, i: int) -> None:
         """Tenant i's queue went from empty to non-empty: apply the counter lift.
@@ -375,65 +339,6 @@ class Step(RunningPhase, WaitingPhase):
                                 self.last_left_tier_skips = max(self.last_left_tier_skips, self.tier_skips[tier])
                     return
         # Unknown or already ended: nothing to do (SPEC.md 5.1).
-
-    # --- 2. arrivals ------------------------------------------------------------
-
-    def arrive(self, r: Request) -> None:
-        """Request r arrives: it is queued, or refused with a reason (a 429)."""
-        cfg, adm = self.cfg, self.cfg.admission
-        i = cfg.tenant_index(r.tenant)
-        tc = cfg.tenants[i]
-        t_s = r.arrival_s
-        if r.total_tokens > cfg.max_context_tokens:
-            return self._reject(r, i, "too_long", None, t_s)
-        need = cfg.blocks_for(r.total_tokens)
-        cap = self._cap(i)
-        if need > cfg.num_blocks or (cap is not None and need > cap):
-            return self._reject(r, i, "too_large", None, t_s)
-        t = self._refill(i)
-        limited = adm.request_rate_limit and tc.request_rate_per_s is not None
-        if limited and t.bucket_requests < 1.0:
-            return self._reject(r, i, "rate_limit", (1.0 - t.bucket_requests) / tc.request_rate_per_s, t_s)
-        bucket = adm.token_bucket and tc.token_rate_per_s is not None
-        charge = r.prompt_tokens
-        if adm.prompt_estimate == "bytes":
-            nbytes = r.prompt_bytes if r.prompt_bytes is not None else 4 * r.prompt_tokens
-            charge = math.ceil(nbytes / adm.bytes_per_token)
-        taken = charge + self._reserved_output(i, r.output_tokens)  # what the bucket gives at admission
-        if bucket:
-            if taken > tc.token_burst_tokens:
-                return self._reject(r, i, "token_bucket", None, t_s)
-            if t.bucket_tokens < taken:
-                return self._reject(r, i, "token_bucket", (taken - t.bucket_tokens) / tc.token_rate_per_s, t_s)
-        if adm.queue_bound and tc.queue_bound is not None and t.fresh_queued >= tc.queue_bound:
-            return self._reject(r, i, "queue_full", self.st.last_step_s * max(1, t.fresh_queued), t_s)
-        if adm.kv_watermarks:
-            wm = adm.kv_watermarks[min(tc.tier, len(adm.kv_watermarks) - 1)]
-            if adm.kv_watermark_queued:
-                if self.used + self._queued_blocks(tc.tier) + need > wm * cfg.num_blocks:
-                    return self._reject(r, i, "kv_watermark", self.st.last_step_s, t_s)
-            elif self.used >= wm * cfg.num_blocks:
-                return self._reject(r, i, "kv_watermark", self.st.last_step_s, t_s)
-        if adm.wait_limits_s:
-            limit = adm.wait_limits_s[min(tc.tier, len(adm.wait_limits_s) - 1)]
-            wait = self._estimated_wait_s(tc.tier)
-            if wait > limit:
-                return self._reject(r, i, "estimated_wait", wait - limit, t_s)
-        salt = None if cfg.prefix_cache == "shared" else tc.salt
-        keys = self._prefix_keys(r, salt) if cfg.prefix_cache != "off" else ()
-        seq = Sequence(request=r, tenant=i, arrival_seq=self.next_seq, admitted_step=self.k,
-                       prefix_keys=keys, ready_step=self.k, charged_prompt_tokens=charge if bucket else 0)
-        self.next_seq += 1
-        was_empty = not t.queue
-        changes = {"queue": t.queue + (seq,), "fresh_queued": t.fresh_queued + 1}
-        if limited:
-            changes["bucket_requests"] = t.bucket_requests - 1.0
-        if bucket:
-            changes["bucket_tokens"] = t.bucket_tokens - taken
-        self._set(i, **changes)
-        self.events.append(Event("queued", r.request_id, i, t_s))
-        if was_empty:
-            self._on_backlogged(i)
 
     # --- 5. execution -----------------------------------------------------------------
 

@@ -25,7 +25,8 @@ from tenantry.model.config import (
     AdmissionConfig, Config, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
 )
 from tenantry.model.state import prefix_keys
-from tenantry.model.step import Step, estimated_wait_s, queued_blocks
+from tenantry.model.admission import estimated_wait_s, queued_blocks
+from tenantry.model.step import Step
 
 
 @attrs.frozen
