@@ -162,7 +162,7 @@ def bench_evaluations(repeats: int, quick: bool) -> None:
     tasks = [Task(s, "flood", freeze(space.decode([rng.random() for _ in space.params])), 1)
              for s in ("fcfs", "vtc") for _ in range(k)]
     for t in tasks[:2]:
-        evaluate(t)  # the baselines' per-process memo, for both
+        evaluate(t)  # the baselines' per-process memo
     t = best_of(lambda _: [evaluate(x) for x in tasks], repeats)
     print(line(f"check evaluations ({len(tasks)} flood)", t))
     print(f"{'  evaluations/s':<34} step {len(tasks) / t['step']:.1f}")

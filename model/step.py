@@ -133,8 +133,22 @@ class Step(AdmissionPhase, RunningPhase, WaitingPhase):
         ORDER, VICTIM: the policy tables this step looks policies up in
             (:data:`tenantry.model.policies.ORDER` / ``VICTIM``; a variant
             may replace entries in a copy).
+        cfg, st: the configuration and the state before the step; k, t: its
+            index and start (seconds); policy: the order policy (``ORDER[...]``).
+        tenants: the per-tenant records (a list; changed through :meth:`_set`).
         running: the running sequences by request id, in batch order.
-        planned: request id -> tokens it gets in this step, in batch order.
+        used, refs, retained, key_salt: the KV pool (copies of the state's).
+        planned: request id -> tokens it gets in this step, in batch order;
+            budget: the tokens left of the step's token budget.
+        backlogged: the tenants with a non-empty queue (kept by :meth:`_set`).
+        events, preempted, gone: what the step did so far (events in order, the
+            request ids evicted, the sequences that left the state).
+        provisional, capped, reserved, reserved_reason: the waiting phase's
+            notes (DRR block-second reservations, tenants refused by their own
+            caps, the request the guard or skip budget stopped filling for).
+        next_seq, rr_next, tier_counters, last_left, last_left_tier,
+            last_left_skips, tier_skips, last_left_tier_skips: the state's
+            fields of the same meaning, as the step changes them.
     """
 
     ORDER = ORDER
