@@ -210,6 +210,7 @@ class Step(AdmissionPhase, RunningPhase, WaitingPhase):
         return self._set(i, **changes)
 
     def _cap(self, i: int) -> int | None:
+        """Tenant i's KV block cap when caps are enforced (``admission.kv_cap``), else None."""
         return self.cfg.tenants[i].kv_block_cap if self.cfg.admission.kv_cap else None
 
     def _on_backlogged(self, i: int) -> None:
@@ -267,21 +268,21 @@ class Step(AdmissionPhase, RunningPhase, WaitingPhase):
     def _release(self, s: Sequence) -> int:
         """Free the blocks of sequence s; returns how many became free."""
         freed = s.private_blocks
-        if s.shared_keys:
-            for key in s.shared_keys:
-                n = self.refs[key] - 1
-                if n == 0:
-                    del self.refs[key]
-                    self.retained[key] = None
-                    freed += 1
-                else:
-                    self.refs[key] = n
+        for key in s.shared_keys:  # a cached block no sequence references any more is retained (free)
+            n = self.refs[key] - 1
+            if n == 0:
+                del self.refs[key]
+                self.retained[key] = None
+                freed += 1
+            else:
+                self.refs[key] = n
         self.used -= freed
         t = self.tenants[s.tenant]
         self._set(s.tenant, running=t.running - 1, blocks=t.blocks - s.blocks_held)
         return freed
 
     def _freeable(self, s: Sequence) -> int:
+        """Blocks evicting s would free now: its private blocks and the cached ones only it references."""
         return s.private_blocks + sum(1 for key in s.shared_keys if self.refs.get(key) == 1)
 
     def _reclaim(self, new_blocks: int) -> None:
