@@ -1,18 +1,22 @@
-"""Benchmark: the model's step against the frozen copy of the step before issue 13
-(tests/frozen_step.py), and the fast replica (runner/fast.py) where a run keeps no
-step records, every ratio measured in the same run.
+"""Benchmark: the readable step (model/step.py) and the fast replica (runner/fast.py)
+where a run keeps no step records, every ratio measured in the same run.
 
 Run on demand (not a test):  python benchmarks/bench_fast.py [--quick] [--only simulate tenants running spread evaluations]
+
+The readable step is the specification, written without speed tricks (issue 30);
+to compare it with an older step, run this file at both commits (a ``git worktree``
+of the older one, with its own editable install) on a quiet machine and compare
+the printed figures.
 
 * simulate: ``tenantry simulate``'s default work (the seed-001 workload, 2,827
   requests, under fcfs, rate_limit and vtc; no step records, as the command
   keeps none without ``--history``; then the same with step records kept),
-  seconds: the fast replica (what the command runs), the readable step and the
-  frozen step (no step records), and new and frozen with records; and the seed's own unchecked ``fairness.py`` (extracted from
+  seconds: the fast replica (what the command runs) and the readable step (no
+  step records), and the readable step with records; and the seed's own unchecked ``fairness.py`` (extracted from
   ../shared/seeds/001_*.txt when present) run in a subprocess, for the ratio
   the issue asks about;
 * step at N tenants: microseconds per ``step()`` on a saturated replica
-  (:func:`tenantry.studies.load.saturated_state`), fcfs and vtc, at 3,
+  (:func:`tenantry.adversaries.studies_load.saturated_state`), fcfs and vtc, at 3,
   100, 1,000 and 10,000 tenants;
 * step at R running: microseconds per step with 16, 128, 512 sequences decoding
   (3 tenants, every one backlogged);
@@ -23,15 +27,14 @@ Run on demand (not a test):  python benchmarks/bench_fast.py [--quick] [--only s
 
 Each timing is the CPU time of this process (``time.process_time``: the
 benchmark is single-threaded, and CPU time is what a busy shared machine
-disturbs least), the best of ``--repeats`` runs (default 3), alternating new
-and frozen so that a busy machine slows both alike; ``fairness.py`` is timed
-as its subprocess's CPU time.
+disturbs least), the best of ``--repeats`` runs (default 3), alternating the
+fast replica and the step so that a busy machine slows both alike;
+``fairness.py`` is timed as its subprocess's CPU time.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import glob
 import os
 import subprocess
@@ -41,55 +44,36 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-import frozen_step  # noqa: E402  (tests/frozen_step.py)
-from tenantry.studies.load import saturated_state  # noqa: E402
+from tenantry.adversaries.studies_load import saturated_state  # noqa: E402
 from tenantry.runner import simulate as sim  # noqa: E402
 from tenantry.model.config import Config, CostConfig, OrderConfig, TenantConfig  # noqa: E402
 from tenantry.runner.setups import apply_setup, seed001_config  # noqa: E402
-from tenantry.model.step import step as new_step  # noqa: E402
+from tenantry.model.step import step  # noqa: E402
 from tenantry.runner.traces import seed001_workload  # noqa: E402
 from tenantry.model.workload import Request, Workload  # noqa: E402
 
-STEPS = {"new": new_step, "frozen": frozen_step.step}
 #: What ``simulate(fast=...)`` is given under each name of :func:`best_of` (``fast``: the
-#: default, which takes the fast replica where it applies; the steps: never).
-FAST = {"fast": None, "new": False, "frozen": False}
+#: default, which takes the fast replica where it applies; ``step``: the readable step, never it).
+FAST = {"fast": None, "step": False}
 
 
-@contextlib.contextmanager
-def stepping_with(name: str):
-    """The driver (:mod:`tenantry.runner.simulate`) steps with ``name``'s step function
-    for the duration (a benchmark-only swap; the model itself is never patched;
-    ``fast`` steps with the model's)."""
-    old = sim.step
-    sim.step = STEPS.get(name, new_step)
-    try:
-        yield
-    finally:
-        sim.step = old
-
-
-def best_of(fn, repeats: int, names=tuple(STEPS)) -> dict[str, float]:
-    """CPU seconds of ``fn()`` for each of ``names`` (steps, or ``fast``), the best of
-    ``repeats`` alternating runs; ``fn`` takes the name's ``fast`` argument when it takes one."""
+def best_of(fn, repeats: int, names=("step",)) -> dict[str, float]:
+    """CPU seconds of ``fn(fast)`` for each of ``names`` (``fast``, ``step``), the best of
+    ``repeats`` alternating runs; ``fn`` takes the name's ``fast`` argument (:data:`FAST`)."""
     best = {k: float("inf") for k in names}
     for _ in range(repeats):
         for name in names:
-            with stepping_with(name):
-                t0 = time.process_time()
-                fn(FAST[name])
-                best[name] = min(best[name], time.process_time() - t0)
+            t0 = time.process_time()
+            fn(FAST[name])
+            best[name] = min(best[name], time.process_time() - t0)
     return best
 
 
 def line(label: str, t: dict[str, float], unit: str = "s", scale: float = 1.0) -> str:
     fast = f"fast {t['fast'] * scale:>8.3f} {unit:<3} " if "fast" in t else ""
-    ratios = f"new/frozen {t['new'] / t['frozen']:.2f}" + (f", fast/frozen {t['fast'] / t['frozen']:.3f}"
-                                                          if "fast" in t else "")
-    return (f"{label:<34} {fast}new {t['new'] * scale:>8.3f} {unit:<3} frozen {t['frozen'] * scale:>8.3f} {unit:<3} "
-            + ratios)
+    ratio = f"fast/step {t['fast'] / t['step']:.3f}" if "fast" in t else ""
+    return f"{label:<34} {fast}step {t['step'] * scale:>8.3f} {unit:<3} " + ratio
 
 
 def fairness_py_seconds() -> float | None:
@@ -114,19 +98,19 @@ def bench_simulate(repeats: int, quick: bool) -> None:
     horizon = 60.0 if quick else max(3 * wl.duration_s, wl.duration_s + 600.0)
     cfgs = [apply_setup(seed001_config(wl.tenants), n) for n in ("fcfs", "rate_limit", "vtc")]
     t = best_of(lambda fast: [sim.simulate(c, wl, horizon_s=horizon, record_steps=False, fast=fast) for c in cfgs],
-                repeats, ("fast", "new", "frozen"))
+                repeats, ("fast", "step"))
     print(line(f"simulate seed-001 x3 policies{' (60 s)' if quick else ''}", t))
     t_rec = best_of(lambda fast: [sim.simulate(c, wl, horizon_s=horizon) for c in cfgs], repeats)
     print(line("  the same, step records kept", t_rec))
     f = None if quick else min(fairness_py_seconds() or float("inf") for _ in range(repeats))
     if f is not None and f != float("inf"):
-        print(f"{'  seed fairness.py':<34} {f:.3f} s: fast/fairness.py {t['fast'] / f:.2f}, new/fairness.py "
-              f"{t['new'] / f:.1f} ({t_rec['new'] / f:.1f} with records), frozen/fairness.py {t['frozen'] / f:.1f}")
+        print(f"{'  seed fairness.py':<34} {f:.3f} s: fast/fairness.py {t['fast'] / f:.2f}, step/fairness.py "
+              f"{t['step'] / f:.1f} ({t_rec['step'] / f:.1f} with records)")
 
 
 def _run_steps(cfg: Config, st, steps: int) -> None:
     for _ in range(steps):
-        st, _ = sim.step(cfg, st)
+        st, _ = step(cfg, st)
 
 
 def bench_tenants(repeats: int, counts: list[int], steps: int) -> None:
@@ -160,7 +144,7 @@ def bench_spread(repeats: int, quick: bool) -> None:
     for n in (3, 10_000):
         cfg, wl = spread_workload(n, n_req)
         res[n] = best_of(lambda fast: sim.simulate(cfg, wl, record_steps=False, fast=fast), repeats,
-                         ("fast", "new", "frozen"))
+                         ("fast", "step"))
         print(line(f"{n_req} requests over {n} tenants", res[n]))
     print(f"{'  10,000 / 3 tenants':<34} " + ", ".join(f"{k} {res[10_000][k] / res[3][k]:.2f}x" for k in res[3]))
 
@@ -178,10 +162,10 @@ def bench_evaluations(repeats: int, quick: bool) -> None:
     tasks = [Task(s, "flood", freeze(space.decode([rng.random() for _ in space.params])), 1)
              for s in ("fcfs", "vtc") for _ in range(k)]
     for t in tasks[:2]:
-        evaluate(t)  # the baselines' per-process memo, for both
+        evaluate(t)  # the baselines' per-process memo
     t = best_of(lambda _: [evaluate(x) for x in tasks], repeats)
     print(line(f"check evaluations ({len(tasks)} flood)", t))
-    print(f"{'  evaluations/s':<34} new {len(tasks) / t['new']:.1f}, frozen {len(tasks) / t['frozen']:.1f}")
+    print(f"{'  evaluations/s':<34} step {len(tasks) / t['step']:.1f}")
 
 
 def main() -> None:

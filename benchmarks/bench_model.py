@@ -4,14 +4,13 @@ reference model at 3, 100, 1,000 and 10,000 tenants.
 Run on demand (not a test):  python benchmarks/bench_model.py [--tenants 3 100 1000 10000]
 
 * decision (cold): one call of the order policy's ``select`` on a fresh view
-  where every tenant is backlogged (no memo: a full scan);
+  where every tenant is backlogged (a scan of every candidate);
 * decision (in step): the waiting phase of a step that admits requests from
-  a backlog of every tenant, divided by the requests admitted (the memoised
-  keys make later picks in a step cheaper); both per policy, with the ratio to
-  FCFS measured in the same run.
-* decision (warm): the same in the step after it, whose key memo the first
-  step handed on (:class:`tenantry.model.policies.KeyMemo`): what every step
-  of a steady run but the first sees.
+  a backlog of every tenant, divided by the requests admitted (each pick
+  scans the candidates); both per policy, with the ratio to FCFS measured in
+  the same run.
+* decision (warm): the same in the step after it: what every step of a
+  steady run but the first sees.
 * step: ``step()`` on a saturated replica (the replica and the timings are
   ``tenantry study accounting-cost``'s: :mod:`tenantry.studies.load`) (max_num_seqs sequences decoding,
   every tenant backlogged), steps/s and microseconds per step.

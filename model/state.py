@@ -11,8 +11,6 @@ step copies them before any change.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence as _SequenceABC
-from itertools import chain
 from typing import Iterator, NamedTuple
 
 import attrs
@@ -24,8 +22,7 @@ from .workload import Request
 class Sequence(NamedTuple):
     """A request once admitted: waiting in its tenant's queue, or running.
 
-    An immutable named tuple (cheap to copy with ``_replace`` on the hot path:
-    the step function builds a new one for every sequence in every batch).
+    An immutable named tuple: the step builds a changed copy with ``_replace``.
 
     The KV it holds is ``shared_keys`` (prefix-cache blocks, in order, a prefix
     of ``prefix_keys``) plus ``private_blocks``; together they are
@@ -89,138 +86,9 @@ class Sequence(NamedTuple):
         return self.first_scheduled_s is None
 
 
-_new_tuple = tuple.__new__
-
-
-def advanced(s: Sequence, computed_tokens: int, output_done: int, shared_keys: tuple[int, ...],
-             private_blocks: int, predicted_charge: int, first_token_s: float | None) -> Sequence:
-    """``s`` with its progress fields replaced: the step's hot path, equivalent to
-    ``s._replace(computed_tokens=..., ...)`` but several times cheaper."""
-    (request, tenant, arrival_seq, admitted_step, prefix_keys, _c, _o, _sk, _pb, preemptions, wasted_tokens,
-     ready_step, charged_prompt_tokens, _pc, first_scheduled_s, _ft, cached_tokens) = s
-    return _new_tuple(Sequence, (
-        request, tenant, arrival_seq, admitted_step, prefix_keys, computed_tokens, output_done, shared_keys,
-        private_blocks, preemptions, wasted_tokens, ready_step, charged_prompt_tokens, predicted_charge,
-        first_scheduled_s, first_token_s, cached_tokens))
-
-
-class _AsTuple:
-    """For a read-only sequence that stands for a tuple (:meth:`as_tuple`): it hashes, prints
-    and pickles as that tuple (a pickled one comes back as the plain tuple)."""
-
-    def as_tuple(self) -> tuple:  # pragma: no cover - each class gives its own
-        raise NotImplementedError
-
-    def __hash__(self) -> int:
-        return hash(self.as_tuple())
-
-    def __repr__(self) -> str:
-        return repr(self.as_tuple())
-
-    def __reduce__(self):
-        return (tuple, (self.as_tuple(),))
-
-
-class Running(_AsTuple, _SequenceABC):
-    """The running sequences in batch order, with decode progress accounted lazily
-    (SPEC.md 3): a read-only sequence of :class:`Sequence`, equal (and hashing
-    equal) to the tuple of its sequences, which is what every reader sees.
-
-    A sequence in steady decode (its prompt computed, a token sampled, nothing
-    to register in the prefix cache, no predicted charge left) advances by
-    exactly one computed and one generated token in every step until it either
-    needs a new KV block or finishes.  Such a sequence is stored as it was at
-    the start of step ``marks[rid]``; at the start of step ``step_index`` it has
-    advanced ``step_index - marks[rid]`` tokens.  ``due`` maps a step index to
-    the lazy sequences whose next block or last token falls in it: the step
-    brings those (and only those) up to date before it runs them, so a step
-    costs what changed rather than what runs (:mod:`tenantry.model.step`).
-
-    Built by the step; never mutated after.  Pickles (and copies) as the plain
-    tuple of its sequences.
-
-    Attributes:
-        seqs: request id -> sequence (as of its mark when lazy), in batch order.
-        marks: request id -> step index at whose start ``seqs[rid]`` was exact,
-            for the lazily decoding sequences only.
-        due: step index -> request ids of lazy sequences to bring up to date at
-            the start of that step (an id may be listed after it stopped being
-            lazy; bringing a sequence up to date early is always correct).
-        step_index: the step at whose start the sequences are read.
-    """
-
-    __slots__ = ("seqs", "marks", "due", "step_index", "_tuple")
-
-    def __init__(self, seqs: dict, marks: dict, due: dict, step_index: int) -> None:
-        self.seqs, self.marks, self.due, self.step_index = seqs, marks, due, step_index
-        self._tuple: tuple[Sequence, ...] | None = None
-
-    def current(self, rid: int) -> Sequence:
-        """Sequence ``rid`` brought up to date (KeyError if it is not running)."""
-        s = self.seqs[rid]
-        mark = self.marks.get(rid)
-        return s if mark is None else decoded(s, self.step_index - mark)
-
-    def as_tuple(self) -> tuple[Sequence, ...]:
-        """Every running sequence, up to date, in batch order (computed once)."""
-        t = self._tuple
-        if t is None:
-            t = tuple(map(self.current, self.seqs))
-            self._tuple = t
-        return t
-
-    def request_ids(self) -> tuple[int, ...]:
-        """The running request ids in batch order (no sequence is brought up to date)."""
-        return tuple(self.seqs)
-
-    def __len__(self) -> int:
-        return len(self.seqs)
-
-    def __getitem__(self, i):
-        return self.as_tuple()[i]
-
-    def __iter__(self) -> Iterator[Sequence]:
-        return iter(self.as_tuple())
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, Running):
-            other = other.as_tuple()
-        if isinstance(other, tuple):
-            return self.as_tuple() == other
-        return NotImplemented
-
-    __hash__ = _AsTuple.__hash__  # a class that defines __eq__ loses the inherited __hash__
-
-
-def decoded(s: Sequence, steps: int) -> Sequence:
-    """``s`` after ``steps`` steps of steady decode (one computed and one generated
-    token each; KV blocks, cache keys and charges unchanged)."""
-    if steps == 0:
-        return s
-    return advanced(s, s.computed_tokens + steps, s.output_done + steps, s.shared_keys, s.private_blocks,
-                    s.predicted_charge, s.first_token_s)
-
-
-def running_holdings(state: "State") -> Iterator[Sequence]:
-    """Every running sequence in batch order, exact in its KV fields (``shared_keys``,
-    ``private_blocks``, hence ``blocks_held`` and :func:`block_ids`) and its identity,
-    but, for a lazy one, with ``computed_tokens`` and ``output_done`` as of its mark:
-    what reading the KV held needs, without bringing each sequence up to date."""
-    r = state.running
-    return iter(r.seqs.values()) if isinstance(r, Running) else iter(r)
-
-
 def running_ids(state: "State") -> tuple[int, ...]:
     """The request ids running in ``state``, in batch order."""
-    r = state.running
-    if isinstance(r, Running):
-        return r.request_ids()
-    return tuple(s.request.request_id for s in r)
-
-
-def with_private_blocks(s: Sequence, private_blocks: int) -> Sequence:
-    """``s`` holding ``private_blocks`` private KV blocks (``s._replace(private_blocks=...)``, cheaper)."""
-    return _new_tuple(Sequence, (*s[:8], private_blocks, *s[9:]))
+    return tuple(s.request.request_id for s in state.running)
 
 
 class TenantState(NamedTuple):
@@ -265,124 +133,6 @@ class TenantState(NamedTuple):
         return bool(self.queue)
 
 
-#: Records per chunk of a :class:`TenantTable` (a power of two: an index splits by shift and mask).
-_CHUNK_BITS = 6  # also written as literals in TenantEdits.__getitem__
-_CHUNK = 1 << _CHUNK_BITS
-_MASK = _CHUNK - 1
-
-
-class TenantTable(_AsTuple, _SequenceABC):
-    """Per-tenant records (:class:`TenantState`) as a persistent vector: a read-only
-    sequence equal (and hashing equal) to the tuple of its records, which is what every
-    reader sees, stored as chunks of 64 so that a step that changes k tenants copies k
-    chunks and the list of chunks (:meth:`TenantEdits.persistent`) instead of every record.
-
-    The step keeps the records of a replica of at least ``Step.TABLE_MIN_TENANTS`` (1,024)
-    tenants in one (SPEC.md 3; below that copying the tuple is cheaper).  Built by the step, never
-    mutated after; pickles (and copies) as the plain tuple.
-
-    Attributes:
-        chunks: tuple of tuples of records, each of 64 but the last.
-        n: number of records.
-    """
-
-    __slots__ = ("chunks", "n", "_tuple")
-
-    def __init__(self, chunks: tuple[tuple[TenantState, ...], ...], n: int) -> None:
-        self.chunks, self.n = chunks, n
-        self._tuple: tuple[TenantState, ...] | None = None
-
-    @classmethod
-    def of(cls, records) -> "TenantTable":
-        """The table of ``records`` (any sequence of :class:`TenantState`)."""
-        t = tuple(records)
-        return cls(tuple(t[j:j + _CHUNK] for j in range(0, len(t), _CHUNK)), len(t))
-
-    def as_tuple(self) -> tuple[TenantState, ...]:
-        """Every record, in tenant order (built once, on first need: equality, hashing, slices)."""
-        t = self._tuple
-        if t is None:
-            t = self._tuple = tuple(chain.from_iterable(self.chunks))
-        return t
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i):
-        if i.__class__ is int and 0 <= i < self.n:
-            return self.chunks[i >> _CHUNK_BITS][i & _MASK]
-        return self.as_tuple()[i]
-
-    def __iter__(self) -> Iterator[TenantState]:
-        return chain.from_iterable(self.chunks)
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, TenantTable):
-            return self.n == other.n and self.chunks == other.chunks
-        if isinstance(other, tuple):
-            return self.as_tuple() == other
-        return NotImplemented
-
-    __hash__ = _AsTuple.__hash__  # a class that defines __eq__ loses the inherited __hash__
-
-
-class TenantEdits:
-    """A step's scratch copy of a :class:`TenantTable`: reads as the list of the records
-    (``edits[i]``, ``len``, iteration), takes ``edits[i] = record``, and keeps only the
-    records written; :meth:`persistent` gives the new table.  Indices are the tenants'
-    (0 to n - 1)."""
-
-    __slots__ = ("chunks", "n", "changed")
-
-    def __init__(self, table: TenantTable) -> None:
-        self.chunks, self.n = table.chunks, table.n
-        self.changed: dict[int, TenantState] = {}
-
-    def __getitem__(self, i: int) -> TenantState:
-        t = self.changed.get(i)
-        return self.chunks[i >> 6][i & 63] if t is None else t  # _CHUNK_BITS, _MASK (the hot path: literals)
-
-    def __setitem__(self, i: int, record: TenantState) -> None:
-        if not (i.__class__ is int and 0 <= i < self.n):
-            raise IndexError(f"tenant index {i!r} out of range 0..{self.n - 1}")
-        self.changed[i] = record
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __iter__(self) -> Iterator[TenantState]:
-        it = chain.from_iterable(self.chunks)
-        return map(self.changed.get, range(self.n), it) if self.changed else it
-
-    def persistent(self) -> TenantTable:
-        """The table with the records written: the chunks holding them are copied, the rest shared."""
-        if not self.changed:
-            return TenantTable(self.chunks, self.n)
-        chunks = list(self.chunks)
-        by_chunk: dict[int, list[int]] = {}
-        for i in self.changed:
-            by_chunk.setdefault(i >> _CHUNK_BITS, []).append(i)
-        for c, ids in by_chunk.items():
-            chunk = list(chunks[c])
-            for i in ids:
-                chunk[i & _MASK] = self.changed[i]
-            chunks[c] = tuple(chunk)
-        return TenantTable(tuple(chunks), self.n)
-
-
-def tenant_scratch(tenants, min_table: int) -> "list[TenantState] | TenantEdits":
-    """A step's writable copy of a state's per-tenant records: a list, or from ``min_table``
-    tenants on (:attr:`tenantry.model.step.Step.TABLE_MIN_TENANTS`) the edits of a :class:`TenantTable`."""
-    if len(tenants) < min_table:
-        return list(tenants)
-    return TenantEdits(tenants if isinstance(tenants, TenantTable) else TenantTable.of(tenants))
-
-
-def frozen_tenants(scratch) -> "tuple[TenantState, ...] | TenantTable":
-    """The per-tenant records of the state a step builds from its scratch copy (:func:`tenant_scratch`)."""
-    return scratch.persistent() if isinstance(scratch, TenantEdits) else tuple(scratch)
-
-
 @attrs.frozen(slots=True)
 class KVPool:
     """The KV block pool.
@@ -410,12 +160,8 @@ class State:
         t_s: time the next step starts (seconds).
         last_step_s: duration of the previous step (seconds; before the first,
             the empty step's, :attr:`~tenantry.model.config.CostConfig.empty_step_s`).
-        tenants: per-tenant records, indexed like ``Config.tenants``: a tuple, or (as the
-            step builds it from ``Step.TABLE_MIN_TENANTS`` tenants on) a :class:`TenantTable`,
-            which reads as that tuple and copies only the records a step changes.
-        running: running sequences in the order they entered the batch: a
-            tuple, or (as the step builds it) a :class:`Running`, which reads as
-            that tuple and keeps decode progress lazily.
+        tenants: per-tenant records, indexed like ``Config.tenants``.
+        running: running sequences in the order they entered the batch.
         kv: the KV pool.
         next_arrival_seq: next global admission number.
         rr_next: round robin's next tenant index.
@@ -429,23 +175,13 @@ class State:
             takes it with the counter).
         tier_skips, last_left_tier_skips: the same per tier under ``floors`` with a
             skip budget (empty otherwise: read as zeros).
-        backlog: not a field of the state but a cache derived from ``tenants``
-            (:meth:`backlogged`): the indices of the tenants with a non-empty
-            queue, as the step that built this state left them, so the next step
-            need not scan every tenant; None (the default, and after
-            ``attrs.evolve``) until computed.  Not compared, not given to ``__init__``.
-        order_keys: another cache, not a field: the order policy's memoised keys
-            (:class:`~tenantry.model.policies.KeyMemo`) as the step that built this state
-            left them, in a one-item list ``[(config, memo)]``; the first step from this
-            state takes it (``list.pop``, so only one does; any other step keys afresh).
-            None by default and after ``attrs.evolve``.  Not compared, not given to ``__init__``.
     """
 
     step_index: int
     t_s: float
     last_step_s: float
-    tenants: "tuple[TenantState, ...] | TenantTable"
-    running: "tuple[Sequence, ...] | Running" = ()
+    tenants: tuple[TenantState, ...]
+    running: tuple[Sequence, ...] = ()
     kv: KVPool = attrs.field(factory=KVPool)
     next_arrival_seq: int = 0
     rr_next: int = 0
@@ -455,16 +191,10 @@ class State:
     last_left_skips: int = 0
     tier_skips: tuple[int, ...] = ()
     last_left_tier_skips: int = 0
-    backlog: frozenset[int] | None = attrs.field(default=None, init=False, eq=False, repr=False)
-    order_keys: list | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     def backlogged(self) -> frozenset[int]:
-        """Indices of the tenants with a non-empty queue (cached: :attr:`backlog`)."""
-        b = self.backlog
-        if b is None:
-            b = frozenset(i for i, t in enumerate(self.tenants) if t.queue)
-            object.__setattr__(self, "backlog", b)
-        return b
+        """Indices of the backlogged tenants: those with a non-empty queue."""
+        return frozenset(i for i, t in enumerate(self.tenants) if t.queue)
 
     def sequences(self) -> Iterator[Sequence]:
         """Every admitted sequence: running first, then each tenant's queue."""

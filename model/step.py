@@ -2,10 +2,10 @@
 
 ``step(config, state, inputs) -> (state', output)`` is pure: it reads the old
 state, never mutates it, and returns a new state plus what happened in the
-step.  A step is, in order (each phase one method of :class:`Step`; phase 3 and
-the lazy decode ledger are inherited from :class:`~tenantry.model.running.RunningPhase`
-in ``model/running.py``, phase 4 from :class:`~tenantry.model.waiting.WaitingPhase`
-in ``model/waiting.py``):
+step.  A step is, in order (each phase one method of :class:`Step`; phase 2 is
+inherited from :class:`~tenantry.model.admission.AdmissionPhase` in ``model/admission.py``,
+phase 3 from :class:`~tenantry.model.running.RunningPhase` in ``model/running.py``,
+phase 4 from :class:`~tenantry.model.waiting.WaitingPhase` in ``model/waiting.py``):
 
 1. cancellations  - the client cancels requests (queued or running);
 2. arrivals       - each arriving request is admitted to its tenant's queue
@@ -32,29 +32,18 @@ on it.
 
 from __future__ import annotations
 
-import math
-from collections import Counter
-from operator import attrgetter, itemgetter
-
 import attrs
 
+from .admission import AdmissionPhase
 from .config import Config
 from .events import EVENT_KINDS as HISTORY_EVENT_KINDS, Event
-from .policies import ORDER, VICTIM, KeyMemo, inherited_skips, step_duration_s
+from .guards import inherited_skips
+from .policies import ORDER, VICTIM, step_duration_s
 from .running import RunningPhase
-from .state import KVPool, Running, Sequence, State, TenantState, frozen_tenants, prefix_keys, tenant_scratch
+from .state import KVPool, Sequence, State, TenantState
 from .waiting import WaitingPhase
-from .workload import Request, StepInput
+from .workload import StepInput
 
-_tenant_of = itemgetter(1)  # Sequence.tenant
-_computed_of = itemgetter(5)  # Sequence.computed_tokens
-_request_id_of = attrgetter("request.request_id")  # Sequence.request_id, without the property call
-_TENANT_FIELDS = TenantState._fields
-_TENANT_FIELD_SET = frozenset(_TENANT_FIELDS)
-#: The record fields a step's charge writes (:meth:`Step._charge_step`), at positions 1 to 5.
-_CHARGED_FIELDS = ("counter", "deficit", "service", "block_seconds", "bucket_tokens")
-assert _TENANT_FIELDS[1:6] == _CHARGED_FIELDS, "Step._charge_step reads TenantState fields 1-5 by position"
-_new_tuple = tuple.__new__
 
 #: Event kinds (SPEC.md 5.2): one flat table, the history's
 #: (:data:`tenantry.model.events.EVENT_KINDS`).  Every request ends in exactly
@@ -99,13 +88,7 @@ def idle(config: Config, state: State, until_s: float) -> State:
     """
     if until_s < state.t_s:
         raise ValueError(f"idle until_s={until_s!r} is before the clock t_s={state.t_s!r}")
-    new = State(step_index=state.step_index, t_s=until_s, last_step_s=state.last_step_s, tenants=state.tenants,
-                running=state.running, kv=state.kv, next_arrival_seq=state.next_arrival_seq, rr_next=state.rr_next,
-                tier_counters=state.tier_counters, last_left_counter=state.last_left_counter,
-                last_left_tier_counter=state.last_left_tier_counter, last_left_skips=state.last_left_skips,
-                tier_skips=state.tier_skips, last_left_tier_skips=state.last_left_tier_skips)  # attrs.evolve, faster
-    object.__setattr__(new, "backlog", state.backlog)  # the tenants are the same
-    return new
+    return attrs.evolve(state, t_s=until_s)
 
 
 def step(config: Config, state: State, inputs: StepInput = StepInput(),
@@ -137,28 +120,7 @@ def step(config: Config, state: State, inputs: StepInput = StepInput(),
 
 
 
-def queued_blocks(cfg: Config, tenants: list[TenantState], tier: int) -> int:
-    """KV blocks (``blocks_for(prompt + output)`` each) of the never-scheduled requests
-    queued by tenants of tiers 0..``tier``: the queued work a ``kv_watermark_queued``
-    watermark counts (SPEC.md 4.2; the seeds' gateway lab counts the same)."""
-    return sum(cfg.blocks_for(q.request.total_tokens)
-               for tc, t in zip(cfg.tenants, tenants) if tc.tier <= tier
-               for q in t.queue if q.never_scheduled)
-
-
-def estimated_wait_s(cfg: Config, tenants: list[TenantState], tier: int) -> float:
-    """Estimated queue wait (seconds) of a tier-``tier`` arrival: the service tokens
-    (``w_in`` x prompt + ``w_out`` x output, output = the request's max tokens) of the
-    never-scheduled requests queued by that tier's tenants, over
-    ``admission.wait_service_rate_tokens_per_s`` (SPEC.md 4.2)."""
-    o = cfg.order
-    pending = sum(o.w_in * q.request.prompt_tokens + o.w_out * q.request.output_tokens
-                  for tc, t in zip(cfg.tenants, tenants) if tc.tier == tier
-                  for q in t.queue if q.never_scheduled)
-    return pending / cfg.admission.wait_service_rate_tokens_per_s
-
-
-class Step(RunningPhase, WaitingPhase):
+class Step(AdmissionPhase, RunningPhase, WaitingPhase):
     """One step in progress: a mutable scratch copy of the state, and the phases.
 
     Built from the state before the step; the phase methods (:meth:`cancel`,
@@ -167,67 +129,40 @@ class Step(RunningPhase, WaitingPhase):
     new :class:`State` and the :class:`StepOutput`.  The old state is never
     written.  A subclass is a variant of the model (see the module docstring).
 
-    Decode progress is lazy (SPEC.md 3 and 5): ``running`` maps each running request
-    id to its sequence, and for the ids in ``lazy`` (sequences in steady decode)
-    that sequence is as it was at the start of step ``lazy[rid]``; ``due`` lists
-    them by the step at which their next KV block or last token falls.  The step
-    brings a lazy sequence up to date (:meth:`_materialize`) only when it must
-    treat it alone: its last token is due, its next block needs an eviction, it
-    is cancelled, or victims are compared.  A lazy sequence whose next block is
-    due and fits gets it without being brought up to date; every other one gets
-    one token in the batch and is counted per tenant, not read.
-
     Attributes:
         ORDER, VICTIM: the policy tables this step looks policies up in
             (:data:`tenantry.model.policies.ORDER` / ``VICTIM``; a variant
             may replace entries in a copy).
-        running, lazy, due: the running sequences by request id in batch order,
-            the lazy ones' marks, the due index (as :class:`~tenantry.model.state.Running`).
-        LAZY: whether decode progress is kept lazily; False for a variant that
-            overrides a method reading running sequences (:data:`LAZY_READERS`),
-            which then sees every sequence up to date, as it did before.
+        cfg, st: the configuration and the state before the step; k, t: its
+            index and start (seconds); policy: the order policy (``ORDER[...]``).
+        tenants: the per-tenant records (a list; changed through :meth:`_set`).
+        running: the running sequences by request id, in batch order.
+        used, refs, retained, key_salt: the KV pool (copies of the state's).
+        planned: request id -> tokens it gets in this step, in batch order;
+            budget: the tokens left of the step's token budget.
+        backlogged: the tenants with a non-empty queue (kept by :meth:`_set`).
+        events, preempted, gone: what the step did so far (events in order, the
+            request ids evicted, the sequences that left the state).
+        provisional, capped, reserved, reserved_reason: the waiting phase's
+            notes (DRR block-second reservations, tenants refused by their own
+            caps, the request the guard or skip budget stopped filling for).
+        next_seq, rr_next, tier_counters, last_left, last_left_tier,
+            last_left_skips, tier_skips, last_left_tier_skips: the state's
+            fields of the same meaning, as the step changes them.
     """
 
     ORDER = ORDER
     VICTIM = VICTIM
-    LAZY = True
-    #: Fewest running sequences at which a step keeps decode progress lazily: below it
-    #: the ledger's bookkeeping costs more than the sequences it spares (every lazy
-    #: sequence is brought up to date at the start of such a step, and none becomes lazy).
-    LAZY_MIN_RUNNING = 16
-    #: Fewest tenants at which a step keeps the per-tenant records in a
-    #: :class:`~tenantry.model.state.TenantTable` and copies only the records it changes;
-    #: below it the step copies the tuple (cheaper there than the table's indirection).
-    TABLE_MIN_TENANTS = 1024
-    #: Methods that read running sequences: a variant overriding one runs with
-    #: every sequence up to date (``LAZY`` False), so its override sees what the
-    #: model's own method would.
-    LAZY_READERS = ("cancel", "schedule_running", "execute", "result", "_make_room", "_evict", "_release",
-                    "_drop", "_register", "_preempt_for_priority", "_freeable", "_materialize",
-                    "_materialize_all", "_lazify", "_due_at")
-
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.LAZY = cls.LAZY and all(getattr(cls, m) is getattr(Step, m) for m in Step.LAZY_READERS)
 
     def __init__(self, cfg: Config, st: State) -> None:
         self.cfg, self.st = cfg, st
         self.k = st.step_index
         self.t = st.t_s
         self.policy = self.ORDER[cfg.order.policy]
-        self.tenants: list[TenantState] = tenant_scratch(st.tenants, self.TABLE_MIN_TENANTS)  # or a table's edits
-        r = st.running
-        if self.LAZY and isinstance(r, Running) and r.step_index == self.k and (
-                len(r) >= self.LAZY_MIN_RUNNING or not r.marks):
-            self.running: dict[int, Sequence] = dict(r.seqs)  # lazy ones as of their mark
-            self.lazy: dict[int, int] = dict(r.marks)
-            self.due: dict[int, tuple[int, ...]] = dict(r.due)
-        else:
-            self.running = dict(zip(map(_request_id_of, r), r))
-            self.lazy, self.due = {}, {}
+        self.tenants: list[TenantState] = list(st.tenants)
+        self.running: dict[int, Sequence] = {s.request_id: s for s in st.running}
         self.used = st.kv.used_blocks
-        self.refs, self.retained, self.key_salt = st.kv.refs, st.kv.retained, st.kv.key_salt
-        self._kv_copied = False
+        self.refs, self.retained, self.key_salt = dict(st.kv.refs), dict(st.kv.retained), dict(st.kv.key_salt)
         self.next_seq = st.next_arrival_seq
         self.rr_next = st.rr_next
         self.tier_counters = list(st.tier_counters)
@@ -236,15 +171,12 @@ class Step(RunningPhase, WaitingPhase):
         self.preempted: list[int] = []
         self.events: list[Event] = []
         self.gone: list[Sequence] = []
-        self.touched: set[int] = set()
         self.provisional: dict[int, float] = {}
         self.duration_s = 0.0
         self.reserved: int | None = None
         self.reserved_reason: str | None = None
         self.capped: set[int] = set()  # tenants whose head their own KV or slot cap refused in this step
-        self.backlogged: set[int] = set(st.backlogged())
-        self._min_counter: float | None = None
-        self._keys = self._take_keys(st)  # order-policy sort keys, memoised
+        self.backlogged: set[int] = set(st.backlogged())  # kept by _set as queues change
         self.last_left, self.last_left_tier = st.last_left_counter, st.last_left_tier_counter
         self.last_left_skips = st.last_left_skips
         self._tier_skips_on = cfg.order.guard_skips is not None and cfg.order.policy == "floors"
@@ -253,47 +185,15 @@ class Step(RunningPhase, WaitingPhase):
 
     # --- small helpers ---------------------------------------------------------
 
-    def _take_keys(self, st: State) -> KeyMemo:
-        """The key memo the step that built ``st`` handed on (taken: a second step from
-        ``st`` keys afresh), or a new one; what a step picks never depends on which."""
-        carried = st.order_keys
-        if carried:
-            try:
-                cfg, memo = carried.pop()
-            except IndexError:  # another step took it meanwhile
-                return KeyMemo()
-            if cfg is self.cfg:
-                memo.new_step()
-                return memo
-        return KeyMemo()
-
-    def _kv_write(self) -> None:
-        if not self._kv_copied:
-            self.refs, self.retained, self.key_salt = dict(self.refs), dict(self.retained), dict(self.key_salt)
-            self._kv_copied = True
-
     def _set(self, i: int, **changes) -> TenantState:
-        """Replace fields of tenant i's record, keeping the backlog set and the
-        cached least counter (see :meth:`_on_backlogged`) in step."""
-        if not changes.keys() <= _TENANT_FIELD_SET:
-            raise TypeError(f"TenantState has no field {sorted(set(changes) - _TENANT_FIELD_SET)}")
-        t = _new_tuple(TenantState, map(changes.get, _TENANT_FIELDS, self.tenants[i]))  # a cheap _replace
-        return self._put(i, t, "queue" in changes, "counter" in changes)
-
-    def _put(self, i: int, t: TenantState, queue_changed: bool, counter_changed: bool) -> TenantState:
-        """Tenant i's record becomes ``t`` (:meth:`_set`'s bookkeeping; ``queue_changed`` /
-        ``counter_changed``: whether its queue / counter may differ from the old record's)."""
+        """Replace fields of tenant i's record (``TenantState._replace``; ValueError on an
+        unknown field), keeping the set of backlogged tenants in step; returns the new record."""
+        t = self.tenants[i]._replace(**changes)
         self.tenants[i] = t
-        self.touched.add(i)
-        self._keys.invalidate(i)
-        if queue_changed:
-            if t.queue:
-                self.backlogged.add(i)
-            elif i in self.backlogged:
-                self.backlogged.discard(i)
-                self._min_counter = None
-        if counter_changed and i in self.backlogged:
-            self._min_counter = None
+        if t.queue:
+            self.backlogged.add(i)
+        else:
+            self.backlogged.discard(i)
         return t
 
     def _refill(self, i: int) -> TenantState:
@@ -309,23 +209,9 @@ class Step(RunningPhase, WaitingPhase):
             changes["bucket_requests"] = min(tc.request_burst, t.bucket_requests + tc.request_rate_per_s * dt)
         return self._set(i, **changes)
 
-    def _queued_blocks(self, tier: int) -> int:
-        """:func:`queued_blocks` of this step's state (a method, so a mutant can replace it)."""
-        return queued_blocks(self.cfg, self.tenants, tier)
-
-    def _estimated_wait_s(self, tier: int) -> float:
-        """:func:`estimated_wait_s` of this step's state (a method, so a mutant can replace it)."""
-        return estimated_wait_s(self.cfg, self.tenants, tier)
-
     def _cap(self, i: int) -> int | None:
+        """Tenant i's KV block cap when caps are enforced (``admission.kv_cap``), else None."""
         return self.cfg.tenants[i].kv_block_cap if self.cfg.admission.kv_cap else None
-
-    def _prefix_keys(self, r: Request, salt: str | None) -> tuple[int, ...]:
-        """Prefix-cache keys of r's cacheable blocks under ``salt`` (:func:`~tenantry.model.state.prefix_keys`)."""
-        return prefix_keys(self.cfg, r, salt)
-
-    def _reject(self, r: Request, i: int, reason: str, retry_after_s: float | None, t_s: float) -> None:
-        self.events.append(Event("rejected", r.request_id, i, t_s, reason=reason, retry_after_s=retry_after_s))
 
     def _on_backlogged(self, i: int) -> None:
         """Tenant i's queue went from empty to non-empty: apply the counter lift.
@@ -337,18 +223,14 @@ class Step(RunningPhase, WaitingPhase):
         cancellation, which only raises l, so a canceller cannot lower its own lift (without
         it a tenant idle while another was served alone banks credit, and the
         service gap of Theorem 4.4 is unbounded: SPEC.md 7.2); the same for i's
-        tier counter over the other backlogged tiers (``floors``).  The minimum is cached for the step and
-        dropped whenever a backlogged tenant's counter changes or a tenant
-        leaves the backlog; a join cannot lower it, since the joiner is lifted.
+        tier counter over the other backlogged tiers (``floors``).
         """
         skips_lift = self.cfg.order.guard_skips is not None and self.policy.refill is None  # DRR keeps its count
         if not self.cfg.order.lift:
             if skips_lift:
                 self._set(i, skips=0)
             return
-        lo = self._min_counter
-        if lo is None:
-            lo = min((self.tenants[j].counter for j in self.backlogged if j != i), default=None)
+        lo = min((self.tenants[j].counter for j in self.backlogged if j != i), default=None)
         alone = lo is None
         if alone:
             lo = self.last_left
@@ -356,7 +238,6 @@ class Step(RunningPhase, WaitingPhase):
         if c < lo:
             self._set(i, counter=lo)
             c = lo
-        self._min_counter = c if alone else lo
         if skips_lift:
             self._inherit_skips(i, c, alone)
         tiers = self.cfg.tenants
@@ -370,7 +251,7 @@ class Step(RunningPhase, WaitingPhase):
 
     def _inherit_skips(self, i: int, c: float, alone: bool) -> None:
         """Tenant i joined the backlog with (lifted) counter c: its skip count
-        (:func:`~tenantry.model.policies.inherited_skips` over the other backlogged
+        (:func:`~tenantry.model.guards.inherited_skips` over the other backlogged
         tenants, or those emptied by cancellation in this step, or the last leaver)."""
         ts = self.tenants
         pairs = [] if alone else [(ts[j].counter, ts[j].skips) for j in self.backlogged if j != i]
@@ -387,22 +268,21 @@ class Step(RunningPhase, WaitingPhase):
     def _release(self, s: Sequence) -> int:
         """Free the blocks of sequence s; returns how many became free."""
         freed = s.private_blocks
-        if s.shared_keys:
-            self._kv_write()
-            for key in s.shared_keys:
-                n = self.refs[key] - 1
-                if n == 0:
-                    del self.refs[key]
-                    self.retained[key] = None
-                    freed += 1
-                else:
-                    self.refs[key] = n
+        for key in s.shared_keys:  # a cached block no sequence references any more is retained (free)
+            n = self.refs[key] - 1
+            if n == 0:
+                del self.refs[key]
+                self.retained[key] = None
+                freed += 1
+            else:
+                self.refs[key] = n
         self.used -= freed
         t = self.tenants[s.tenant]
         self._set(s.tenant, running=t.running - 1, blocks=t.blocks - s.blocks_held)
         return freed
 
     def _freeable(self, s: Sequence) -> int:
+        """Blocks evicting s would free now: its private blocks and the cached ones only it references."""
         return s.private_blocks + sum(1 for key in s.shared_keys if self.refs.get(key) == 1)
 
     def _reclaim(self, new_blocks: int) -> None:
@@ -410,7 +290,6 @@ class Step(RunningPhase, WaitingPhase):
         uncached = self.cfg.num_blocks - self.used - len(self.retained)
         excess = new_blocks - uncached
         if excess > 0:
-            self._kv_write()
             for key in list(self.retained)[:excess]:
                 del self.retained[key]
                 self.key_salt.pop(key, None)
@@ -454,7 +333,6 @@ class Step(RunningPhase, WaitingPhase):
 
     def cancel(self, rid: int) -> None:
         """The client cancels request rid: it leaves its queue or the batch, releasing every block."""
-        self._materialize(rid)
         s = self.running.pop(rid, None)
         if s is not None:
             self._release(s)
@@ -477,140 +355,51 @@ class Step(RunningPhase, WaitingPhase):
                     return
         # Unknown or already ended: nothing to do (SPEC.md 5.1).
 
-    # --- 2. arrivals ------------------------------------------------------------
-
-    def arrive(self, r: Request) -> None:
-        """Request r arrives: it is queued, or refused with a reason (a 429)."""
-        cfg, adm = self.cfg, self.cfg.admission
-        i = cfg.tenant_index(r.tenant)
-        tc = cfg.tenants[i]
-        t_s = r.arrival_s
-        if r.total_tokens > cfg.max_context_tokens:
-            return self._reject(r, i, "too_long", None, t_s)
-        need = cfg.blocks_for(r.total_tokens)
-        cap = self._cap(i)
-        if need > cfg.num_blocks or (cap is not None and need > cap):
-            return self._reject(r, i, "too_large", None, t_s)
-        t = self._refill(i)
-        limited = adm.request_rate_limit and tc.request_rate_per_s is not None
-        if limited and t.bucket_requests < 1.0:
-            return self._reject(r, i, "rate_limit", (1.0 - t.bucket_requests) / tc.request_rate_per_s, t_s)
-        bucket = adm.token_bucket and tc.token_rate_per_s is not None
-        charge = r.prompt_tokens
-        if adm.prompt_estimate == "bytes":
-            nbytes = r.prompt_bytes if r.prompt_bytes is not None else 4 * r.prompt_tokens
-            charge = math.ceil(nbytes / adm.bytes_per_token)
-        taken = charge + self._reserved_output(i, r.output_tokens)  # what the bucket gives at admission
-        if bucket:
-            if taken > tc.token_burst_tokens:
-                return self._reject(r, i, "token_bucket", None, t_s)
-            if t.bucket_tokens < taken:
-                return self._reject(r, i, "token_bucket", (taken - t.bucket_tokens) / tc.token_rate_per_s, t_s)
-        if adm.queue_bound and tc.queue_bound is not None and t.fresh_queued >= tc.queue_bound:
-            return self._reject(r, i, "queue_full", self.st.last_step_s * max(1, t.fresh_queued), t_s)
-        if adm.kv_watermarks:
-            wm = adm.kv_watermarks[min(tc.tier, len(adm.kv_watermarks) - 1)]
-            if adm.kv_watermark_queued:
-                if self.used + self._queued_blocks(tc.tier) + need > wm * cfg.num_blocks:
-                    return self._reject(r, i, "kv_watermark", self.st.last_step_s, t_s)
-            elif self.used >= wm * cfg.num_blocks:
-                return self._reject(r, i, "kv_watermark", self.st.last_step_s, t_s)
-        if adm.wait_limits_s:
-            limit = adm.wait_limits_s[min(tc.tier, len(adm.wait_limits_s) - 1)]
-            wait = self._estimated_wait_s(tc.tier)
-            if wait > limit:
-                return self._reject(r, i, "estimated_wait", wait - limit, t_s)
-        salt = None if cfg.prefix_cache == "shared" else tc.salt
-        keys = self._prefix_keys(r, salt) if cfg.prefix_cache != "off" else ()
-        seq = Sequence(request=r, tenant=i, arrival_seq=self.next_seq, admitted_step=self.k,
-                       prefix_keys=keys, ready_step=self.k, charged_prompt_tokens=charge if bucket else 0)
-        self.next_seq += 1
-        was_empty = not t.queue
-        changes = {"queue": t.queue + (seq,), "fresh_queued": t.fresh_queued + 1}
-        if limited:
-            changes["bucket_requests"] = t.bucket_requests - 1.0
-        if bucket:
-            changes["bucket_tokens"] = t.bucket_tokens - taken
-        self._set(i, **changes)
-        self.events.append(Event("queued", r.request_id, i, t_s))
-        if was_empty:
-            self._on_backlogged(i)
-
     # --- 5. execution -----------------------------------------------------------------
 
     def execute(self) -> None:
         """The batch runs: tokens advance, outputs are produced, the accounting is charged."""
         cfg, o = self.cfg, self.cfg.order
-        running, planned, tenants, lazy = self.running, self.planned, self.tenants, self.lazy
-        batched = sum(planned.values())
-        kv_tokens = batched + sum(map(_computed_of, map(running.__getitem__, planned)))
-        if lazy:  # the lazy sequences are all planned one token but the ones the budget left out
-            lazy_planned = planned.keys() & lazy.keys()
-            # each has computed k - mark tokens more than its stored record says
-            kv_tokens += len(lazy_planned) * self.k - sum(map(lazy.__getitem__, lazy_planned))
-            if len(planned) - len(lazy_planned) <= 8:
-                order = list(planned)
-                todo = [(rid, planned[rid]) for rid in sorted(planned.keys() - lazy_planned, key=order.index)]
-            else:
-                todo = [(rid, n) for rid, n in planned.items() if rid not in lazy]
-        else:
-            lazy_planned, todo = (), planned.items()
+        batched = sum(self.planned.values())
+        kv_tokens = sum(self.running[rid].computed_tokens + n for rid, n in self.planned.items())
         dur = step_duration_s(cfg, batched, kv_tokens)
         self.duration_s = dur
         end = self.t + dur
         # Block-seconds for every tenant holding blocks during the step (charged below), in batch order.
-        held = {i: tenants[i].blocks * dur for i in dict.fromkeys(map(_tenant_of, running.values()))}
+        held = {s.tenant: self.tenants[s.tenant].blocks * dur for s in self.running.values()}
         produced: dict[int, list[int]] = {}  # tenant -> [tokens produced, tokens to charge to the counter]
-        if lazy_planned:
-            for i, c in Counter(map(_tenant_of, map(running.__getitem__, lazy_planned))).items():
-                produced[i] = [c, c]  # a lazy sequence has no predicted charge left: every token counts
-        if len(lazy_planned) < len(lazy):  # left out by the token budget: one step behind from now on
-            for rid in lazy.keys() - lazy_planned:
-                lazy[rid] += 1
-        lazify = self._lazify if self.LAZY and len(running) >= self.LAZY_MIN_RUNNING else None
-        events = self.events
-        for rid, n in todo:
-            (request, tenant, arrival_seq, admitted_step, prefix_keys, computed, output_done, shared, private,
-             preemptions, wasted_tokens, ready_step, charged_prompt_tokens, predicted, first_scheduled_s, first,
-             cached_tokens) = running[rid]
-            computed += n
-            if prefix_keys:
-                shared, private = self._register(running[rid], computed, shared, private)
-            if computed == request.prompt_tokens + output_done:  # every known token computed: sample one
+        for rid, n in self.planned.items():
+            s = self.running[rid]
+            computed = s.computed_tokens + n
+            shared, private = s.shared_keys, s.private_blocks
+            if s.prefix_keys:
+                shared, private = self._register(s, computed, shared, private)
+            output_done, predicted, first = s.output_done, s.predicted_charge, s.first_token_s
+            if computed == s.request.prompt_tokens + output_done:  # every known token computed: sample one
                 output_done += 1
                 if first is None:
                     first = end
-                    events.append(Event("first_token", rid, tenant, end))
-                acc = produced.get(tenant)
-                if acc is None:
-                    acc = produced[tenant] = [0, 0]
+                    self.events.append(Event("first_token", rid, s.tenant, end))
+                acc = produced.setdefault(s.tenant, [0, 0])
                 acc[0] += 1
                 if predicted <= 0:
                     acc[1] += 1
                 else:
-                    predicted -= 1
-            s = _new_tuple(Sequence, (  # advanced(s, ...) inlined: the hot path
-                request, tenant, arrival_seq, admitted_step, prefix_keys, computed, output_done, shared, private,
-                preemptions, wasted_tokens, ready_step, charged_prompt_tokens, predicted, first_scheduled_s, first,
-                cached_tokens))
-            if output_done == request.output_tokens:
-                del running[rid]
+                    predicted -= 1  # a token charged ahead (vtc_predict) is not charged again
+            s = s._replace(computed_tokens=computed, output_done=output_done, shared_keys=shared,
+                           private_blocks=private, predicted_charge=predicted, first_token_s=first)
+            if output_done == s.request.output_tokens:
+                del self.running[rid]
                 self._release(s)
                 self._drop(s, "finished")
             else:
-                running[rid] = s
-                if lazify is not None and computed == request.prompt_tokens + output_done - 1 and predicted <= 0 \
-                        and first is not None and (len(shared) >= len(prefix_keys) or private <= 0):
-                    lazify(rid, s)  # steady decode: one token a step from now on
-        for i, bs in held.items():
-            tokens, counted = produced.pop(i, (0, 0))
-            self._charge_step(i, bs, tokens, counted)
-        for i, (tokens, counted) in produced.items():  # finished sequences of tenants now holding nothing
-            self._charge_step(i, 0.0, tokens, counted)
+                self.running[rid] = s
+        for i, block_s in held.items():  # every tenant that produced a token held blocks: it is in held
+            tokens, counted = produced.get(i, (0, 0))
+            self._charge_step(i, block_s, tokens, counted)
         # Idle tenants lose their DRR deficit (no banked credit).
         if o.drr_reset_when_idle:
-            for i in self.touched:
-                t = self.tenants[i]
+            for i, t in enumerate(self.tenants):
                 if not t.queue and t.running == 0 and t.deficit != 0.0:
                     self._set(i, deficit=0.0)
 
@@ -620,7 +409,6 @@ class Step(RunningPhase, WaitingPhase):
         full = min(computed // self.cfg.block_size_tokens, len(s.prefix_keys))
         if full <= len(shared) or private <= 0:
             return shared, private
-        self._kv_write()
         add = []
         for key in s.prefix_keys[len(shared):full]:
             if key in self.refs or key in self.retained or private - len(add) <= 0:
@@ -646,38 +434,33 @@ class Step(RunningPhase, WaitingPhase):
         else:
             charge_bucket = False
         t = self.tenants[i]
-        counter, deficit, service, block_seconds, bucket_tokens = t[1:6]  # see _CHARGED_FIELDS
         cost = o.w_out * tokens
-        block_seconds = block_seconds + block_s
         unit = self.policy.deficit_unit
+        changes = {"block_seconds": t.block_seconds + block_s}
         if tokens:
-            service = service + cost
+            changes["service"] = t.service + cost
             if unit == "tokens":
-                deficit = deficit - cost
+                changes["deficit"] = t.deficit - cost
             if charge_bucket:
-                bucket_tokens = bucket_tokens - tokens
+                changes["bucket_tokens"] = t.bucket_tokens - tokens
         if unit == "block_seconds" and block_s:
-            deficit = deficit - block_s
+            changes["deficit"] = t.deficit - block_s
         if counted:
-            counter = counter + o.w_out * counted / tc.weight
-        self._put(i, _new_tuple(TenantState, (  # what _set(i, ...) would build, at once; the other fields kept
-            t[0], counter, deficit, service, block_seconds, bucket_tokens, *t[6:])), False, bool(counted))
+            changes["counter"] = t.counter + o.w_out * counted / tc.weight
+        self._set(i, **changes)
         if tokens:
             self.tier_counters[tc.tier] += cost / o.tier_floors[min(tc.tier, len(o.tier_floors) - 1)]
 
     # --- result ---------------------------------------------------------------------
 
     def result(self) -> tuple[State, StepOutput]:
-        kv = self.st.kv
-        if self._kv_copied or self.used != kv.used_blocks:
-            kv = KVPool(used_blocks=self.used, refs=self.refs, retained=self.retained, key_salt=self.key_salt)
         new = State(
             step_index=self.k + 1,
             t_s=self.t + self.duration_s,
             last_step_s=self.duration_s,
-            tenants=frozen_tenants(self.tenants),
-            running=Running(self.running, self.lazy, self.due, self.k + 1),
-            kv=kv,
+            tenants=tuple(self.tenants),
+            running=tuple(self.running.values()),
+            kv=KVPool(used_blocks=self.used, refs=self.refs, retained=self.retained, key_salt=self.key_salt),
             next_arrival_seq=self.next_seq,
             rr_next=self.rr_next,
             tier_counters=tuple(self.tier_counters),
@@ -687,12 +470,6 @@ class Step(RunningPhase, WaitingPhase):
             tier_skips=tuple(self.tier_skips) if self._tier_skips_on else self.st.tier_skips,
             last_left_tier_skips=self.last_left_tier_skips,
         )
-        object.__setattr__(new, "backlog", frozenset(self.backlogged))  # kept by _set, so the next step need not scan
-        memo = self._keys
-        if memo.across_steps():  # the next step from `new` need not key every tenant again
-            for i in self.provisional:  # keyed with this step's provisional charges
-                memo.invalidate(i)
-            object.__setattr__(new, "order_keys", [(self.cfg, memo)])
         out = StepOutput(
             step_index=self.k,
             start_s=self.t,

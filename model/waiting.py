@@ -5,18 +5,19 @@ inherits it): the order policy picks tenants whose first ready request joins
 the batch while sequences, budget and blocks allow; the starvation guard and the
 skip budget may stop the filling and reserve for a head that does not fit, and a
 waiting higher tier may preempt a running lower one.  The policies it calls are
-the pure functions of :mod:`tenantry.model.policies`; this class applies their
-choices to the step's scratch state and is not used alone.
+the pure functions of :mod:`tenantry.model.policies` and :mod:`tenantry.model.guards`;
+this class applies their choices to the step's scratch state and is not used alone.
 """
 
 from __future__ import annotations
 
 from .config import Config
 from .events import Event
-from .policies import (
-    GuardView, PriorityView, SelectView, SkipView, drr_skip_pass, guard_reservation, plan_priority_preemption,
-    skip_pass, slot_room, tier_skip_pass,
+from .guards import (
+    GuardView, PriorityView, SkipView, drr_skip_pass, guard_reservation, plan_priority_preemption, skip_pass,
+    slot_room, tier_skip_pass,
 )
+from .policies import SelectView
 from .state import Sequence
 
 
@@ -45,8 +46,7 @@ class WaitingPhase:
         avail = set(self.backlogged)  # backlogged and not blocked in this step
         while avail and len(self.running) < cfg.max_num_seqs and self.budget > 0:
             cands = strict_tier_candidates(cfg, avail) if cfg.order.strict_tiers else avail
-            memo = cands is avail  # the key memo needs a candidate set that only shrinks (KeyMemo)
-            view = self._view(cands, memo)
+            view = self._view(cands)
             i = policy.select(view)
             if i is None and policy.refill is not None:
                 refilled = ()
@@ -58,7 +58,7 @@ class WaitingPhase:
                     self._set(j, deficit=d)
                 for g in refilled:
                     self._set(g, skips=self.tenants[g].skips + 1)
-                i = policy.select(self._view(cands, memo))
+                i = policy.select(self._view(cands))
             if i is None:
                 if cands is avail:
                     return
@@ -84,12 +84,11 @@ class WaitingPhase:
     def _preempt_for_priority(self) -> None:
         """Evict lower-tier running sequences so that waiting higher-tier requests fit
         (``eviction.preempt_for_priority``; the plan is
-        :func:`~tenantry.model.policies.plan_priority_preemption`).  Each victim is
+        :func:`~tenantry.model.guards.plan_priority_preemption`).  Each victim is
         evicted as in 4.5 (back to its queue's front, cooldown) with reason ``priority``."""
         ready = [(i, q) for i in self.backlogged for q in self.tenants[i].queue if q.ready_step <= self.k]
         if not ready:
             return
-        self._materialize_all()
         view = PriorityView(self.cfg, self.tenants, ready, tuple(self.running.values()),
                             {rid: self._freeable(s) for rid, s in self.running.items()},
                             self.cfg.num_blocks - self.used)
@@ -108,7 +107,7 @@ class WaitingPhase:
     def _guard(self) -> bool:
         """The starvation guard (``guard_steps`` / ``guard_wait_s``): True, and the
         request recorded in :attr:`reserved`, when an overdue head does not fit and
-        the waiting phase must admit nothing (:func:`~tenantry.model.policies.guard_reservation`)."""
+        the waiting phase must admit nothing (:func:`~tenantry.model.guards.guard_reservation`)."""
         view = GuardView(self.cfg, self.tenants, self._ready_heads(), self.cfg.num_blocks - self.used, self.k, self.t)
         self.reserved = guard_reservation(view)
         return self.reserved is not None
@@ -118,7 +117,7 @@ class WaitingPhase:
         not blocked in this step (a lower tier waiting its strict-tier turn is not passed over):
         (True, ()) and the reservation recorded, when the pick would pass over a tenant
         whose budget is spent (the waiting phase stops filling); else (False, the
-        tenants the pick passes over) (:func:`~tenantry.model.policies.skip_pass`).  Under DRR
+        tenants the pick passes over) (:func:`~tenantry.model.guards.skip_pass`).  Under DRR
         it runs before a refill (``i`` = -1, ``cands`` the refill's candidates)."""
         if self.policy.refill is not None:  # DRR: a refill past blocked tenants (drr_skip_pass)
             tried = self.backlogged - (avail - cands)  # a lower tier waiting its strict-tier turn was not tried
@@ -135,9 +134,10 @@ class WaitingPhase:
         self.reserved_reason = "skips"
         return True, ()
 
-    def _view(self, cands: set[int], memo: bool = True) -> SelectView:
+    def _view(self, cands: set[int]) -> SelectView:
+        """What the order policy sees when it picks among ``cands``."""
         return SelectView(self.cfg, self.tenants, cands, self.t, self.rr_next, self.tier_counters, self.provisional,
-                          self.backlogged, self._keys if memo else None, self.k)
+                          self.backlogged, self.k)
 
     def _admit_head(self, i: int) -> bool:
         """Move tenant i's first ready sequence into the batch; False if none is ready or it does not fit."""
@@ -164,7 +164,6 @@ class WaitingPhase:
         if private + revived > cfg.num_blocks - self.used:
             return False
         if hit:
-            self._kv_write()
             for key in hit:
                 if key in self.refs:
                     self.refs[key] += 1

@@ -95,7 +95,7 @@ def bstate(tag: str) -> dict:
 
 
 def overdue(s: dict, y, mode: str = "steps") -> z3.BoolRef:
-    """Queued fresh sequence y is overdue (``policies.overdue``): ``k - adm >= K`` steps since it
+    """Queued fresh sequence y is overdue (``guards.overdue``): ``k - adm >= K`` steps since it
     became ready (``guard_steps``), or ``t - arrival_s >= W`` seconds (``guard_wait_s``)."""
     return s["k"] - s["adm"][y] >= s["K"] if mode == "steps" else s["t"] - s["arr"][y] >= s["W"]
 

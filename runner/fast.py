@@ -5,12 +5,13 @@ new :class:`~tenantry.model.state.State` per step.  A run that records nothing b
 each request's outcome (``tenantry simulate`` without ``--history``, the studies)
 needs none of that per step, so :class:`FastReplica` runs the same five phases
 (SPEC.md 5) on one mutable copy of the state: per-tenant lists, the running
-sequences in batch order (by entry number) updated in place, the readable
-step's lazy decode ledger at every batch size (a sequence in steady decode is
-read only when its next KV block or its last token is due), the order policy's
-keys in a heap with lazy deletion, and no step output beyond the events and the
-sequences that left.  A step costs what changed: the sequences due, those not
-decoding, and the tenants charged.
+sequences in batch order (by entry number) updated in place, a lazy decode
+ledger (a sequence in steady decode, one computed and one generated token a
+step, is read only when its next KV block or its last token is due), the order
+policy's keys in a heap with lazy deletion, and no step output beyond the
+events and the sequences that left.  A step costs what changed: the sequences
+due, those not decoding, and the tenants charged.  These are the speed tricks
+the readable step does without (issue 30): this module is the one place for them.
 
 It implements a subset of the configurations (:func:`unsupported` names what it
 lacks; :func:`tenantry.runner.simulate.simulate` falls back to the readable step

@@ -34,7 +34,6 @@ from .setups import read_toml
 from .simulate import ModelReplica, Recorder, check_workload, drive
 
 _NO_INPUT = StepInput()
-_STATE_FIELDS = tuple(a.name for a in attrs.fields(State) if a.init)
 
 
 class FleetTransition(NamedTuple):
@@ -119,10 +118,7 @@ class Fleet:
         if all(t.counter == c for t, c in zip(rep.state.tenants, counters)):
             return
         old = rep.state
-        kw = {name: getattr(old, name) for name in _STATE_FIELDS}  # attrs.evolve, without its cost
-        kw["tenants"] = tuple(t._replace(counter=c) for t, c in zip(old.tenants, counters))
-        rep.state = State(**kw)
-        object.__setattr__(rep.state, "backlog", old.backlog)  # the queues are the same (State.backlog)
+        rep.state = attrs.evolve(old, tenants=tuple(t._replace(counter=c) for t, c in zip(old.tenants, counters)))
 
     def step(self, inputs: StepInput) -> FleetTransition:
         """One fleet step at the fleet clock: route the arrivals (in arrival order),

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Iterator, NamedTuple, Protocol
 import numpy as np
 
 from tenantry.model.config import Config, ConfigError, config_to_dict
-from tenantry.model.state import State, block_ids, free_blocks, initial_state, running_holdings, running_ids
+from tenantry.model.state import State, block_ids, free_blocks, initial_state, running_ids
 from tenantry.model.step import Step, StepOutput, idle, step
 from tenantry.model.workload import Request, StepInput, Workload, as_workload
 
@@ -175,9 +175,9 @@ def snapshot(config: Config, state: State, out: StepOutput, detail: bool = False
         names = tenant_names(config)
     held = ids = None
     if detail:
-        held = {s.request_id: s.blocks_held for s in running_holdings(state)}
+        held = {s.request_id: s.blocks_held for s in state.running}
         if config.prefix_cache != "off":
-            ids = {s.request_id: _block_ids(s, memo) for s in running_holdings(state)}
+            ids = {s.request_id: _block_ids(s, memo) for s in state.running}
             done = {e.request_id for e in out.events if e.kind == "finished"}
             ids.update((s.request_id, _block_ids(s, memo)) for s in out.finished if s.request_id in done)
             ids = ids or None  # and the blocks of requests finishing in the step, as they finished
@@ -299,13 +299,7 @@ class Feed:
     step after its arrival's when both fall due at the same step (a step
     applies cancellations before arrivals, so the cancellation would find
     nothing and the cancelled request would run).
-
-    A feed is ``open`` while more requests may come that it does not hold yet (a live
-    server's, :class:`tenantry.live.engine.LiveFeed`): :func:`drive` then waits for them
-    instead of ending.  A workload's feed is closed.
     """
-
-    open = False
 
     def __init__(self, workload: Workload | Iterable[Request]) -> None:
         wl = as_workload(workload)
@@ -349,8 +343,8 @@ class Feed:
         return out
 
 
-def drive(replica: Replica, workload: Workload | Iterable[Request] | Feed, *, horizon_s: float | None = None,
-          max_steps: int | None = None) -> Iterator[StepInput | None]:
+def drive(replica: Replica, workload: Workload | Iterable[Request], *, horizon_s: float | None = None,
+          max_steps: int | None = None) -> Iterator[StepInput]:
     """The one driver loop: feed ``workload`` to ``replica`` step by step.
 
     Arrivals and cancellations go to the first step starting at or after
@@ -359,19 +353,12 @@ def drive(replica: Replica, workload: Workload | Iterable[Request] | Feed, *, ho
     and none is left to arrive, at ``horizon_s`` (seconds; no step starts at
     or after it), after ``max_steps`` steps, or when the replica stops.
     Yields each step's inputs after the replica ran the step.
-
-    ``workload`` may be a :class:`Feed` itself: an open one (a live server's) makes the
-    loop yield None, instead of ending, when the replica is empty and the feed holds no
-    arrival yet; the caller resumes it once the feed has one (or has closed).
     """
-    feed = workload if isinstance(workload, Feed) else Feed(workload)
+    feed = Feed(workload)
     steps = 0
     while not replica.stopped and (max_steps is None or steps < max_steps):
         if not replica.has_work():
             nxt = feed.next_arrival_s
-            if nxt is None and feed.open:
-                yield None  # a live feed: wait for the next arrival
-                continue
             if nxt is None or (horizon_s is not None and nxt >= horizon_s):
                 return
             replica.idle(nxt)

@@ -189,10 +189,9 @@ def saturated_state(n_tenants: int, policy: str, max_num_seqs: int = 256, warm_s
 
 def in_step_decision_us(cfg: Config, st: Any, repeats: int = 5, warm: bool = False) -> tuple[float, int]:
     """Microseconds per admitted request of the waiting phase of one step whose batch starts
-    empty (the order policy's decisions inside a step, memoised keys included), best of
-    ``repeats``, and the requests admitted per step.  ``warm``: the step after one that filled
-    the emptied batch, so that the key memo that step handed on is warm, as in every step of a
-    steady run but the first (:class:`~tenantry.model.policies.KeyMemo`)."""
+    empty (the order policy's decisions inside a step), best of ``repeats``, and the requests
+    admitted per step.  ``warm``: the step after one that filled the emptied batch, as every
+    step of a steady run but the first."""
     import time
 
     from tenantry.model.step import Step, step

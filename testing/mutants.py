@@ -24,8 +24,9 @@ from tenantry.model import policies
 from tenantry.model.config import (
     AdmissionConfig, Config, CostConfig, EvictionConfig, OrderConfig, TenantConfig,
 )
+from tenantry.model.admission import estimated_wait_s, queued_blocks
 from tenantry.model.state import prefix_keys
-from tenantry.model.step import Step, estimated_wait_s, queued_blocks
+from tenantry.model.step import Step
 
 
 @attrs.frozen
@@ -328,7 +329,7 @@ class TokenBucketNotCharged(Step):
 def _select_fcfs_skipping_last(view):
     """FCFS that never picks the last tenant (a starvation bug)."""
     last = len(view.tenants) - 1
-    return policies.select_fcfs(attrs.evolve(view, candidates=[i for i in view.candidates if i != last], keys=None))
+    return policies.select_fcfs(attrs.evolve(view, candidates=[i for i in view.candidates if i != last]))
 
 
 class SkipsLastTenant(Step):
@@ -346,7 +347,6 @@ class TenantQueueLifo(Step):
         ok = super()._admit_head(i)
         t2 = self.tenants[i]
         self.tenants[i] = t2._replace(queue=tuple(reversed(t2.queue)))
-        self._keys.invalidate(i)
         return ok
 
 

@@ -293,7 +293,7 @@ def test_fcfs_and_priority_picks_are_the_model_s(case, policy):
     cfg = attrs.evolve(cfg, order=OrderConfig(policy=policy))
     cands = [i for i, t in enumerate(state.tenants) if t.queue]
     assume(cands)
-    view = SelectView(cfg, list(state.tenants), cands, state.t_s, 0, state.tier_counters, {}, cands, None,
+    view = SelectView(cfg, list(state.tenants), cands, state.t_s, 0, state.tier_counters, {}, cands,
                       state.step_index)
     A = (select_fcfs if policy == "fcfs" else select_priority)(view)
     h = next((q for q in state.tenants[A].queue if q.ready_step <= state.step_index), None)

@@ -306,10 +306,10 @@ class _RefillProbe(Step):
             self.refills[-1]["stop"] = stop
         return stop, passed
 
-    def _view(self, cands, memo=True):
+    def _view(self, cands):
         if self.refills and "after" not in self.refills[-1] and "stop" in self.refills[-1]:
             self.refills[-1]["after"] = list(self.tenants)
-        return super()._view(cands, memo)
+        return super()._view(cands)
 
 
 def need_without_reservations(s: dict, j):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import event, given, settings, strategies as st
 
-from tenantry.model.policies import overdue
+from tenantry.model.guards import overdue
 from tenantry.model.workload import Request
 from tenantry.proofs.guard import GUARD, guard_config, held_with_guard
 from tenantry.proofs.concrete import run_workload
