@@ -9,7 +9,6 @@ no random state.
 from __future__ import annotations
 
 import math
-from operator import attrgetter
 from typing import Any, Iterable, Iterator, NamedTuple, Protocol
 
 import numpy as np
@@ -21,8 +20,6 @@ from tenantry.model.workload import Request, StepInput, Workload, as_workload
 
 from .fast import FastReplica, unsupported
 from .history import History, RequestRecord, StepEvent, StepRecord
-
-
 
 
 def check_workload(config: Config, workload: Workload) -> None:
@@ -299,7 +296,13 @@ class Feed:
     step after its arrival's when both fall due at the same step (a step
     applies cancellations before arrivals, so the cancellation would find
     nothing and the cancelled request would run).
+
+    A feed is ``open`` while more requests may come that it does not hold yet (a live
+    server's, :class:`tenantry.live.engine.LiveFeed`): :func:`drive` then waits for them
+    instead of ending.  A workload's feed is closed.
     """
+
+    open = False
 
     def __init__(self, workload: Workload | Iterable[Request]) -> None:
         wl = as_workload(workload)
@@ -343,8 +346,8 @@ class Feed:
         return out
 
 
-def drive(replica: Replica, workload: Workload | Iterable[Request], *, horizon_s: float | None = None,
-          max_steps: int | None = None) -> Iterator[StepInput]:
+def drive(replica: Replica, workload: Workload | Iterable[Request] | Feed, *, horizon_s: float | None = None,
+          max_steps: int | None = None) -> Iterator[StepInput | None]:
     """The one driver loop: feed ``workload`` to ``replica`` step by step.
 
     Arrivals and cancellations go to the first step starting at or after
@@ -353,12 +356,19 @@ def drive(replica: Replica, workload: Workload | Iterable[Request], *, horizon_s
     and none is left to arrive, at ``horizon_s`` (seconds; no step starts at
     or after it), after ``max_steps`` steps, or when the replica stops.
     Yields each step's inputs after the replica ran the step.
+
+    ``workload`` may be a :class:`Feed` itself: an open one (a live server's) makes the
+    loop yield None, instead of ending, when the replica is empty and the feed holds no
+    arrival yet; the caller resumes it once the feed has one (or has closed).
     """
-    feed = Feed(workload)
+    feed = workload if isinstance(workload, Feed) else Feed(workload)
     steps = 0
     while not replica.stopped and (max_steps is None or steps < max_steps):
         if not replica.has_work():
             nxt = feed.next_arrival_s
+            if nxt is None and feed.open:
+                yield None  # a live feed: wait for the next arrival
+                continue
             if nxt is None or (horizon_s is not None and nxt >= horizon_s):
                 return
             replica.idle(nxt)
